@@ -1,0 +1,132 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+let strict: [SwiftSetting] = [
+    .unsafeFlags(["-warnings-as-errors"])
+]
+
+let package = Package(
+    name: "Courier",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "courier", targets: ["courier"]),
+        .library(name: "CourierCore", targets: ["CourierCore"]),
+        .library(name: "CourierWire", targets: ["CourierWire"]),
+        .library(name: "CourierPKI", targets: ["CourierPKI"]),
+        .library(name: "CourierSQLite", targets: ["CourierSQLite"]),
+        .library(name: "CourierServer", targets: ["CourierServer"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/vapor/sqlite-nio.git", from: "1.13.2"),
+    ],
+    targets: [
+        .target(
+            name: "CourierCore",
+            dependencies: [],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "CourierWire",
+            dependencies: [
+                "CourierCore",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "CourierPKI",
+            dependencies: [
+                "CourierCore",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "X509", package: "swift-certificates"),
+            ],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "CourierSQLite",
+            dependencies: [
+                "CourierCore",
+                .product(name: "SQLiteNIO", package: "sqlite-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "CourierStoreConformance",
+            dependencies: ["CourierCore"],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "CourierServer",
+            dependencies: [
+                "CourierCore",
+                "CourierWire",
+                "CourierPKI",
+                "CourierSQLite",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "courier",
+            dependencies: [
+                "CourierCore",
+                "CourierPKI",
+                "CourierServer",
+                "CourierSQLite",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(name: "CourierCoreTests", dependencies: ["CourierCore"]),
+        .testTarget(
+            name: "CourierWireTests",
+            dependencies: [
+                "CourierWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOTestUtils", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(
+            name: "CourierPKITests",
+            dependencies: [
+                "CourierPKI",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        .testTarget(
+            name: "CourierSQLiteTests",
+            dependencies: ["CourierSQLite", "CourierStoreConformance"]
+        ),
+        .testTarget(
+            name: "CourierServerTests",
+            dependencies: [
+                "CourierServer",
+                "CourierPKI",
+                "courier",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+    ]
+)

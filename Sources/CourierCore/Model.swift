@@ -1,0 +1,221 @@
+import Foundation
+
+/// A team: owns apps and auth keys. The id is ten characters A–Z/0–9.
+public struct Team: Sendable, Hashable, Codable {
+    public var id: String
+    public var name: String
+    public var createdAt: Date
+
+    public init(id: String, name: String, createdAt: Date) {
+        self.id = id
+        self.name = name
+        self.createdAt = createdAt
+    }
+}
+
+/// An app of a team: a bundle id and the topic kinds it may be pushed on.
+public struct App: Sendable, Hashable, Codable {
+    public var bundleID: String
+    public var teamID: String
+    public var topicKinds: Set<TopicKind>
+    public var createdAt: Date
+
+    public init(bundleID: String, teamID: String, topicKinds: Set<TopicKind> = Set(TopicKind.allCases), createdAt: Date) {
+        self.bundleID = bundleID
+        self.teamID = teamID
+        self.topicKinds = topicKinds
+        self.createdAt = createdAt
+    }
+
+    /// The app's topics, app topic first.
+    public var topics: [Topic] {
+        TopicKind.allCases.filter(topicKinds.contains).map { Topic(bundleID: bundleID, kind: $0) }
+    }
+}
+
+/// A provider auth key (ES256). Courier keeps only the public key.
+public struct AuthKeyRecord: Sendable, Hashable, Codable {
+    public var keyID: String
+    public var teamID: String
+    /// The P-256 public key, X9.63 uncompressed (65 bytes).
+    public var publicKey: [UInt8]
+    public var createdAt: Date
+    public var revokedAt: Date?
+
+    public init(keyID: String, teamID: String, publicKey: [UInt8], createdAt: Date, revokedAt: Date? = nil) {
+        self.keyID = keyID
+        self.teamID = teamID
+        self.publicKey = publicKey
+        self.createdAt = createdAt
+        self.revokedAt = revokedAt
+    }
+}
+
+/// What a certificate issued by Courier's CA is for.
+public enum CertificateKind: String, Sendable, Hashable, Codable, CaseIterable {
+    case authority
+    case server
+    case provider
+    case device
+}
+
+/// A certificate Courier issued, as the store remembers it.
+public struct CertificateRecord: Sendable, Hashable, Codable {
+    /// The serial number in lowercase hex.
+    public var serial: String
+    public var kind: CertificateKind
+    public var subject: String
+    public var teamID: String?
+    public var bundleID: String?
+    public var deviceID: UInt64?
+    /// The environments the certificate is good for (provider certificates).
+    public var environments: Set<Environment>
+    public var notAfter: Date
+    public var createdAt: Date
+    public var revokedAt: Date?
+    public var pem: String
+
+    public init(
+        serial: String, kind: CertificateKind, subject: String, teamID: String? = nil, bundleID: String? = nil,
+        deviceID: UInt64? = nil, environments: Set<Environment> = [], notAfter: Date, createdAt: Date,
+        revokedAt: Date? = nil, pem: String
+    ) {
+        self.serial = serial
+        self.kind = kind
+        self.subject = subject
+        self.teamID = teamID
+        self.bundleID = bundleID
+        self.deviceID = deviceID
+        self.environments = environments
+        self.notAfter = notAfter
+        self.createdAt = createdAt
+        self.revokedAt = revokedAt
+        self.pem = pem
+    }
+}
+
+/// A device known to Courier. Its id is in its certificate; a reset or
+/// restore raises the generation, which changes all of its tokens.
+public struct Device: Sendable, Hashable, Codable {
+    public var id: UInt64
+    public var certificateSerial: String
+    public var generation: UInt32
+    public var createdAt: Date
+    public var lastSeen: Date?
+
+    public init(id: UInt64, certificateSerial: String, generation: UInt32 = 1, createdAt: Date, lastSeen: Date? = nil) {
+        self.id = id
+        self.certificateSerial = certificateSerial
+        self.generation = generation
+        self.createdAt = createdAt
+        self.lastSeen = lastSeen
+    }
+}
+
+/// An app registered for remote notifications on a device, in one
+/// environment, with the token Courier issued for it.
+public struct AppRegistration: Sendable, Hashable, Codable {
+    public var deviceID: UInt64
+    public var bundleID: String
+    public var environment: Environment
+    public var token: [UInt8]
+    /// False once the device reported the app as removed.
+    public var active: Bool
+    public var registeredAt: Date
+    public var unregisteredAt: Date?
+
+    public init(
+        deviceID: UInt64, bundleID: String, environment: Environment, token: [UInt8], active: Bool = true,
+        registeredAt: Date, unregisteredAt: Date? = nil
+    ) {
+        self.deviceID = deviceID
+        self.bundleID = bundleID
+        self.environment = environment
+        self.token = token
+        self.active = active
+        self.registeredAt = registeredAt
+        self.unregisteredAt = unregisteredAt
+    }
+}
+
+/// A notification as the dispatcher handles it, whatever interface it came
+/// through.
+public struct PushNotification: Sendable, Hashable, Codable {
+    /// The apns-id (a UUID); binary notifications get a new one.
+    public var id: UUID
+    public var token: [UInt8]
+    public var topic: String
+    public var payload: [UInt8]
+    /// Nil: none given (binary commands 0); `Date(0)`: never store.
+    public var expiration: Date?
+    public var priority: Priority
+    public var collapseID: String?
+    public var pushType: String?
+
+    public init(
+        id: UUID, token: [UInt8], topic: String, payload: [UInt8], expiration: Date?, priority: Priority,
+        collapseID: String? = nil, pushType: String? = nil
+    ) {
+        self.id = id
+        self.token = token
+        self.topic = topic
+        self.payload = payload
+        self.expiration = expiration
+        self.priority = priority
+        self.collapseID = collapseID
+        self.pushType = pushType
+    }
+}
+
+/// A notification held for an offline device: at most one per
+/// (device, app, environment).
+public struct PendingNotification: Sendable, Hashable, Codable {
+    public var deviceID: UInt64
+    public var bundleID: String
+    public var environment: Environment
+    public var notification: PushNotification
+    public var acceptedAt: Date
+
+    public init(deviceID: UInt64, bundleID: String, environment: Environment, notification: PushNotification, acceptedAt: Date) {
+        self.deviceID = deviceID
+        self.bundleID = bundleID
+        self.environment = environment
+        self.notification = notification
+        self.acceptedAt = acceptedAt
+    }
+}
+
+/// A feedback-service entry: a push hit an app that was removed.
+public struct FeedbackEntry: Sendable, Hashable, Codable {
+    public var environment: Environment
+    public var topic: String
+    public var token: [UInt8]
+    public var timestamp: Date
+
+    public init(environment: Environment, topic: String, token: [UInt8], timestamp: Date) {
+        self.environment = environment
+        self.topic = topic
+        self.token = token
+        self.timestamp = timestamp
+    }
+}
+
+/// One step in a notification's life, kept in the delivery log.
+public struct DeliveryEvent: Sendable, Hashable, Codable {
+    public enum Kind: String, Sendable, Hashable, Codable, CaseIterable {
+        case accepted, stored, replaced, coalesced, delivered, acknowledged, expired, throttled, rejected
+    }
+
+    public var notificationID: UUID
+    public var kind: Kind
+    public var at: Date
+    /// A reason or note, e.g. the rejection reason.
+    public var detail: String?
+
+    public init(notificationID: UUID, kind: Kind, at: Date, detail: String? = nil) {
+        self.notificationID = notificationID
+        self.kind = kind
+        self.at = at
+        self.detail = detail
+    }
+}

@@ -1,0 +1,144 @@
+import Foundation
+
+/// The interface a payload arrived through; each has its own size limit.
+public enum PayloadChannel: Sendable, Hashable, CaseIterable {
+    /// Binary commands 0 and 1 (simple and enhanced formats).
+    case binaryLegacy
+    /// Binary command 2.
+    case binaryCommand2
+    /// HTTP/2 provider API.
+    case http2
+    /// HTTP/2 provider API to a `.voip` topic.
+    case http2VoIP
+}
+
+/// Payload size limits in bytes. The defaults are the seeds' numbers.
+public struct PayloadLimits: Sendable, Hashable, Codable {
+    public var binaryLegacy: Int
+    public var binaryCommand2: Int
+    public var http2: Int
+    public var http2VoIP: Int
+
+    public init(binaryLegacy: Int = 256, binaryCommand2: Int = 2048, http2: Int = 4096, http2VoIP: Int = 5120) {
+        self.binaryLegacy = binaryLegacy
+        self.binaryCommand2 = binaryCommand2
+        self.http2 = http2
+        self.http2VoIP = http2VoIP
+    }
+
+    public func limit(for channel: PayloadChannel) -> Int {
+        switch channel {
+        case .binaryLegacy: binaryLegacy
+        case .binaryCommand2: binaryCommand2
+        case .http2: http2
+        case .http2VoIP: http2VoIP
+        }
+    }
+}
+
+/// Notification priority: 10 (now) or 5 (power-conscious, may be bursted).
+public struct Priority: Sendable, Hashable, Codable, CustomStringConvertible {
+    public let rawValue: UInt8
+
+    /// Nil for values other than 5 and 10.
+    public init?(rawValue: UInt8) {
+        guard rawValue == 5 || rawValue == 10 else { return nil }
+        self.rawValue = rawValue
+    }
+
+    public static let immediate = Priority(rawValue: 10)!
+    public static let conservePower = Priority(rawValue: 5)!
+
+    public var description: String { String(rawValue) }
+}
+
+/// Why a payload is refused.
+public enum PayloadError: Error, Sendable, Hashable, CaseIterable {
+    /// Zero bytes.
+    case empty
+    /// More bytes than the channel's limit.
+    case tooLarge
+    /// Ends in a NUL byte, which the seeds forbid.
+    case nullTerminated
+    /// Not a JSON object (not JSON at all, or an array, string, number).
+    case notJSONObject
+    /// Priority 10 on a push whose `aps` dictionary holds only
+    /// `content-available`: the seeds call that an error.
+    case priorityTenSilent
+    /// A priority other than 5 or 10.
+    case unknownPriority
+
+    /// The binary provider API's answer.
+    public var binaryStatus: BinaryStatus {
+        switch self {
+        case .empty: .missingPayload
+        case .tooLarge: .invalidPayloadSize
+        case .nullTerminated: .invalidPayloadSize
+        case .notJSONObject: .missingPayload
+        case .priorityTenSilent: .protocolError
+        case .unknownPriority: .protocolError
+        }
+    }
+
+    /// The HTTP/2 provider API's answer.
+    public var reason: Reason {
+        switch self {
+        case .empty: .payloadEmpty
+        case .tooLarge: .payloadTooLarge
+        case .nullTerminated: .payloadEmpty
+        case .notJSONObject: .payloadEmpty
+        case .priorityTenSilent: .badPriority
+        case .unknownPriority: .badPriority
+        }
+    }
+}
+
+/// What the rules learned about an accepted payload.
+public struct PayloadSummary: Sendable, Hashable {
+    /// `aps` holds `content-available: 1` and nothing the user would see
+    /// (no alert, sound or badge): a background (silent) push.
+    public var isSilent: Bool
+}
+
+/// The payload rules shared by every provider interface.
+public enum PayloadRules {
+    /// Checks `payload` as received on `channel` with priority `priority`
+    /// (nil when the interface carried none; 10 is assumed).
+    public static func check(
+        _ payload: some Collection<UInt8>,
+        priority rawPriority: UInt8?,
+        channel: PayloadChannel,
+        limits: PayloadLimits = PayloadLimits()
+    ) -> Result<PayloadSummary, PayloadError> {
+        // A priority that was not sent is 10, except for a silent push, which
+        // is then taken as 5 (docs/protocol.md, "Priorities").
+        var explicitPriority: Priority?
+        if let rawPriority {
+            guard let known = Priority(rawValue: rawPriority) else { return .failure(.unknownPriority) }
+            explicitPriority = known
+        }
+        guard !payload.isEmpty else { return .failure(.empty) }
+        guard payload.count <= limits.limit(for: channel) else { return .failure(.tooLarge) }
+        var last: UInt8 = 0
+        for byte in payload { last = byte }
+        guard last != 0 else { return .failure(.nullTerminated) }
+        let parsed = try? JSONSerialization.jsonObject(with: Data(payload), options: [])
+        guard let object = parsed as? [String: Any] else { return .failure(.notJSONObject) }
+        let summary = PayloadSummary(isSilent: isSilent(object))
+        if summary.isSilent, explicitPriority == .immediate, onlyContentAvailable(object) {
+            return .failure(.priorityTenSilent)
+        }
+        return .success(summary)
+    }
+
+    private static func isSilent(_ object: [String: Any]) -> Bool {
+        guard let aps = object["aps"] as? [String: Any] else { return false }
+        guard let available = aps["content-available"] as? NSNumber, available.intValue == 1 else { return false }
+        return aps["alert"] == nil && aps["sound"] == nil && aps["badge"] == nil
+    }
+
+    private static func onlyContentAvailable(_ object: [String: Any]) -> Bool {
+        guard let aps = object["aps"] as? [String: Any] else { return false }
+        return aps.count == 1 && aps["content-available"] != nil
+    }
+}

@@ -1,0 +1,96 @@
+import Foundation
+
+/// Where Courier keeps what must survive a restart. SQLite (embedded) and
+/// PostgreSQL implement it; both pass the same conformance suite.
+///
+/// Times are kept to the millisecond.
+public protocol Store: Sendable {
+    /// The schema version after migrations.
+    func schemaVersion() async throws -> Int
+
+    // MARK: Teams and apps
+    func createTeam(_ team: Team) async throws
+    func team(id: String) async throws -> Team?
+    func teams() async throws -> [Team]
+    func createApp(_ app: App) async throws
+    func app(bundleID: String) async throws -> App?
+    func apps(teamID: String) async throws -> [App]
+
+    // MARK: Auth keys
+    func addAuthKey(_ key: AuthKeyRecord) async throws
+    func authKey(id: String) async throws -> AuthKeyRecord?
+    func authKeys(teamID: String) async throws -> [AuthKeyRecord]
+    /// Marks the key revoked; false when there is no such key or it was
+    /// revoked already.
+    func revokeAuthKey(id: String, at: Date) async throws -> Bool
+
+    // MARK: Certificates
+    func addCertificate(_ certificate: CertificateRecord) async throws
+    func certificate(serial: String) async throws -> CertificateRecord?
+    func certificates(kind: CertificateKind?) async throws -> [CertificateRecord]
+    func revokeCertificate(serial: String, at: Date) async throws -> Bool
+
+    // MARK: Devices and registrations
+    func createDevice(_ device: Device) async throws
+    func device(id: UInt64) async throws -> Device?
+    func setDeviceGeneration(id: UInt64, generation: UInt32) async throws
+    func markDeviceSeen(id: UInt64, at: Date) async throws
+    /// Records an app's registration (active) and returns it; registering
+    /// again replaces the token and times.
+    func register(_ registration: AppRegistration) async throws
+    func registration(deviceID: UInt64, bundleID: String, environment: Environment) async throws -> AppRegistration?
+    func registrations(deviceID: UInt64) async throws -> [AppRegistration]
+    /// Marks the app as removed from the device; false when it was not
+    /// registered (or already removed).
+    func unregister(deviceID: UInt64, bundleID: String, environment: Environment, at: Date) async throws -> Bool
+
+    // MARK: Pending notifications (store and forward)
+    /// Stores each notification, replacing the one held for the same
+    /// (device, app, environment), all in one transaction. Returns the
+    /// notifications that were replaced.
+    func storePending(_ notifications: [PendingNotification]) async throws -> [PendingNotification]
+    func pending(deviceID: UInt64, environment: Environment) async throws -> [PendingNotification]
+    /// Removes the held notification if it is still the one with `id`.
+    func removePending(deviceID: UInt64, bundleID: String, environment: Environment, id: UUID) async throws -> Bool
+    /// Removes and returns every held notification whose expiration is
+    /// before `date`.
+    func removeExpiredPending(before date: Date) async throws -> [PendingNotification]
+    /// Removes and returns every held notification accepted before `date`.
+    func removePending(acceptedBefore date: Date) async throws -> [PendingNotification]
+
+    // MARK: Feedback
+    /// Adds an entry; an entry for the same (environment, topic, token)
+    /// takes the newer timestamp.
+    func addFeedback(_ entry: FeedbackEntry) async throws
+    func feedback(environment: Environment, topic: String) async throws -> [FeedbackEntry]
+    /// Removes the given entries, each only if its timestamp is unchanged
+    /// (a newer failure recorded meanwhile stays).
+    func removeFeedback(_ entries: [FeedbackEntry]) async throws
+
+    // MARK: Delivery log
+    func appendDeliveryEvents(_ events: [DeliveryEvent]) async throws
+    func deliveryEvents(notificationID: UUID) async throws -> [DeliveryEvent]
+}
+
+/// Failures a store reports.
+public struct StoreError: Error, Sendable, Hashable, CustomStringConvertible {
+    public enum Code: String, Sendable, Hashable {
+        case duplicate
+        case notFound
+        case corrupt
+        case unavailable
+    }
+
+    public var code: Code
+    public var message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "\(code.rawValue): \(message)" }
+
+    public static func == (lhs: StoreError, rhs: StoreError) -> Bool { lhs.code == rhs.code }
+    public func hash(into hasher: inout Hasher) { hasher.combine(code) }
+}

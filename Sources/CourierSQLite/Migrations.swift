@@ -1,0 +1,115 @@
+/// The SQLite schema, as forward-only migrations. A migration is never
+/// edited once released; a change is a new entry at the end.
+enum SQLiteMigrations {
+    struct Migration {
+        var version: Int
+        var statements: [String]
+    }
+
+    static let all: [Migration] = [
+        Migration(
+            version: 1,
+            statements: [
+                """
+                CREATE TABLE teams (
+                    id TEXT PRIMARY KEY,
+                    name TEXT NOT NULL,
+                    created_at INTEGER NOT NULL
+                )
+                """,
+                """
+                CREATE TABLE apps (
+                    bundle_id TEXT PRIMARY KEY,
+                    team_id TEXT NOT NULL REFERENCES teams(id),
+                    topic_kinds TEXT NOT NULL,
+                    created_at INTEGER NOT NULL
+                )
+                """,
+                "CREATE INDEX apps_team ON apps(team_id)",
+                """
+                CREATE TABLE auth_keys (
+                    key_id TEXT PRIMARY KEY,
+                    team_id TEXT NOT NULL REFERENCES teams(id),
+                    public_key BLOB NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    revoked_at INTEGER
+                )
+                """,
+                """
+                CREATE TABLE certificates (
+                    serial TEXT PRIMARY KEY,
+                    kind TEXT NOT NULL,
+                    subject TEXT NOT NULL,
+                    team_id TEXT,
+                    bundle_id TEXT,
+                    device_id INTEGER,
+                    environments TEXT NOT NULL,
+                    not_after INTEGER NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    revoked_at INTEGER,
+                    pem TEXT NOT NULL
+                )
+                """,
+                """
+                CREATE TABLE devices (
+                    id INTEGER PRIMARY KEY,
+                    certificate_serial TEXT NOT NULL,
+                    generation INTEGER NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    last_seen INTEGER
+                )
+                """,
+                """
+                CREATE TABLE app_registrations (
+                    device_id INTEGER NOT NULL REFERENCES devices(id),
+                    bundle_id TEXT NOT NULL,
+                    environment TEXT NOT NULL,
+                    token BLOB NOT NULL,
+                    active INTEGER NOT NULL,
+                    registered_at INTEGER NOT NULL,
+                    unregistered_at INTEGER,
+                    PRIMARY KEY (device_id, bundle_id, environment)
+                )
+                """,
+                """
+                CREATE TABLE pending_notifications (
+                    device_id INTEGER NOT NULL,
+                    bundle_id TEXT NOT NULL,
+                    environment TEXT NOT NULL,
+                    id TEXT NOT NULL,
+                    token BLOB NOT NULL,
+                    topic TEXT NOT NULL,
+                    payload BLOB NOT NULL,
+                    expiration INTEGER,
+                    priority INTEGER NOT NULL,
+                    collapse_id TEXT,
+                    push_type TEXT,
+                    accepted_at INTEGER NOT NULL,
+                    PRIMARY KEY (device_id, bundle_id, environment)
+                )
+                """,
+                "CREATE INDEX pending_expiration ON pending_notifications(expiration)",
+                "CREATE INDEX pending_accepted ON pending_notifications(accepted_at)",
+                """
+                CREATE TABLE feedback (
+                    environment TEXT NOT NULL,
+                    topic TEXT NOT NULL,
+                    token BLOB NOT NULL,
+                    timestamp INTEGER NOT NULL,
+                    PRIMARY KEY (environment, topic, token)
+                )
+                """,
+                """
+                CREATE TABLE delivery_log (
+                    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                    notification_id TEXT NOT NULL,
+                    event TEXT NOT NULL,
+                    at INTEGER NOT NULL,
+                    detail TEXT
+                )
+                """,
+                "CREATE INDEX delivery_log_notification ON delivery_log(notification_id)",
+            ]
+        )
+    ]
+}

@@ -1,0 +1,388 @@
+import CourierCore
+import Foundation
+import Logging
+import SQLiteNIO
+
+/// The embedded store: one SQLite file (SQLite itself is compiled in, so
+/// there is nothing to install). Writes are durable when they return
+/// (WAL journal, `synchronous=FULL`).
+public final class SQLiteStore: Store {
+    private let connection: SQLiteConnection
+    private let gate = SerialGate()
+
+    private init(connection: SQLiteConnection) {
+        self.connection = connection
+    }
+
+    /// Opens (creating if needed) the database at `path` and migrates it.
+    public static func open(path: String, logger: Logger) async throws -> SQLiteStore {
+        let connection = try await SQLiteConnection.open(storage: .file(path: path), logger: logger)
+        let store = SQLiteStore(connection: connection)
+        try await store.prepare()
+        return store
+    }
+
+    /// An in-memory database, for tests.
+    public static func inMemory(logger: Logger) async throws -> SQLiteStore {
+        let connection = try await SQLiteConnection.open(storage: .memory, logger: logger)
+        let store = SQLiteStore(connection: connection)
+        try await store.prepare()
+        return store
+    }
+
+    public func close() async throws {
+        try await connection.close()
+    }
+
+    private func prepare() async throws {
+        try await gate.run {
+            _ = try await self.connection.query("PRAGMA journal_mode=WAL")
+            _ = try await self.connection.query("PRAGMA synchronous=FULL")
+            _ = try await self.connection.query("PRAGMA foreign_keys=ON")
+            _ = try await self.connection.query("PRAGMA busy_timeout=5000")
+            _ = try await self.connection.query(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)"
+            )
+            let rows = try await self.connection.query("SELECT MAX(version) AS v FROM schema_migrations")
+            let current = rows.first?.column("v")?.integer ?? 0
+            for migration in SQLiteMigrations.all where migration.version > current {
+                try await self.inTransaction {
+                    for statement in migration.statements {
+                        _ = try await self.connection.query(statement)
+                    }
+                    _ = try await self.connection.query(
+                        "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
+                        [.integer(migration.version), .integer(Int(Date().timeIntervalSince1970))]
+                    )
+                }
+            }
+        }
+    }
+
+    /// Runs `body` inside BEGIN/COMMIT; the caller holds the gate.
+    private func inTransaction<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T {
+        _ = try await connection.query("BEGIN IMMEDIATE")
+        do {
+            let result = try await body()
+            _ = try await connection.query("COMMIT")
+            return result
+        } catch {
+            _ = try? await connection.query("ROLLBACK")
+            throw error
+        }
+    }
+
+    private func query(_ sql: String, _ binds: [SQLiteData] = []) async throws -> [SQLiteRow] {
+        try await gate.run { try await self.connection.query(sql, binds) }
+    }
+
+    private func transaction<T: Sendable>(_ body: @Sendable @escaping () async throws -> T) async throws -> T {
+        try await gate.run { try await self.inTransaction(body) }
+    }
+
+    /// Rows changed by the last statement (same connection, under the gate).
+    private func changes() async throws -> Int {
+        try await connection.query("SELECT changes() AS n").first?.column("n")?.integer ?? 0
+    }
+
+    private func insert(_ sql: String, _ binds: [SQLiteData], what: String) async throws {
+        do {
+            _ = try await query(sql, binds)
+        } catch let error as SQLiteError
+            where [.constraint, .constraintPrimaryKeyFailed, .constraintUniqueFailed].contains(error.reason)
+        {
+            throw StoreError(.duplicate, "\(what) exists already")
+        }
+    }
+
+    // MARK: Schema
+
+    public func schemaVersion() async throws -> Int {
+        try await query("SELECT MAX(version) AS v FROM schema_migrations").first?.column("v")?.integer ?? 0
+    }
+
+    // MARK: Teams and apps
+
+    public func createTeam(_ team: Team) async throws {
+        try await insert(
+            "INSERT INTO teams (id, name, created_at) VALUES (?, ?, ?)",
+            [.text(team.id), .text(team.name), .millis(team.createdAt)], what: "team \(team.id)")
+    }
+
+    public func team(id: String) async throws -> Team? {
+        try await query("SELECT * FROM teams WHERE id = ?", [.text(id)]).first.map(Team.init(row:))
+    }
+
+    public func teams() async throws -> [Team] {
+        try await query("SELECT * FROM teams ORDER BY id").map(Team.init(row:))
+    }
+
+    public func createApp(_ app: App) async throws {
+        guard try await team(id: app.teamID) != nil else {
+            throw StoreError(.notFound, "team \(app.teamID) does not exist")
+        }
+        try await insert(
+            "INSERT INTO apps (bundle_id, team_id, topic_kinds, created_at) VALUES (?, ?, ?, ?)",
+            [.text(app.bundleID), .text(app.teamID), .text(app.topicKinds.encoded), .millis(app.createdAt)],
+            what: "app \(app.bundleID)")
+    }
+
+    public func app(bundleID: String) async throws -> App? {
+        try await query("SELECT * FROM apps WHERE bundle_id = ?", [.text(bundleID)]).first.map(App.init(row:))
+    }
+
+    public func apps(teamID: String) async throws -> [App] {
+        try await query("SELECT * FROM apps WHERE team_id = ? ORDER BY bundle_id", [.text(teamID)]).map(App.init(row:))
+    }
+
+    // MARK: Auth keys
+
+    public func addAuthKey(_ key: AuthKeyRecord) async throws {
+        guard try await team(id: key.teamID) != nil else {
+            throw StoreError(.notFound, "team \(key.teamID) does not exist")
+        }
+        try await insert(
+            "INSERT INTO auth_keys (key_id, team_id, public_key, created_at, revoked_at) VALUES (?, ?, ?, ?, ?)",
+            [.text(key.keyID), .text(key.teamID), .bytes(key.publicKey), .millis(key.createdAt), .millis(key.revokedAt)],
+            what: "auth key \(key.keyID)")
+    }
+
+    public func authKey(id: String) async throws -> AuthKeyRecord? {
+        try await query("SELECT * FROM auth_keys WHERE key_id = ?", [.text(id)]).first.map(AuthKeyRecord.init(row:))
+    }
+
+    public func authKeys(teamID: String) async throws -> [AuthKeyRecord] {
+        try await query("SELECT * FROM auth_keys WHERE team_id = ? ORDER BY key_id", [.text(teamID)])
+            .map(AuthKeyRecord.init(row:))
+    }
+
+    public func revokeAuthKey(id: String, at date: Date) async throws -> Bool {
+        try await gate.run {
+            _ = try await self.connection.query(
+                "UPDATE auth_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL", [.millis(date), .text(id)])
+            return try await self.changes() > 0
+        }
+    }
+
+    // MARK: Certificates
+
+    public func addCertificate(_ certificate: CertificateRecord) async throws {
+        try await insert(
+            """
+            INSERT INTO certificates (serial, kind, subject, team_id, bundle_id, device_id, environments,
+                not_after, created_at, revoked_at, pem) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """,
+            [
+                .text(certificate.serial), .text(certificate.kind.rawValue), .text(certificate.subject),
+                .optionalText(certificate.teamID), .optionalText(certificate.bundleID), .device(certificate.deviceID),
+                .text(certificate.environments.encoded), .millis(certificate.notAfter), .millis(certificate.createdAt),
+                .millis(certificate.revokedAt), .text(certificate.pem),
+            ], what: "certificate \(certificate.serial)")
+    }
+
+    public func certificate(serial: String) async throws -> CertificateRecord? {
+        try await query("SELECT * FROM certificates WHERE serial = ?", [.text(serial.lowercased())]).first
+            .map(CertificateRecord.init(row:))
+    }
+
+    public func certificates(kind: CertificateKind?) async throws -> [CertificateRecord] {
+        if let kind {
+            return try await query("SELECT * FROM certificates WHERE kind = ? ORDER BY created_at, serial", [.text(kind.rawValue)])
+                .map(CertificateRecord.init(row:))
+        }
+        return try await query("SELECT * FROM certificates ORDER BY created_at, serial").map(CertificateRecord.init(row:))
+    }
+
+    public func revokeCertificate(serial: String, at date: Date) async throws -> Bool {
+        try await gate.run {
+            _ = try await self.connection.query(
+                "UPDATE certificates SET revoked_at = ? WHERE serial = ? AND revoked_at IS NULL",
+                [.millis(date), .text(serial.lowercased())])
+            return try await self.changes() > 0
+        }
+    }
+
+    // MARK: Devices and registrations
+
+    public func createDevice(_ device: Device) async throws {
+        try await insert(
+            "INSERT INTO devices (id, certificate_serial, generation, created_at, last_seen) VALUES (?, ?, ?, ?, ?)",
+            [
+                .device(device.id), .text(device.certificateSerial), .integer(Int(device.generation)),
+                .millis(device.createdAt), .millis(device.lastSeen),
+            ], what: "device \(device.id)")
+    }
+
+    public func device(id: UInt64) async throws -> Device? {
+        try await query("SELECT * FROM devices WHERE id = ?", [.device(id)]).first.map(Device.init(row:))
+    }
+
+    public func setDeviceGeneration(id: UInt64, generation: UInt32) async throws {
+        try await gate.run {
+            _ = try await self.connection.query(
+                "UPDATE devices SET generation = ? WHERE id = ?", [.integer(Int(generation)), .device(id)])
+            guard try await self.changes() > 0 else { throw StoreError(.notFound, "device \(id) does not exist") }
+        }
+    }
+
+    public func markDeviceSeen(id: UInt64, at date: Date) async throws {
+        _ = try await query("UPDATE devices SET last_seen = ? WHERE id = ?", [.millis(date), .device(id)])
+    }
+
+    public func register(_ registration: AppRegistration) async throws {
+        guard try await device(id: registration.deviceID) != nil else {
+            throw StoreError(.notFound, "device \(registration.deviceID) does not exist")
+        }
+        _ = try await query(
+            """
+            INSERT INTO app_registrations (device_id, bundle_id, environment, token, active, registered_at, unregistered_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (device_id, bundle_id, environment) DO UPDATE SET
+                token = excluded.token, active = excluded.active,
+                registered_at = excluded.registered_at, unregistered_at = excluded.unregistered_at
+            """,
+            [
+                .device(registration.deviceID), .text(registration.bundleID), .text(registration.environment.rawValue),
+                .bytes(registration.token), .integer(registration.active ? 1 : 0), .millis(registration.registeredAt),
+                .millis(registration.unregisteredAt),
+            ])
+    }
+
+    public func registration(deviceID: UInt64, bundleID: String, environment: Environment) async throws -> AppRegistration? {
+        try await query(
+            "SELECT * FROM app_registrations WHERE device_id = ? AND bundle_id = ? AND environment = ?",
+            [.device(deviceID), .text(bundleID), .text(environment.rawValue)]
+        ).first.map(AppRegistration.init(row:))
+    }
+
+    public func registrations(deviceID: UInt64) async throws -> [AppRegistration] {
+        try await query(
+            "SELECT * FROM app_registrations WHERE device_id = ? ORDER BY bundle_id, environment", [.device(deviceID)]
+        ).map(AppRegistration.init(row:))
+    }
+
+    public func unregister(deviceID: UInt64, bundleID: String, environment: Environment, at date: Date) async throws -> Bool {
+        try await gate.run {
+            _ = try await self.connection.query(
+                """
+                UPDATE app_registrations SET active = 0, unregistered_at = ?
+                WHERE device_id = ? AND bundle_id = ? AND environment = ? AND active = 1
+                """, [.millis(date), .device(deviceID), .text(bundleID), .text(environment.rawValue)])
+            return try await self.changes() > 0
+        }
+    }
+
+    // MARK: Pending notifications
+
+    public func storePending(_ notifications: [PendingNotification]) async throws -> [PendingNotification] {
+        guard !notifications.isEmpty else { return [] }
+        return try await transaction {
+            var replaced: [PendingNotification] = []
+            for pending in notifications {
+                let key: [SQLiteData] = [
+                    .device(pending.deviceID), .text(pending.bundleID), .text(pending.environment.rawValue),
+                ]
+                let old = try await self.connection.query(
+                    "SELECT * FROM pending_notifications WHERE device_id = ? AND bundle_id = ? AND environment = ?", key)
+                if let row = old.first { replaced.append(try PendingNotification(row: row)) }
+                let n = pending.notification
+                _ = try await self.connection.query(
+                    """
+                    INSERT OR REPLACE INTO pending_notifications (device_id, bundle_id, environment, id, token, topic,
+                        payload, expiration, priority, collapse_id, push_type, accepted_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                    key + [
+                        .text(n.id.uuidString.lowercased()), .bytes(n.token), .text(n.topic), .bytes(n.payload),
+                        .millis(n.expiration), .integer(Int(n.priority.rawValue)), .optionalText(n.collapseID),
+                        .optionalText(n.pushType), .millis(pending.acceptedAt),
+                    ])
+            }
+            return replaced
+        }
+    }
+
+    public func pending(deviceID: UInt64, environment: Environment) async throws -> [PendingNotification] {
+        try await query(
+            "SELECT * FROM pending_notifications WHERE device_id = ? AND environment = ? ORDER BY accepted_at, bundle_id",
+            [.device(deviceID), .text(environment.rawValue)]
+        ).map(PendingNotification.init(row:))
+    }
+
+    public func removePending(deviceID: UInt64, bundleID: String, environment: Environment, id: UUID) async throws -> Bool {
+        try await gate.run {
+            _ = try await self.connection.query(
+                "DELETE FROM pending_notifications WHERE device_id = ? AND bundle_id = ? AND environment = ? AND id = ?",
+                [.device(deviceID), .text(bundleID), .text(environment.rawValue), .text(id.uuidString.lowercased())])
+            return try await self.changes() > 0
+        }
+    }
+
+    public func removeExpiredPending(before date: Date) async throws -> [PendingNotification] {
+        try await removePending(where: "expiration IS NOT NULL AND expiration < ?", date)
+    }
+
+    public func removePending(acceptedBefore date: Date) async throws -> [PendingNotification] {
+        try await removePending(where: "accepted_at < ?", date)
+    }
+
+    private func removePending(where condition: String, _ date: Date) async throws -> [PendingNotification] {
+        try await transaction {
+            let rows = try await self.connection.query(
+                "SELECT * FROM pending_notifications WHERE \(condition) ORDER BY accepted_at", [.millis(date)])
+            _ = try await self.connection.query("DELETE FROM pending_notifications WHERE \(condition)", [.millis(date)])
+            return try rows.map(PendingNotification.init(row:))
+        }
+    }
+
+    // MARK: Feedback
+
+    public func addFeedback(_ entry: FeedbackEntry) async throws {
+        _ = try await query(
+            """
+            INSERT INTO feedback (environment, topic, token, timestamp) VALUES (?, ?, ?, ?)
+            ON CONFLICT (environment, topic, token) DO UPDATE SET timestamp = MAX(timestamp, excluded.timestamp)
+            """, [.text(entry.environment.rawValue), .text(entry.topic), .bytes(entry.token), .millis(entry.timestamp)])
+    }
+
+    public func feedback(environment: Environment, topic: String) async throws -> [FeedbackEntry] {
+        try await query(
+            "SELECT * FROM feedback WHERE environment = ? AND topic = ? ORDER BY timestamp, token",
+            [.text(environment.rawValue), .text(topic)]
+        ).map(FeedbackEntry.init(row:))
+    }
+
+    public func removeFeedback(_ entries: [FeedbackEntry]) async throws {
+        guard !entries.isEmpty else { return }
+        try await transaction {
+            for entry in entries {
+                _ = try await self.connection.query(
+                    "DELETE FROM feedback WHERE environment = ? AND topic = ? AND token = ? AND timestamp = ?",
+                    [.text(entry.environment.rawValue), .text(entry.topic), .bytes(entry.token), .millis(entry.timestamp)])
+            }
+        }
+    }
+
+    // MARK: Delivery log
+
+    public func appendDeliveryEvents(_ events: [DeliveryEvent]) async throws {
+        guard !events.isEmpty else { return }
+        try await transaction {
+            for event in events {
+                _ = try await self.connection.query(
+                    "INSERT INTO delivery_log (notification_id, event, at, detail) VALUES (?, ?, ?, ?)",
+                    [
+                        .text(event.notificationID.uuidString.lowercased()), .text(event.kind.rawValue), .millis(event.at),
+                        .optionalText(event.detail),
+                    ])
+            }
+        }
+    }
+
+    public func deliveryEvents(notificationID: UUID) async throws -> [DeliveryEvent] {
+        try await query(
+            "SELECT * FROM delivery_log WHERE notification_id = ? ORDER BY seq",
+            [.text(notificationID.uuidString.lowercased())]
+        ).map(DeliveryEvent.init(row:))
+    }
+}

@@ -1,0 +1,262 @@
+import CourierCore
+import Foundation
+import Synchronization
+
+/// Collects the mismatches one conformance case finds.
+public final class ConformanceReport: Sendable {
+    private let failures = Mutex<[String]>([])
+
+    public init() {}
+
+    public var all: [String] { failures.withLock { $0 } }
+
+    /// Records `message` unless `condition` holds.
+    public func check(_ condition: Bool, _ message: @autoclosure () -> String, line: Int = #line) {
+        if !condition {
+            let text = "line \(line): \(message())"
+            failures.withLock { $0.append(text) }
+        }
+    }
+
+    public func equal<T: Equatable>(_ actual: T, _ expected: T, _ what: String, line: Int = #line) {
+        check(actual == expected, "\(what): got \(actual), expected \(expected)", line: line)
+    }
+}
+
+/// One behaviour every `Store` must have.
+public struct StoreConformanceCase: Sendable, CustomStringConvertible {
+    public let name: String
+    let body: @Sendable (any Store, ConformanceReport) async throws -> Void
+
+    public var description: String { name }
+
+    /// Runs the case on `store` and returns what did not conform (empty
+    /// when all did). A thrown error is a failure too.
+    public func run(on store: any Store) async -> [String] {
+        let report = ConformanceReport()
+        do {
+            try await body(store, report)
+        } catch {
+            report.check(false, "threw \(error)")
+        }
+        return report.all
+    }
+}
+
+/// The shared test suite of the `Store` protocol. Each store's tests run
+/// every case against a new, empty store.
+public enum StoreConformance {
+    static let t0 = Date(timeIntervalSince1970: 1_750_000_000)
+
+    static func at(_ seconds: Double) -> Date { t0.addingTimeInterval(seconds) }
+
+    static func team(_ id: String = "TEAM000001") -> Team { Team(id: id, name: "Team \(id)", createdAt: t0) }
+
+    static func notification(_ token: [UInt8], topic: String, expiresIn: Double?, collapse: String? = nil) -> PushNotification {
+        PushNotification(
+            id: UUID(), token: token, topic: topic, payload: Array(#"{"aps":{"alert":"hi"}}"#.utf8),
+            expiration: expiresIn.map(at), priority: .immediate, collapseID: collapse, pushType: "alert")
+    }
+
+    public static let cases: [StoreConformanceCase] = [
+        StoreConformanceCase(name: "migrations leave a positive schema version") { store, report in
+            report.check(try await store.schemaVersion() >= 1, "schema version should be at least 1")
+        },
+        StoreConformanceCase(name: "teams and apps round-trip") { store, report in
+            try await store.createTeam(team())
+            try await store.createTeam(team("TEAM000002"))
+            let app = App(bundleID: "com.example.one", teamID: "TEAM000001", topicKinds: [.app, .voip], createdAt: at(1))
+            try await store.createApp(app)
+            try await store.createApp(App(bundleID: "com.example.two", teamID: "TEAM000001", createdAt: at(2)))
+            report.equal(try await store.team(id: "TEAM000001"), team(), "team")
+            report.equal(try await store.team(id: "NOSUCHTEAM"), nil, "missing team")
+            report.equal(try await store.teams().map(\.id), ["TEAM000001", "TEAM000002"], "teams")
+            report.equal(try await store.app(bundleID: "com.example.one"), app, "app")
+            report.equal(try await store.app(bundleID: "com.example.one")?.topics.map(\.description),
+                ["com.example.one", "com.example.one.voip"], "topics")
+            report.equal(try await store.apps(teamID: "TEAM000001").map(\.bundleID), ["com.example.one", "com.example.two"], "apps")
+            report.equal(try await store.apps(teamID: "TEAM000002"), [], "other team's apps")
+        },
+        StoreConformanceCase(name: "duplicates and dangling references are refused") { store, report in
+            try await store.createTeam(team())
+            do {
+                try await store.createTeam(team())
+                report.check(false, "a second team with the same id was accepted")
+            } catch let error as StoreError {
+                report.equal(error.code, .duplicate, "error code")
+            }
+            do {
+                try await store.createApp(App(bundleID: "com.example.x", teamID: "NOSUCHTEAM", createdAt: t0))
+                report.check(false, "an app of a missing team was accepted")
+            } catch let error as StoreError {
+                report.equal(error.code, .notFound, "error code")
+            }
+            try await store.createApp(App(bundleID: "com.example.x", teamID: "TEAM000001", createdAt: t0))
+            do {
+                try await store.createApp(App(bundleID: "com.example.x", teamID: "TEAM000001", createdAt: t0))
+                report.check(false, "a second app with the same bundle id was accepted")
+            } catch let error as StoreError {
+                report.equal(error.code, .duplicate, "error code")
+            }
+        },
+        StoreConformanceCase(name: "auth keys are kept and revoked once") { store, report in
+            try await store.createTeam(team())
+            let key = AuthKeyRecord(keyID: "KEY0000001", teamID: "TEAM000001", publicKey: Array(repeating: 4, count: 65), createdAt: at(5))
+            try await store.addAuthKey(key)
+            report.equal(try await store.authKey(id: "KEY0000001"), key, "key")
+            report.equal(try await store.authKeys(teamID: "TEAM000001"), [key], "team keys")
+            report.equal(try await store.revokeAuthKey(id: "KEY0000001", at: at(10)), true, "first revoke")
+            report.equal(try await store.revokeAuthKey(id: "KEY0000001", at: at(20)), false, "second revoke")
+            report.equal(try await store.revokeAuthKey(id: "NOSUCHKEY1", at: at(20)), false, "revoke of missing key")
+            report.equal(try await store.authKey(id: "KEY0000001")?.revokedAt, at(10), "revocation time")
+        },
+        StoreConformanceCase(name: "certificates are kept, listed by kind and revoked") { store, report in
+            let provider = CertificateRecord(
+                serial: "0a1b", kind: .provider, subject: "CN=Apple Push Services: com.example.one", teamID: "TEAM000001",
+                bundleID: "com.example.one", environments: [.production, .sandbox], notAfter: at(86_400), createdAt: at(1),
+                pem: "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n")
+            let device = CertificateRecord(
+                serial: "0c2d", kind: .device, subject: "CN=device", deviceID: UInt64.max - 1, notAfter: at(86_400),
+                createdAt: at(2), pem: "pem")
+            try await store.addCertificate(provider)
+            try await store.addCertificate(device)
+            report.equal(try await store.certificate(serial: "0a1b"), provider, "provider certificate")
+            report.equal(try await store.certificate(serial: "0C2D"), device, "serial lookup ignores case")
+            report.equal(try await store.certificates(kind: .device), [device], "device certificates")
+            report.equal(try await store.certificates(kind: nil).map(\.serial), ["0a1b", "0c2d"], "all certificates")
+            report.equal(try await store.revokeCertificate(serial: "0a1b", at: at(3)), true, "revoke")
+            report.equal(try await store.revokeCertificate(serial: "0a1b", at: at(4)), false, "revoke twice")
+            report.equal(try await store.certificate(serial: "0a1b")?.revokedAt, at(3), "revocation time")
+        },
+        StoreConformanceCase(name: "devices keep generation and last seen") { store, report in
+            let device = Device(id: 0xFEDC_BA98_7654_3210, certificateSerial: "01", generation: 1, createdAt: at(0))
+            try await store.createDevice(device)
+            report.equal(try await store.device(id: device.id), device, "device")
+            try await store.setDeviceGeneration(id: device.id, generation: 2)
+            try await store.markDeviceSeen(id: device.id, at: at(30))
+            let updated = try await store.device(id: device.id)
+            report.equal(updated?.generation, 2, "generation")
+            report.equal(updated?.lastSeen, at(30), "last seen")
+            do {
+                try await store.setDeviceGeneration(id: 42, generation: 3)
+                report.check(false, "changing a missing device's generation succeeded")
+            } catch let error as StoreError {
+                report.equal(error.code, .notFound, "error code")
+            }
+        },
+        StoreConformanceCase(name: "registrations: register, unregister, register again") { store, report in
+            try await store.createDevice(Device(id: 7, certificateSerial: "07", createdAt: at(0)))
+            let token = Array(repeating: UInt8(0xAB), count: 32)
+            let registration = AppRegistration(deviceID: 7, bundleID: "com.example.one", environment: .sandbox, token: token, registeredAt: at(1))
+            try await store.register(registration)
+            report.equal(try await store.registration(deviceID: 7, bundleID: "com.example.one", environment: .sandbox), registration, "registration")
+            report.equal(try await store.registration(deviceID: 7, bundleID: "com.example.one", environment: .production), nil, "other environment")
+            report.equal(try await store.unregister(deviceID: 7, bundleID: "com.example.one", environment: .sandbox, at: at(50)), true, "unregister")
+            report.equal(try await store.unregister(deviceID: 7, bundleID: "com.example.one", environment: .sandbox, at: at(60)), false, "unregister twice")
+            let removed = try await store.registration(deviceID: 7, bundleID: "com.example.one", environment: .sandbox)
+            report.equal(removed?.active, false, "active after unregister")
+            report.equal(removed?.unregisteredAt, at(50), "unregistration time")
+            report.equal(removed?.token, token, "token kept after unregister")
+            var again = registration
+            again.registeredAt = at(70)
+            try await store.register(again)
+            let back = try await store.registration(deviceID: 7, bundleID: "com.example.one", environment: .sandbox)
+            report.equal(back?.active, true, "active after registering again")
+            report.equal(back?.unregisteredAt, nil, "unregistration time cleared")
+            report.equal(try await store.registrations(deviceID: 7).count, 1, "one registration")
+            do {
+                try await store.register(AppRegistration(deviceID: 8, bundleID: "com.example.one", environment: .sandbox, token: token, registeredAt: at(1)))
+                report.check(false, "registration for a missing device was accepted")
+            } catch let error as StoreError {
+                report.equal(error.code, .notFound, "error code")
+            }
+        },
+        StoreConformanceCase(name: "pending: one per device and app, newest wins") { store, report in
+            let token = Array(repeating: UInt8(1), count: 32)
+            let first = PendingNotification(
+                deviceID: 1, bundleID: "com.example.one", environment: .production,
+                notification: notification(token, topic: "com.example.one", expiresIn: 3600, collapse: "c1"), acceptedAt: at(1))
+            let other = PendingNotification(
+                deviceID: 1, bundleID: "com.example.two", environment: .production,
+                notification: notification(token, topic: "com.example.two", expiresIn: nil), acceptedAt: at(2))
+            report.equal(try await store.storePending([first, other]), [], "nothing replaced at first")
+            let second = PendingNotification(
+                deviceID: 1, bundleID: "com.example.one", environment: .production,
+                notification: notification(token, topic: "com.example.one.voip", expiresIn: 7200), acceptedAt: at(3))
+            report.equal(try await store.storePending([second]), [first], "replaced")
+            let held = try await store.pending(deviceID: 1, environment: .production)
+            report.equal(held, [other, second], "held, oldest accepted first")
+            report.equal(try await store.pending(deviceID: 1, environment: .sandbox), [], "other environment")
+            report.equal(try await store.removePending(deviceID: 1, bundleID: "com.example.one", environment: .production, id: first.notification.id), false, "removing the replaced one")
+            report.equal(try await store.removePending(deviceID: 1, bundleID: "com.example.one", environment: .production, id: second.notification.id), true, "removing the held one")
+            report.equal(try await store.pending(deviceID: 1, environment: .production), [other], "left")
+        },
+        StoreConformanceCase(name: "pending: expiry and retention sweeps") { store, report in
+            let token = Array(repeating: UInt8(2), count: 32)
+            let soon = PendingNotification(
+                deviceID: 2, bundleID: "com.example.a", environment: .sandbox,
+                notification: notification(token, topic: "com.example.a", expiresIn: 10), acceptedAt: at(0))
+            let late = PendingNotification(
+                deviceID: 2, bundleID: "com.example.b", environment: .sandbox,
+                notification: notification(token, topic: "com.example.b", expiresIn: 1000), acceptedAt: at(5))
+            let never = PendingNotification(
+                deviceID: 3, bundleID: "com.example.a", environment: .sandbox,
+                notification: notification(token, topic: "com.example.a", expiresIn: nil), acceptedAt: at(100))
+            _ = try await store.storePending([soon, late, never])
+            report.equal(try await store.removeExpiredPending(before: at(11)), [soon], "expired")
+            report.equal(try await store.removeExpiredPending(before: at(11)), [], "expired twice")
+            report.equal(try await store.removePending(acceptedBefore: at(50)), [late], "retention")
+            report.equal(try await store.pending(deviceID: 3, environment: .sandbox), [never], "kept")
+        },
+        StoreConformanceCase(name: "feedback per environment and topic, removed only if unchanged") { store, report in
+            let tokenA = Array(repeating: UInt8(0xA), count: 32)
+            let tokenB = Array(repeating: UInt8(0xB), count: 32)
+            let a = FeedbackEntry(environment: .production, topic: "com.example.one", token: tokenA, timestamp: at(10))
+            let b = FeedbackEntry(environment: .production, topic: "com.example.one", token: tokenB, timestamp: at(20))
+            let otherTopic = FeedbackEntry(environment: .production, topic: "com.example.two", token: tokenA, timestamp: at(30))
+            let otherEnvironment = FeedbackEntry(environment: .sandbox, topic: "com.example.one", token: tokenA, timestamp: at(40))
+            for entry in [a, b, otherTopic, otherEnvironment] { try await store.addFeedback(entry) }
+            let listed = try await store.feedback(environment: .production, topic: "com.example.one")
+            report.equal(listed, [a, b], "production list")
+            var newerA = a
+            newerA.timestamp = at(60)
+            try await store.addFeedback(newerA)
+            try await store.removeFeedback(listed)
+            report.equal(try await store.feedback(environment: .production, topic: "com.example.one"), [newerA], "newer entry kept")
+            report.equal(try await store.feedback(environment: .production, topic: "com.example.two"), [otherTopic], "other topic")
+            report.equal(try await store.feedback(environment: .sandbox, topic: "com.example.one"), [otherEnvironment], "other environment")
+        },
+        StoreConformanceCase(name: "delivery log keeps events in order") { store, report in
+            let id = UUID()
+            let events = [
+                DeliveryEvent(notificationID: id, kind: .accepted, at: at(1)),
+                DeliveryEvent(notificationID: id, kind: .stored, at: at(1)),
+                DeliveryEvent(notificationID: id, kind: .delivered, at: at(2)),
+                DeliveryEvent(notificationID: id, kind: .rejected, at: at(3), detail: "BadDeviceToken"),
+            ]
+            try await store.appendDeliveryEvents(Array(events.prefix(2)))
+            try await store.appendDeliveryEvents([DeliveryEvent(notificationID: UUID(), kind: .accepted, at: at(1))])
+            try await store.appendDeliveryEvents(Array(events.suffix(2)))
+            report.equal(try await store.deliveryEvents(notificationID: id), events, "events")
+        },
+        StoreConformanceCase(name: "concurrent writers do not interleave transactions") { store, report in
+            let token = Array(repeating: UInt8(3), count: 32)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for device in 0..<20 {
+                    group.addTask {
+                        let batch = (0..<5).map { app in
+                            PendingNotification(
+                                deviceID: UInt64(device), bundleID: "com.example.app\(app)", environment: .production,
+                                notification: notification(token, topic: "com.example.app\(app)", expiresIn: 100), acceptedAt: at(Double(app)))
+                        }
+                        _ = try await store.storePending(batch)
+                    }
+                }
+                try await group.waitForAll()
+            }
+            for device in 0..<20 {
+                report.equal(try await store.pending(deviceID: UInt64(device), environment: .production).count, 5, "device \(device)")
+            }
+        },
+    ]
+}
