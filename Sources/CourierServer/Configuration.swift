@@ -1,0 +1,225 @@
+import CourierCore
+import Foundation
+
+/// Everything `courier serve` can be told, with the defaults a newcomer
+/// needs. Read from a JSON file (docs/configuration.md lists every key);
+/// a key the file has and this struct does not is an error, so a typo
+/// never passes silently.
+public struct CourierConfiguration: Sendable, Hashable, Codable {
+    /// Listeners of one environment. Port 0 picks a free port.
+    public struct EnvironmentPorts: Sendable, Hashable, Codable {
+        public var binary: Int
+        public var feedback: Int
+        public var http2: Int
+        public var device: Int
+
+        public init(binary: Int, feedback: Int, http2: Int, device: Int) {
+            self.binary = binary
+            self.feedback = feedback
+            self.http2 = http2
+            self.device = device
+        }
+
+        public static let production = EnvironmentPorts(binary: 2195, feedback: 2196, http2: 2197, device: 5223)
+        public static let sandbox = EnvironmentPorts(binary: 12195, feedback: 12196, http2: 12197, device: 15223)
+        /// Every port 0, for tests.
+        public static let ephemeral = EnvironmentPorts(binary: 0, feedback: 0, http2: 0, device: 0)
+    }
+
+    /// Where the listeners bind and what the server certificate names.
+    public struct Network: Sendable, Hashable, Codable {
+        /// The address every listener binds to.
+        public var host: String
+        public var production: EnvironmentPorts
+        public var sandbox: EnvironmentPorts
+        /// Admin API and console (HTTP, plain), bound to 127.0.0.1.
+        public var adminPort: Int
+        /// DNS names of the server certificate made on first start.
+        public var serverDNSNames: [String]
+        /// IP addresses of the server certificate made on first start.
+        public var serverIPAddresses: [String]
+
+        public init(
+            host: String = "127.0.0.1", production: EnvironmentPorts = .production, sandbox: EnvironmentPorts = .sandbox,
+            adminPort: Int = 8080, serverDNSNames: [String] = ["localhost"], serverIPAddresses: [String] = ["127.0.0.1", "::1"]
+        ) {
+            self.host = host
+            self.production = production
+            self.sandbox = sandbox
+            self.adminPort = adminPort
+            self.serverDNSNames = serverDNSNames
+            self.serverIPAddresses = serverIPAddresses
+        }
+
+        public func ports(_ environment: Environment) -> EnvironmentPorts {
+            environment == .production ? production : sandbox
+        }
+    }
+
+    /// Sizes the protocols enforce.
+    public struct Limits: Sendable, Hashable, Codable {
+        public var payload: PayloadLimits
+        /// Device-token length in bytes (even, 32 to 254).
+        public var tokenLength: Int
+        /// Largest courier device frame accepted.
+        public var deviceMaxFrameLength: Int
+
+        public init(payload: PayloadLimits = PayloadLimits(), tokenLength: Int = 32, deviceMaxFrameLength: Int = 16_384) {
+            self.payload = payload
+            self.tokenLength = tokenLength
+            self.deviceMaxFrameLength = deviceMaxFrameLength
+        }
+    }
+
+    /// Files, relative to the data directory unless absolute.
+    public struct Paths: Sendable, Hashable, Codable {
+        public var database: String
+        public var pki: String
+        public var demo: String
+
+        public init(database: String = "courier.sqlite", pki: String = "pki", demo: String = "demo") {
+            self.database = database
+            self.pki = pki
+            self.demo = demo
+        }
+    }
+
+    /// What the first start creates for a newcomer.
+    public struct Demo: Sendable, Hashable, Codable {
+        /// False: create only the CA, server certificate and token keys.
+        public var enabled: Bool
+        public var teamID: String
+        public var teamName: String
+        public var bundleID: String
+
+        public init(enabled: Bool = true, teamID: String = "DEMOTEAM01", teamName: String = "Courier Demo", bundleID: String = "com.example.demo") {
+            self.enabled = enabled
+            self.teamID = teamID
+            self.teamName = teamName
+            self.bundleID = bundleID
+        }
+    }
+
+    public var dataDirectory: String
+    public var network: Network
+    public var limits: Limits
+    public var paths: Paths
+    public var demo: Demo
+    /// swift-log level: trace, debug, info, notice, warning, error, critical.
+    public var logLevel: String
+
+    public init(
+        dataDirectory: String = "./courier-data", network: Network = Network(), limits: Limits = Limits(), paths: Paths = Paths(),
+        demo: Demo = Demo(), logLevel: String = "info"
+    ) {
+        self.dataDirectory = dataDirectory
+        self.network = network
+        self.limits = limits
+        self.paths = paths
+        self.demo = demo
+        self.logLevel = logLevel
+    }
+
+    /// A path from `paths`, resolved against the data directory.
+    public func resolve(_ path: String) -> String {
+        path.hasPrefix("/") ? path : (dataDirectory as NSString).appendingPathComponent(path)
+    }
+}
+
+/// A configuration file that cannot be used, with a one-line message.
+public struct ConfigurationError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
+
+extension CourierConfiguration {
+    /// Reads a configuration file. Keys the file leaves out keep their
+    /// defaults; unknown keys and wrong types are errors naming the key.
+    public static func load(contentsOf path: String) throws -> CourierConfiguration {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ConfigurationError("cannot read configuration file \(path)")
+        }
+        return try decode(data, source: path)
+    }
+
+    /// Decodes a configuration from JSON text (see `load(contentsOf:)`).
+    public static func decode(_ data: Data, source: String = "configuration") throws -> CourierConfiguration {
+        let parsed: Any
+        do {
+            parsed = try JSONSerialization.jsonObject(with: data)
+        } catch {
+            throw ConfigurationError("\(source) is not valid JSON")
+        }
+        guard let object = parsed as? [String: Any] else { throw ConfigurationError("\(source) must hold a JSON object") }
+        let defaults = try JSONSerialization.jsonObject(with: JSONEncoder().encode(CourierConfiguration())) as! [String: Any]
+        let merged = try merge(object, over: defaults, path: "", source: source)
+        let configuration: CourierConfiguration
+        do {
+            configuration = try JSONDecoder().decode(CourierConfiguration.self, from: JSONSerialization.data(withJSONObject: merged))
+        } catch let DecodingError.typeMismatch(_, context), let DecodingError.valueNotFound(_, context),
+            let DecodingError.dataCorrupted(context)
+        {
+            let key = context.codingPath.map(\.stringValue).joined(separator: ".")
+            throw ConfigurationError("\(source): key '\(key)' has a value of the wrong type")
+        }
+        try configuration.validate(source: source)
+        return configuration
+    }
+
+    /// Overlays `object` on the defaults, refusing keys the defaults lack.
+    private static func merge(_ object: [String: Any], over defaults: [String: Any], path: String, source: String) throws -> [String: Any] {
+        var result = defaults
+        for (key, value) in object {
+            let keyPath = path.isEmpty ? key : "\(path).\(key)"
+            guard let defaultValue = defaults[key] else { throw ConfigurationError("\(source): unknown key '\(keyPath)'") }
+            if let nested = value as? [String: Any] {
+                guard let nestedDefaults = defaultValue as? [String: Any] else {
+                    throw ConfigurationError("\(source): key '\(keyPath)' has a value of the wrong type")
+                }
+                result[key] = try merge(nested, over: nestedDefaults, path: keyPath, source: source)
+            } else {
+                result[key] = value
+            }
+        }
+        return result
+    }
+
+    /// Checks values the types alone do not.
+    public func validate(source: String = "configuration") throws {
+        let portKeys: [(String, Int)] =
+            [("network.adminPort", network.adminPort)]
+            + [("production", network.production), ("sandbox", network.sandbox)].flatMap { name, ports in
+                [
+                    ("network.\(name).binary", ports.binary), ("network.\(name).feedback", ports.feedback),
+                    ("network.\(name).http2", ports.http2), ("network.\(name).device", ports.device),
+                ]
+            }
+        for (key, port) in portKeys where !(0...65_535).contains(port) {
+            throw ConfigurationError("\(source): '\(key)' is \(port), not a port (0-65535)")
+        }
+        guard limits.tokenLength >= 32, limits.tokenLength <= 254, limits.tokenLength % 2 == 0 else {
+            throw ConfigurationError("\(source): 'limits.tokenLength' must be even, 32 to 254")
+        }
+        let payloadKeys = [
+            ("binaryLegacy", limits.payload.binaryLegacy), ("binaryCommand2", limits.payload.binaryCommand2),
+            ("http2", limits.payload.http2), ("http2VoIP", limits.payload.http2VoIP),
+        ]
+        for (key, value) in payloadKeys where !(1...65_535).contains(value) {
+            throw ConfigurationError("\(source): 'limits.payload.\(key)' must be 1 to 65535")
+        }
+        guard (1_024...16_777_216).contains(limits.deviceMaxFrameLength) else {
+            throw ConfigurationError("\(source): 'limits.deviceMaxFrameLength' must be 1024 to 16777216")
+        }
+        guard ["trace", "debug", "info", "notice", "warning", "error", "critical"].contains(logLevel) else {
+            throw ConfigurationError("\(source): 'logLevel' must be one of trace, debug, info, notice, warning, error, critical")
+        }
+        guard Identifiers.isTenCharacterID(demo.teamID) else {
+            throw ConfigurationError("\(source): 'demo.teamID' must be ten characters A-Z, 0-9")
+        }
+        guard Identifiers.isBundleID(demo.bundleID) else {
+            throw ConfigurationError("\(source): 'demo.bundleID' is not a bundle id")
+        }
+        guard !dataDirectory.isEmpty else { throw ConfigurationError("\(source): 'dataDirectory' is empty") }
+    }
+}

@@ -1,0 +1,123 @@
+import CourierCore
+import CourierPKI
+import Foundation
+import Logging
+import ServiceLifecycle
+
+/// What the first start created (or found) in the data directory.
+public struct BootstrapReport: Sendable {
+    public var files: [ProvisionedFile]
+    public var demoTeamID: String?
+    public var demoBundleID: String?
+    public var demoKeyID: String?
+    public var demoCertificatePath: String?
+    public var demoCertificateKeyPath: String?
+    public var demoAuthKeyPath: String?
+
+    /// True when this start created the data directory's CA.
+    public var isFirstStart: Bool { files.contains { $0.what == "CA certificate" && $0.created } }
+}
+
+/// The running service: every long-running part, built from one
+/// configuration. `courier serve` and the tests both use `build`.
+public struct CourierApplication: Sendable {
+    public let configuration: CourierConfiguration
+    public let provisioner: Provisioner
+    public let report: BootstrapReport
+    public let services: [any Service]
+
+    /// Prepares the data directory (creating on first start what a
+    /// newcomer needs) and builds the services.
+    public static func build(configuration: CourierConfiguration, clock: any WallClock = SystemWallClock(), logger: Logger) async throws
+        -> CourierApplication
+    {
+        try configuration.validate()
+        let provisioner = try await Provisioner.open(configuration: configuration, clock: clock, logger: logger)
+        do {
+            let report = try await bootstrap(provisioner)
+            let services: [any Service] = [StoreService(provisioner: provisioner, logger: logger)]
+            return CourierApplication(configuration: configuration, provisioner: provisioner, report: report, services: services)
+        } catch {
+            try? await provisioner.close()
+            throw error
+        }
+    }
+
+    /// A service group for the services, with SIGTERM and SIGINT as
+    /// graceful shutdown.
+    public func serviceGroup(logger: Logger, signals: Bool = true) -> ServiceGroup {
+        ServiceGroup(
+            configuration: ServiceGroupConfiguration(
+                services: services.map { ServiceGroupConfiguration.ServiceConfiguration(service: $0) },
+                gracefulShutdownSignals: signals ? [.sigterm, .sigint] : [],
+                logger: logger))
+    }
+
+    static func bootstrap(_ provisioner: Provisioner) async throws -> BootstrapReport {
+        let configuration = provisioner.configuration
+        var files = try await provisioner.createAuthority()
+        let caCreated = files.contains { $0.created }
+        if caCreated || !Files.exists(provisioner.serverCertificatePath) || !Files.exists(provisioner.serverKeyPath) {
+            files += try await provisioner.issueServerCertificate(
+                dnsNames: configuration.network.serverDNSNames, ipAddresses: configuration.network.serverIPAddresses,
+                certificatePath: provisioner.serverCertificatePath, keyPath: provisioner.serverKeyPath)
+        } else {
+            files.append(ProvisionedFile(what: "server certificate", path: provisioner.serverCertificatePath, created: false))
+            files.append(ProvisionedFile(what: "server key", path: provisioner.serverKeyPath, created: false))
+        }
+        for environment in Environment.allCases {
+            files.append(try provisioner.createTokenKey(environment))
+        }
+        var report = BootstrapReport(files: files)
+        guard configuration.demo.enabled else { return report }
+
+        let demo = configuration.demo
+        let demoDirectory = configuration.resolve(configuration.paths.demo)
+        report.demoTeamID = demo.teamID
+        report.demoBundleID = demo.bundleID
+        let store = provisioner.store
+        if try await store.team(id: demo.teamID) == nil {
+            _ = try await provisioner.createTeam(id: demo.teamID, name: demo.teamName)
+        }
+        if try await store.app(bundleID: demo.bundleID) == nil {
+            _ = try await provisioner.createApp(bundleID: demo.bundleID, teamID: demo.teamID)
+        }
+        let keys = try await store.authKeys(teamID: demo.teamID).filter { $0.revokedAt == nil }
+        if let key = keys.first(where: { Files.exists(demoDirectory + "/AuthKey_\($0.keyID).p8") }) {
+            report.demoKeyID = key.keyID
+            report.demoAuthKeyPath = demoDirectory + "/AuthKey_\(key.keyID).p8"
+            report.files.append(ProvisionedFile(what: "demo auth key \(key.keyID)", path: report.demoAuthKeyPath!, created: false))
+        } else {
+            let (key, file) = try await provisioner.createAuthKey(teamID: demo.teamID, directory: demoDirectory)
+            report.demoKeyID = key.keyID
+            report.demoAuthKeyPath = file.path
+            report.files.append(file)
+        }
+        let certificatePath = demoDirectory + "/\(demo.bundleID).pem"
+        let keyPath = demoDirectory + "/\(demo.bundleID)-key.pem"
+        if Files.exists(certificatePath), Files.exists(keyPath) {
+            report.files.append(ProvisionedFile(what: "demo provider certificate", path: certificatePath, created: false))
+            report.files.append(ProvisionedFile(what: "demo provider key", path: keyPath, created: false))
+        } else {
+            let (_, files) = try await provisioner.issueProviderCertificate(
+                bundleID: demo.bundleID, environments: Set(Environment.allCases), directory: demoDirectory)
+            report.files += files
+        }
+        report.demoCertificatePath = certificatePath
+        report.demoCertificateKeyPath = keyPath
+        return report
+    }
+}
+
+/// Holds the store open while the service runs and closes it after every
+/// other part has stopped.
+struct StoreService: Service {
+    let provisioner: Provisioner
+    let logger: Logger
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        logger.info("closing the store")
+        try await provisioner.close()
+    }
+}

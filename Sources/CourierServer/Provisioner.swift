@@ -1,0 +1,294 @@
+import CourierCore
+import CourierPKI
+import CourierSQLite
+import Crypto
+import Foundation
+import Logging
+
+/// A file Courier wrote or found, for the report a command prints.
+public struct ProvisionedFile: Sendable, Hashable {
+    public var what: String
+    public var path: String
+    /// True when this call wrote it, false when it was there already.
+    public var created: Bool
+}
+
+/// Provisioning over one data directory: the CA and its files, the token
+/// keys, and the store's teams, apps, keys, certificates and devices.
+/// `courier pki` and `courier serve` both work through it.
+public final class Provisioner: Sendable {
+    public let configuration: CourierConfiguration
+    public let store: any Store
+    private let sqlite: SQLiteStore?
+    private let clock: any WallClock
+
+    private init(configuration: CourierConfiguration, store: any Store, sqlite: SQLiteStore?, clock: any WallClock) {
+        self.configuration = configuration
+        self.store = store
+        self.sqlite = sqlite
+        self.clock = clock
+    }
+
+    /// Opens the data directory (creating it) and its SQLite store.
+    public static func open(configuration: CourierConfiguration, clock: any WallClock = SystemWallClock(), logger: Logger) async throws -> Provisioner {
+        let directory = configuration.dataDirectory
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: configuration.resolve(configuration.paths.pki), withIntermediateDirectories: true)
+        } catch {
+            throw PKIError(.badFile, "cannot create data directory \(directory): \(error.localizedDescription)")
+        }
+        let store = try await SQLiteStore.open(path: configuration.resolve(configuration.paths.database), logger: logger)
+        return Provisioner(configuration: configuration, store: store, sqlite: store, clock: clock)
+    }
+
+    public func close() async throws {
+        try await sqlite?.close()
+    }
+
+    // MARK: Paths
+
+    public var pkiDirectory: String { configuration.resolve(configuration.paths.pki) }
+    public var caCertificatePath: String { pkiDirectory + "/ca.pem" }
+    public var caKeyPath: String { pkiDirectory + "/ca-key.pem" }
+    public var serverCertificatePath: String { pkiDirectory + "/server.pem" }
+    public var serverKeyPath: String { pkiDirectory + "/server-key.pem" }
+    public func tokenKeyPath(_ environment: Environment) -> String { pkiDirectory + "/token-key-\(environment.rawValue).key" }
+
+    // MARK: Certificate authority
+
+    /// The CA of this data directory; an error naming the missing file when
+    /// there is none yet.
+    public func authority() throws -> CertificateAuthority {
+        guard let certificate = Files.read(caCertificatePath), let key = Files.read(caKeyPath) else {
+            throw PKIError(.notFound, "no CA in \(pkiDirectory): run 'courier pki ca' or 'courier serve' first")
+        }
+        return try CertificateAuthority(certificatePEM: certificate, keyPEM: key)
+    }
+
+    /// Creates the CA unless one exists (or replaces it with `force`).
+    public func createAuthority(force: Bool = false) async throws -> [ProvisionedFile] {
+        if !force, Files.exists(caCertificatePath) {
+            return [
+                ProvisionedFile(what: "CA certificate", path: caCertificatePath, created: false),
+                ProvisionedFile(what: "CA key", path: caKeyPath, created: false),
+            ]
+        }
+        let issued = try CertificateAuthority.create(now: clock.now())
+        try Files.write(issued.privateKeyPEM, to: caKeyPath, secret: true)
+        try Files.write(try issued.certificatePEM, to: caCertificatePath)
+        try await store.addCertificate(record(issued, kind: .authority))
+        return [
+            ProvisionedFile(what: "CA certificate", path: caCertificatePath, created: true),
+            ProvisionedFile(what: "CA key", path: caKeyPath, created: true),
+        ]
+    }
+
+    /// Issues a TLS server certificate and writes it (and its key) to
+    /// `certificatePath` and `keyPath`.
+    public func issueServerCertificate(dnsNames: [String], ipAddresses: [String], certificatePath: String, keyPath: String) async throws
+        -> [ProvisionedFile]
+    {
+        let issued = try authority().issueServerCertificate(dnsNames: dnsNames, ipAddresses: ipAddresses, now: clock.now())
+        try Files.write(issued.privateKeyPEM, to: keyPath, secret: true)
+        try Files.write(try issued.certificatePEM + (try authority().certificatePEM), to: certificatePath)
+        try await store.addCertificate(record(issued, kind: .server))
+        return [
+            ProvisionedFile(what: "server certificate (with the CA after it)", path: certificatePath, created: true),
+            ProvisionedFile(what: "server key", path: keyPath, created: true),
+        ]
+    }
+
+    // MARK: Token keys
+
+    /// Creates the environment's device-token key unless it exists.
+    public func createTokenKey(_ environment: Environment) throws -> ProvisionedFile {
+        let path = tokenKeyPath(environment)
+        if Files.exists(path) { return ProvisionedFile(what: "\(environment.rawValue) token key", path: path, created: false) }
+        let key = SymmetricKey(size: .bits256)
+        let text = key.withUnsafeBytes { Data($0).base64EncodedString() } + "\n"
+        try Files.write(text, to: path, secret: true)
+        return ProvisionedFile(what: "\(environment.rawValue) token key", path: path, created: true)
+    }
+
+    /// The environment's token codec.
+    public func tokenCodec(_ environment: Environment) throws -> DeviceTokenCodec {
+        let path = tokenKeyPath(environment)
+        guard let text = Files.read(path) else {
+            throw PKIError(.notFound, "no \(environment.rawValue) token key at \(path): run 'courier serve' once to create it")
+        }
+        guard let bytes = Data(base64Encoded: text.trimmingCharacters(in: .whitespacesAndNewlines)), bytes.count == 32 else {
+            throw PKIError(.badFile, "\(path) does not hold a base64 32-byte key")
+        }
+        return try DeviceTokenCodec(secret: SymmetricKey(data: bytes), environment: environment, length: configuration.limits.tokenLength)
+    }
+
+    // MARK: Teams and apps
+
+    public func createTeam(id: String, name: String) async throws -> Team {
+        guard Identifiers.isTenCharacterID(id) else { throw PKIError(.invalidArgument, "team id '\(id)' is not ten characters A-Z, 0-9") }
+        guard !name.isEmpty else { throw PKIError(.invalidArgument, "the team name is empty") }
+        let team = Team(id: id, name: name, createdAt: clock.now())
+        do {
+            try await store.createTeam(team)
+        } catch let error as StoreError where error.code == .duplicate {
+            throw PKIError(.alreadyExists, "team \(id) exists already")
+        }
+        return team
+    }
+
+    public func createApp(bundleID: String, teamID: String, kinds: Set<TopicKind> = Set(TopicKind.allCases)) async throws -> App {
+        guard Identifiers.isBundleID(bundleID) else { throw PKIError(.invalidArgument, "'\(bundleID)' is not a bundle id") }
+        guard try await store.team(id: teamID) != nil else { throw PKIError(.notFound, "team \(teamID) does not exist") }
+        let app = App(bundleID: bundleID, teamID: teamID, topicKinds: kinds, createdAt: clock.now())
+        do {
+            try await store.createApp(app)
+        } catch let error as StoreError where error.code == .duplicate {
+            throw PKIError(.alreadyExists, "app \(bundleID) exists already")
+        }
+        return app
+    }
+
+    // MARK: Provider credentials
+
+    /// Issues a provider certificate for an app and writes the certificate
+    /// and key into `directory` as `<bundle>.pem` and `<bundle>-key.pem`.
+    public func issueProviderCertificate(
+        bundleID: String, environments: Set<Environment>, directory: String, plainTopicsLayout: Bool = false
+    ) async throws -> (info: CertificateRecord, files: [ProvisionedFile]) {
+        guard let app = try await store.app(bundleID: bundleID) else {
+            throw PKIError(.notFound, "app \(bundleID) does not exist: create it with 'courier pki app'")
+        }
+        guard let team = try await store.team(id: app.teamID) else { throw PKIError(.notFound, "team \(app.teamID) does not exist") }
+        let issued = try authority().issueProviderCertificate(
+            bundleID: bundleID, teamID: team.id, teamName: team.name, topics: app.topics, environments: environments,
+            now: clock.now(), plainTopicsLayout: plainTopicsLayout)
+        let certificatePath = directory + "/\(bundleID).pem"
+        let keyPath = directory + "/\(bundleID)-key.pem"
+        try Files.write(issued.privateKeyPEM, to: keyPath, secret: true)
+        try Files.write(try issued.certificatePEM, to: certificatePath)
+        let record = try record(issued, kind: .provider, teamID: team.id, bundleID: bundleID, environments: environments)
+        try await store.addCertificate(record)
+        return (
+            record,
+            [
+                ProvisionedFile(what: "provider certificate for \(bundleID) (serial \(record.serial))", path: certificatePath, created: true),
+                ProvisionedFile(what: "provider key for \(bundleID)", path: keyPath, created: true),
+            ]
+        )
+    }
+
+    /// Creates an auth key for a team and writes `AuthKey_<KEYID>.p8` into
+    /// `directory`.
+    public func createAuthKey(teamID: String, directory: String) async throws -> (key: AuthKeyRecord, file: ProvisionedFile) {
+        guard try await store.team(id: teamID) != nil else { throw PKIError(.notFound, "team \(teamID) does not exist") }
+        let key = AuthKey.generate()
+        let path = directory + "/" + key.fileName
+        try Files.write(key.p8PEM, to: path, secret: true)
+        let record = AuthKeyRecord(keyID: key.keyID, teamID: teamID, publicKey: key.publicKeyX963, createdAt: clock.now())
+        try await store.addAuthKey(record)
+        return (record, ProvisionedFile(what: "auth key \(key.keyID) of team \(teamID)", path: path, created: true))
+    }
+
+    // MARK: Devices
+
+    /// Activates a device: a new device id, its certificate and key, the CA,
+    /// and `identity.json`, all in `directory`.
+    public func issueDeviceIdentity(directory: String) async throws -> (device: Device, files: [ProvisionedFile]) {
+        var generator = SystemRandomNumberGenerator()
+        let deviceID = generator.next() as UInt64
+        let issued = try authority().issueDeviceCertificate(deviceID: deviceID, now: clock.now())
+        let record = try record(issued, kind: .device, deviceID: deviceID)
+        try await store.addCertificate(record)
+        let device = Device(id: deviceID, certificateSerial: record.serial, generation: 1, createdAt: clock.now())
+        try await store.createDevice(device)
+        let identity = DeviceIdentityFile(
+            deviceID: String(deviceID, radix: 16), generation: 1, host: "localhost",
+            productionPort: configuration.network.production.device, sandboxPort: configuration.network.sandbox.device, tokens: [:])
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        try Files.write(try authority().certificatePEM, to: directory + "/ca.pem")
+        try Files.write(issued.privateKeyPEM, to: directory + "/key.pem", secret: true)
+        try Files.write(try issued.certificatePEM, to: directory + "/cert.pem")
+        try Files.write(String(decoding: try encoder.encode(identity), as: UTF8.self) + "\n", to: directory + "/identity.json")
+        return (
+            device,
+            [
+                ProvisionedFile(what: "device certificate", path: directory + "/cert.pem", created: true),
+                ProvisionedFile(what: "device key", path: directory + "/key.pem", created: true),
+                ProvisionedFile(what: "CA certificate", path: directory + "/ca.pem", created: true),
+                ProvisionedFile(what: "device identity", path: directory + "/identity.json", created: true),
+            ]
+        )
+    }
+
+    // MARK: Revocation
+
+    public func revokeCertificate(serial: String) async throws {
+        let normalized = serial.lowercased().replacingOccurrences(of: ":", with: "")
+        guard Hex.decode(normalized) != nil else { throw PKIError(.invalidArgument, "serial '\(serial)' is not hexadecimal") }
+        guard let record = try await store.certificate(serial: normalized) else {
+            throw PKIError(.notFound, "no certificate with serial \(normalized)")
+        }
+        guard record.kind != .authority else { throw PKIError(.invalidArgument, "the CA cannot be revoked; make a new one with 'courier pki ca --force'") }
+        guard try await store.revokeCertificate(serial: normalized, at: clock.now()) else {
+            throw PKIError(.alreadyExists, "certificate \(normalized) is revoked already")
+        }
+    }
+
+    public func revokeAuthKey(keyID: String) async throws {
+        guard try await store.authKey(id: keyID) != nil else { throw PKIError(.notFound, "no auth key \(keyID)") }
+        guard try await store.revokeAuthKey(id: keyID, at: clock.now()) else {
+            throw PKIError(.alreadyExists, "auth key \(keyID) is revoked already")
+        }
+    }
+
+    // MARK: Helpers
+
+    private func record(
+        _ issued: IssuedCertificate, kind: CertificateKind, teamID: String? = nil, bundleID: String? = nil, deviceID: UInt64? = nil,
+        environments: Set<Environment> = []
+    ) throws -> CertificateRecord {
+        CertificateRecord(
+            serial: issued.serialHex, kind: kind, subject: issued.certificate.subject.description, teamID: teamID, bundleID: bundleID,
+            deviceID: deviceID, environments: environments, notAfter: issued.certificate.notValidAfter, createdAt: clock.now(),
+            pem: try issued.certificatePEM)
+    }
+}
+
+/// `identity.json` of a device identity directory.
+public struct DeviceIdentityFile: Sendable, Hashable, Codable {
+    /// The device id, hex.
+    public var deviceID: String
+    public var generation: UInt32
+    /// The device gateway to connect to.
+    public var host: String
+    public var productionPort: Int
+    public var sandboxPort: Int
+    /// Tokens the device holds: environment, then bundle id, to hex token.
+    public var tokens: [String: [String: String]]
+}
+
+/// Small file helpers with one-line errors.
+enum Files {
+    static func exists(_ path: String) -> Bool { FileManager.default.fileExists(atPath: path) }
+
+    static func read(_ path: String) -> String? {
+        FileManager.default.contents(atPath: path).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// Writes `text`; a secret (a private key) is readable by its owner only.
+    static func write(_ text: String, to path: String, secret: Bool = false) throws {
+        let directory = (path as NSString).deletingLastPathComponent
+        do {
+            if !directory.isEmpty { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) }
+        } catch {
+            throw PKIError(.badFile, "cannot create directory \(directory)")
+        }
+        let attributes: [FileAttributeKey: Any]? = secret ? [.posixPermissions: 0o600] : nil
+        if exists(path) { try? FileManager.default.removeItem(atPath: path) }
+        guard FileManager.default.createFile(atPath: path, contents: Data(text.utf8), attributes: attributes) else {
+            throw PKIError(.badFile, "cannot write \(path)")
+        }
+    }
+}

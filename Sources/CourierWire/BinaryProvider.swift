@@ -1,0 +1,351 @@
+import CourierCore
+import NIOCore
+
+/// A notification read off the binary provider interface (commands 0, 1
+/// and 2). Token and payload are slices of the received bytes.
+public struct BinaryNotificationFrame: Sendable, Hashable {
+    /// 0 (simple), 1 (enhanced) or 2 (item frame).
+    public var command: UInt8
+    public var token: ByteBuffer
+    public var payload: ByteBuffer
+    /// The notification identifier (0 when the command has none).
+    public var identifier: UInt32
+    /// Seconds since 1970; nil for command 0 and for a command-2 frame
+    /// without item 4.
+    public var expiry: UInt32?
+    /// Nil when the frame carried none (commands 0 and 1, or no item 5).
+    public var priority: UInt8?
+
+    public init(command: UInt8, token: ByteBuffer, payload: ByteBuffer, identifier: UInt32, expiry: UInt32?, priority: UInt8?) {
+        self.command = command
+        self.token = token
+        self.payload = payload
+        self.identifier = identifier
+        self.expiry = expiry
+        self.priority = priority
+    }
+}
+
+/// A malformed notification: what to answer and why.
+public struct BinaryFrameFailure: Error, Sendable, Hashable, CustomStringConvertible {
+    public var status: BinaryStatus
+    /// The identifier of the bad notification (0 when it has none or it
+    /// could not be read).
+    public var identifier: UInt32
+    /// False for command 0 and for an unreadable command byte: the seeds'
+    /// simple format has no error response, the connection just closes.
+    /// True otherwise: write `|8|status|identifier|`, then close.
+    public var answers: Bool
+    public var detail: String
+
+    public init(status: BinaryStatus, identifier: UInt32, answers: Bool, detail: String) {
+        self.status = status
+        self.identifier = identifier
+        self.answers = answers
+        self.detail = detail
+    }
+
+    public var description: String { "status \(status) for notification \(identifier): \(detail)" }
+}
+
+/// What the binary provider decoder hands on.
+public enum BinaryProviderInbound: Sendable, Hashable {
+    case notification(BinaryNotificationFrame)
+    /// The first bad notification; the decoder discards everything after it.
+    case failure(BinaryFrameFailure)
+}
+
+/// Limits the binary decoder enforces before it buffers anything.
+public struct BinaryDecoderLimits: Sendable, Hashable {
+    /// The only accepted token length (status 5 otherwise).
+    public var tokenLength: Int
+    /// Payload limit of commands 0 and 1 (status 7 over it).
+    public var legacyPayload: Int
+    /// Payload limit of command 2 (status 7 over it).
+    public var command2Payload: Int
+
+    public init(tokenLength: Int = 32, legacyPayload: Int = 256, command2Payload: Int = 2048) {
+        self.tokenLength = tokenLength
+        self.legacyPayload = legacyPayload
+        self.command2Payload = command2Payload
+    }
+
+    /// The longest command-2 frame that can hold a notification: every item
+    /// once, a token of up to 255 bytes and a payload at the limit. A
+    /// longer frame length is a protocol error, read no further.
+    public var maxCommand2FrameLength: Int { 5 * 3 + 255 + command2Payload + 4 + 4 + 1 }
+}
+
+/// Decodes the binary provider stream: commands 0, 1 and 2 in any mix.
+/// Pure parsing; the gateway applies payload and token rules afterwards.
+///
+/// After the first failure it emits nothing more and swallows all input,
+/// because the seeds discard everything sent after a bad notification.
+public struct BinaryProviderDecoder: NIOSingleStepByteToMessageDecoder {
+    public typealias InboundOut = BinaryProviderInbound
+
+    public let limits: BinaryDecoderLimits
+    private var failed = false
+
+    public init(limits: BinaryDecoderLimits = BinaryDecoderLimits()) {
+        self.limits = limits
+    }
+
+    public mutating func decode(buffer: inout ByteBuffer) throws -> BinaryProviderInbound? {
+        if failed {
+            buffer.moveReaderIndex(to: buffer.writerIndex)
+            return nil
+        }
+        guard let command = buffer.getInteger(at: buffer.readerIndex, as: UInt8.self) else { return nil }
+        let result: BinaryProviderInbound?
+        switch command {
+        case 2: result = decodeCommand2(&buffer)
+        case 1: result = decodeEnhanced(&buffer)
+        case 0: result = decodeSimple(&buffer)
+        default:
+            result = .failure(BinaryFrameFailure(status: .protocolError, identifier: 0, answers: true, detail: "unknown command \(command)"))
+        }
+        if case .failure = result {
+            failed = true
+            buffer.moveReaderIndex(to: buffer.writerIndex)
+        }
+        return result
+    }
+
+    public mutating func decodeLast(buffer: inout ByteBuffer, seenEOF: Bool) throws -> BinaryProviderInbound? {
+        try decode(buffer: &buffer)
+    }
+
+    // Command 2: |2|frame length:u32|items|
+    @inline(__always)
+    private func decodeCommand2(_ buffer: inout ByteBuffer) -> BinaryProviderInbound? {
+        let start = buffer.readerIndex
+        guard let (_, frameLength) = buffer.getMultipleIntegers(at: start, as: (UInt8, UInt32).self) else { return nil }
+        guard frameLength <= limits.maxCommand2FrameLength else {
+            return .failure(fail(.protocolError, 0, "frame length \(frameLength) is over \(limits.maxCommand2FrameLength)"))
+        }
+        let length = Int(frameLength)
+        guard buffer.readableBytes >= 5 + length else { return nil }
+
+        var items = FrameItemIterator(buffer: buffer, index: start + 5, length: length)
+        var seen: UInt8 = 0
+        var token = ByteBuffer()
+        var payload = ByteBuffer()
+        var identifier: UInt32 = 0
+        var expiry: UInt32?
+        var priority: UInt8?
+        var identifierKnown = false
+        var problem: BinaryFrameFailure?
+
+        walk: while true {
+            switch items.next() {
+            case .end:
+                break walk
+            case .overrun:
+                problem = fail(.protocolError, identifier, "an item runs past the end of the frame")
+                break walk
+            case .item(let id, let index, let itemLength):
+                guard (1...5).contains(id) else {
+                    problem = fail(.protocolError, identifier, "unknown item \(id)")
+                    break walk
+                }
+                let bit: UInt8 = 1 << id
+                guard seen & bit == 0 else {
+                    problem = fail(.protocolError, identifier, "item \(id) appears twice")
+                    break walk
+                }
+                seen |= bit
+                switch id {
+                case 1:
+                    token = buffer.getSlice(at: index, length: itemLength)!
+                case 2:
+                    payload = buffer.getSlice(at: index, length: itemLength)!
+                case 3:
+                    guard itemLength == 4 else {
+                        problem = fail(.protocolError, identifier, "notification identifier item is \(itemLength) bytes, not 4")
+                        break walk
+                    }
+                    identifier = buffer.getInteger(at: index, as: UInt32.self)!
+                    identifierKnown = true
+                case 4:
+                    guard itemLength == 4 else {
+                        problem = fail(.protocolError, identifier, "expiration item is \(itemLength) bytes, not 4")
+                        break walk
+                    }
+                    expiry = buffer.getInteger(at: index, as: UInt32.self)!
+                default:
+                    guard itemLength == 1 else {
+                        problem = fail(.protocolError, identifier, "priority item is \(itemLength) bytes, not 1")
+                        break walk
+                    }
+                    let value = buffer.getInteger(at: index, as: UInt8.self)!
+                    guard value == 5 || value == 10 else {
+                        problem = fail(.protocolError, identifier, "priority \(value) is neither 5 nor 10")
+                        break walk
+                    }
+                    priority = value
+                }
+            }
+        }
+        // The identifier may follow the bad item: report it when it can be found.
+        if var failure = problem {
+            if !identifierKnown, let found = Self.findIdentifier(in: buffer, index: start + 5, length: length) {
+                failure.identifier = found
+            }
+            return .failure(failure)
+        }
+        if let failure = checkTokenAndPayload(token: token, payload: payload, payloadLimit: limits.command2Payload, identifier: identifier) {
+            return .failure(failure)
+        }
+        buffer.moveReaderIndex(forwardBy: 5 + length)
+        return .notification(
+            BinaryNotificationFrame(command: 2, token: token, payload: payload, identifier: identifier, expiry: expiry, priority: priority))
+    }
+
+    private static func findIdentifier(in buffer: ByteBuffer, index: Int, length: Int) -> UInt32? {
+        var items = FrameItemIterator(buffer: buffer, index: index, length: length)
+        while case .item(let id, let at, let itemLength) = items.next() {
+            if id == 3, itemLength == 4 { return buffer.getInteger(at: at, as: UInt32.self) }
+        }
+        return nil
+    }
+
+    // Command 1: |1|identifier:u32|expiry:u32|token length:u16|token|payload length:u16|payload|
+    private func decodeEnhanced(_ buffer: inout ByteBuffer) -> BinaryProviderInbound? {
+        let start = buffer.readerIndex
+        guard let (_, identifier, expiry, tokenLength) = buffer.getMultipleIntegers(at: start, as: (UInt8, UInt32, UInt32, UInt16).self)
+        else { return nil }
+        return decodeTokenAndPayload(
+            &buffer, command: 1, headerLength: 11, tokenLength: Int(tokenLength), identifier: identifier, expiry: expiry,
+            answers: true)
+    }
+
+    // Command 0: |0|token length:u16|token|payload length:u16|payload|
+    private func decodeSimple(_ buffer: inout ByteBuffer) -> BinaryProviderInbound? {
+        guard let (_, tokenLength) = buffer.getMultipleIntegers(at: buffer.readerIndex, as: (UInt8, UInt16).self) else { return nil }
+        return decodeTokenAndPayload(&buffer, command: 0, headerLength: 3, tokenLength: Int(tokenLength), identifier: 0, expiry: nil, answers: false)
+    }
+
+    private func decodeTokenAndPayload(
+        _ buffer: inout ByteBuffer, command: UInt8, headerLength: Int, tokenLength: Int, identifier: UInt32, expiry: UInt32?, answers: Bool
+    ) -> BinaryProviderInbound? {
+        // The sizes are judged before waiting for the bytes, so an oversized
+        // announcement is never buffered.
+        if tokenLength == 0 { return .failure(fail(.missingDeviceToken, identifier, "token length is 0", answers: answers)) }
+        if tokenLength != limits.tokenLength {
+            return .failure(fail(.invalidTokenSize, identifier, "token length \(tokenLength) is not \(limits.tokenLength)", answers: answers))
+        }
+        let start = buffer.readerIndex
+        let payloadLengthIndex = start + headerLength + tokenLength
+        guard let payloadLength = buffer.getInteger(at: payloadLengthIndex, as: UInt16.self) else { return nil }
+        if payloadLength == 0 { return .failure(fail(.missingPayload, identifier, "payload length is 0", answers: answers)) }
+        if Int(payloadLength) > limits.legacyPayload {
+            return .failure(
+                fail(.invalidPayloadSize, identifier, "payload length \(payloadLength) is over \(limits.legacyPayload)", answers: answers))
+        }
+        let total = headerLength + tokenLength + 2 + Int(payloadLength)
+        guard buffer.readableBytes >= total else { return nil }
+        let token = buffer.getSlice(at: start + headerLength, length: tokenLength)!
+        let payload = buffer.getSlice(at: payloadLengthIndex + 2, length: Int(payloadLength))!
+        buffer.moveReaderIndex(forwardBy: total)
+        return .notification(
+            BinaryNotificationFrame(command: command, token: token, payload: payload, identifier: identifier, expiry: expiry, priority: nil))
+    }
+
+    @inline(__always)
+    private func checkTokenAndPayload(token: ByteBuffer, payload: ByteBuffer, payloadLimit: Int, identifier: UInt32) -> BinaryFrameFailure? {
+        if token.readableBytes == 0 { return fail(.missingDeviceToken, identifier, "no device token item") }
+        if token.readableBytes != limits.tokenLength {
+            return fail(.invalidTokenSize, identifier, "token is \(token.readableBytes) bytes, not \(limits.tokenLength)")
+        }
+        if payload.readableBytes == 0 { return fail(.missingPayload, identifier, "no payload item") }
+        if payload.readableBytes > payloadLimit {
+            return fail(.invalidPayloadSize, identifier, "payload is \(payload.readableBytes) bytes, over \(payloadLimit)")
+        }
+        return nil
+    }
+
+    private func fail(_ status: BinaryStatus, _ identifier: UInt32, _ detail: String, answers: Bool = true) -> BinaryFrameFailure {
+        BinaryFrameFailure(status: status, identifier: identifier, answers: answers, detail: detail)
+    }
+}
+
+/// The error-response packet: `|8|status:u8|identifier:u32|`.
+public struct BinaryErrorResponse: Sendable, Hashable {
+    public static let command: UInt8 = 8
+    public static let length = 6
+
+    public var status: BinaryStatus
+    public var identifier: UInt32
+
+    public init(status: BinaryStatus, identifier: UInt32) {
+        self.status = status
+        self.identifier = identifier
+    }
+
+    public func write(to buffer: inout ByteBuffer) {
+        buffer.writeMultipleIntegers(Self.command, status.rawValue, identifier)
+    }
+
+    /// Reads one packet; nil while fewer than six bytes are there. A packet
+    /// whose first byte is not 8 is an error.
+    public static func read(from buffer: inout ByteBuffer) throws -> BinaryErrorResponse? {
+        guard let (command, status, identifier) = buffer.getMultipleIntegers(at: buffer.readerIndex, as: (UInt8, UInt8, UInt32).self)
+        else { return nil }
+        guard command == Self.command else { throw WireError.unexpectedCommand(command) }
+        buffer.moveReaderIndex(forwardBy: length)
+        return BinaryErrorResponse(status: BinaryStatus(rawValue: status), identifier: identifier)
+    }
+}
+
+/// Errors of the client-side readers.
+public enum WireError: Error, Hashable {
+    case unexpectedCommand(UInt8)
+    case frameTooLarge(Int)
+}
+
+/// Decodes error-response packets (provider side).
+public struct BinaryErrorResponseDecoder: NIOSingleStepByteToMessageDecoder {
+    public typealias InboundOut = BinaryErrorResponse
+    public init() {}
+    public mutating func decode(buffer: inout ByteBuffer) throws -> BinaryErrorResponse? {
+        try BinaryErrorResponse.read(from: &buffer)
+    }
+    public mutating func decodeLast(buffer: inout ByteBuffer, seenEOF: Bool) throws -> BinaryErrorResponse? {
+        try decode(buffer: &buffer)
+    }
+}
+
+extension ByteBuffer {
+    /// Writes a command-2 notification frame (items 1–5; items 3, 4 and 5
+    /// only when given).
+    public mutating func writeBinaryNotification(
+        token: some Collection<UInt8>, payload: some Collection<UInt8>, identifier: UInt32?, expiry: UInt32?, priority: UInt8?
+    ) {
+        writeItemFrame(command: 2) { frame in
+            frame.writeFrameItem(id: 1, token)
+            frame.writeFrameItem(id: 2, payload)
+            if let identifier { frame.writeFrameItem(id: 3, integer: identifier) }
+            if let expiry { frame.writeFrameItem(id: 4, integer: expiry) }
+            if let priority { frame.writeFrameItem(id: 5, integer: priority) }
+        }
+    }
+
+    /// Writes a command-1 (enhanced format) notification.
+    public mutating func writeEnhancedNotification(
+        token: some Collection<UInt8>, payload: some Collection<UInt8>, identifier: UInt32, expiry: UInt32
+    ) {
+        writeMultipleIntegers(UInt8(1), identifier, expiry, UInt16(token.count))
+        writeBytes(token)
+        writeInteger(UInt16(payload.count))
+        writeBytes(payload)
+    }
+
+    /// Writes a command-0 (simple format) notification.
+    public mutating func writeSimpleNotification(token: some Collection<UInt8>, payload: some Collection<UInt8>) {
+        writeMultipleIntegers(UInt8(0), UInt16(token.count))
+        writeBytes(token)
+        writeInteger(UInt16(payload.count))
+        writeBytes(payload)
+    }
+}

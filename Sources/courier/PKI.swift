@@ -1,0 +1,240 @@
+import ArgumentParser
+import CourierCore
+import CourierPKI
+import CourierServer
+import Foundation
+import Logging
+
+struct PKI: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "pki",
+        abstract: "Create and revoke Courier's certificates, keys, teams and apps.",
+        discussion: """
+            Every file is standard PEM (certificates) or PKCS#8 PEM (private keys), usable by curl, openssl and \
+            every APNs client. All commands work on the data directory (--data, default ./courier-data); \
+            'courier serve' creates the CA there on first start, or run 'courier pki ca'.
+            """,
+        subcommands: [
+            CA.self, ServerCert.self, TeamCommand.self, AppCommand.self, ProviderCert.self, AuthKeyCommand.self, DeviceCert.self,
+            Revoke.self, List.self,
+        ]
+    )
+}
+
+/// Runs `body` with a provisioner over the data directory, turning
+/// provisioning errors into one-line command-line errors.
+func withProvisioner<T>(_ options: DataOptions, _ body: (Provisioner) async throws -> T) async throws -> T {
+    let configuration = try options.load()
+    let provisioner: Provisioner
+    do {
+        provisioner = try await Provisioner.open(configuration: configuration, logger: .courier(level: "warning"))
+    } catch {
+        throw ValidationError("\(error)")
+    }
+    do {
+        let result = try await body(provisioner)
+        try await provisioner.close()
+        return result
+    } catch let error as ValidationError {
+        try? await provisioner.close()
+        throw error
+    } catch {
+        try? await provisioner.close()
+        throw ValidationError("\(error)")
+    }
+}
+
+func report(_ files: [ProvisionedFile]) {
+    for file in files { say("\(file.created ? "created" : "found  ")  \(file.what): \(file.path)\n") }
+}
+
+extension PKI {
+    struct CA: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create the certificate authority (ca.pem, ca-key.pem in the data directory's pki folder).",
+            discussion: "Does nothing when a CA exists, unless --force replaces it (every certificate it signed stops being trusted).")
+
+        @OptionGroup var options: DataOptions
+        @Flag(help: "Replace an existing CA.") var force = false
+
+        func run() async throws {
+            try await withProvisioner(options) { provisioner in
+                report(try await provisioner.createAuthority(force: force))
+            }
+        }
+    }
+
+    struct ServerCert: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "server-cert",
+            abstract: "Issue a TLS server certificate for DNS names and IP addresses.")
+
+        @OptionGroup var options: DataOptions
+        @Option(name: .customLong("dns"), help: "A DNS name (repeat for more).") var dnsNames: [String] = []
+        @Option(name: .customLong("ip"), help: "An IPv4 or IPv6 address (repeat for more).") var ipAddresses: [String] = []
+        @Option(help: ArgumentHelp("Where to write the certificate.", valueName: "file")) var out: String
+        @Option(help: ArgumentHelp("Where to write the private key.", valueName: "file")) var keyOut: String
+
+        func validate() throws {
+            if dnsNames.isEmpty && ipAddresses.isEmpty { throw ValidationError("give at least one --dns or --ip") }
+        }
+
+        func run() async throws {
+            try await withProvisioner(options) { provisioner in
+                report(try await provisioner.issueServerCertificate(dnsNames: dnsNames, ipAddresses: ipAddresses, certificatePath: out, keyPath: keyOut))
+            }
+        }
+    }
+
+    struct TeamCommand: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "team", abstract: "Create a team.")
+
+        @OptionGroup var options: DataOptions
+        @Option(help: "The team id: ten characters A-Z, 0-9 (default: a new random one).") var id: String?
+        @Option(help: "The team's name.") var name: String
+
+        func run() async throws {
+            try await withProvisioner(options) { provisioner in
+                let team = try await provisioner.createTeam(id: id ?? AuthKey.randomID(), name: name)
+                say("created  team \(team.id) (\(team.name))\n")
+            }
+        }
+    }
+
+    struct AppCommand: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "app", abstract: "Create an app (bundle id) of a team, with its topics <bundle>, <bundle>.voip, <bundle>.complication.")
+
+        @OptionGroup var options: DataOptions
+        @Option(help: "The bundle id, e.g. com.example.app.") var bundle: String
+        @Option(help: "The team id.") var team: String
+        @Option(name: .customLong("topic-kind"), help: "A topic kind: app, voip or complication (repeat; default: all three).")
+        var kinds: [String] = []
+
+        func run() async throws {
+            var parsed = Set<TopicKind>()
+            for kind in kinds {
+                guard let value = TopicKind(rawValue: kind) else { throw ValidationError("unknown topic kind '\(kind)': use app, voip or complication") }
+                parsed.insert(value)
+            }
+            let topicKinds = parsed.isEmpty ? Set(TopicKind.allCases) : parsed
+            try await withProvisioner(options) { provisioner in
+                let app = try await provisioner.createApp(bundleID: bundle, teamID: team, kinds: topicKinds)
+                say("created  app \(app.bundleID) of team \(app.teamID), topics \(app.topics.map(\.description).joined(separator: ", "))\n")
+            }
+        }
+    }
+
+    struct ProviderCert: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "provider-cert",
+            abstract: "Issue a provider certificate for an app (binary API, feedback, HTTP/2 certificate trust).",
+            discussion: "The certificate carries the app's topics (extension 1.2.840.113635.100.6.3.6), the environment extensions and the bundle id as subject UID.")
+
+        @OptionGroup var options: DataOptions
+        @Option(help: "The app's bundle id.") var bundle: String
+        @Option(help: "production, sandbox or both.") var env: String = "both"
+        @Option(help: ArgumentHelp("The folder to write <bundle>.pem and <bundle>-key.pem into.", valueName: "dir")) var out: String = "."
+        @Flag(help: "Write the topics as a plain SEQUENCE of UTF8Strings instead of Apple's layout.") var plainTopics = false
+
+        func run() async throws {
+            let environments: Set<Environment>
+            switch env {
+            case "both": environments = Set(Environment.allCases)
+            case "production": environments = [.production]
+            case "sandbox": environments = [.sandbox]
+            default: throw ValidationError("--env must be production, sandbox or both, not '\(env)'")
+            }
+            try await withProvisioner(options) { provisioner in
+                let (_, files) = try await provisioner.issueProviderCertificate(
+                    bundleID: bundle, environments: environments, directory: out, plainTopicsLayout: plainTopics)
+                report(files)
+            }
+        }
+    }
+
+    struct AuthKeyCommand: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "auth-key", abstract: "Create an ES256 auth key for a team (AuthKey_<KEYID>.p8) for HTTP/2 token trust.")
+
+        @OptionGroup var options: DataOptions
+        @Option(help: "The team id.") var team: String
+        @Option(help: ArgumentHelp("The folder to write the .p8 file into.", valueName: "dir")) var out: String = "."
+
+        func run() async throws {
+            try await withProvisioner(options) { provisioner in
+                let (key, file) = try await provisioner.createAuthKey(teamID: team, directory: out)
+                report([file])
+                say("key id: \(key.keyID)\nteam id: \(key.teamID)\n")
+            }
+        }
+    }
+
+    struct DeviceCert: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "device-cert",
+            abstract: "Activate a device: a device id, its certificate and key, the CA and identity.json in one folder.")
+
+        @OptionGroup var options: DataOptions
+        @Option(help: ArgumentHelp("The identity folder to create.", valueName: "dir")) var out: String
+
+        func run() async throws {
+            try await withProvisioner(options) { provisioner in
+                let (device, files) = try await provisioner.issueDeviceIdentity(directory: out)
+                report(files)
+                say("device id: \(String(device.id, radix: 16))\n")
+            }
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Revoke a certificate (by serial) or an auth key (by key id).",
+            discussion: "A revoked certificate fails the TLS handshake; a revoked key's tokens are InvalidProviderToken.")
+
+        @OptionGroup var options: DataOptions
+        @Option(help: "The certificate's serial number in hex (as 'courier pki list' shows it).") var serial: String?
+        @Option(name: .customLong("key-id"), help: "The auth key's id.") var keyID: String?
+
+        func validate() throws {
+            if (serial == nil) == (keyID == nil) { throw ValidationError("give exactly one of --serial and --key-id") }
+        }
+
+        func run() async throws {
+            try await withProvisioner(options) { provisioner in
+                if let serial {
+                    try await provisioner.revokeCertificate(serial: serial)
+                    say("revoked  certificate \(serial.lowercased())\n")
+                } else if let keyID {
+                    try await provisioner.revokeAuthKey(keyID: keyID)
+                    say("revoked  auth key \(keyID)\n")
+                }
+            }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List teams, apps, auth keys and certificates.")
+
+        @OptionGroup var options: DataOptions
+
+        func run() async throws {
+            try await withProvisioner(options) { provisioner in
+                let store = provisioner.store
+                for team in try await store.teams() {
+                    say("team \(team.id)  \(team.name)\n")
+                    for app in try await store.apps(teamID: team.id) {
+                        say("  app \(app.bundleID)  topics \(app.topics.map(\.description).joined(separator: ", "))\n")
+                    }
+                    for key in try await store.authKeys(teamID: team.id) {
+                        say("  auth key \(key.keyID)\(key.revokedAt == nil ? "" : "  REVOKED")\n")
+                    }
+                }
+                for certificate in try await store.certificates(kind: nil) {
+                    let state = certificate.revokedAt == nil ? "" : "  REVOKED"
+                    say("certificate \(certificate.kind.rawValue)  serial \(certificate.serial)  \(certificate.subject)\(state)\n")
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,54 @@
+import ArgumentParser
+import CourierServer
+import Foundation
+import Logging
+
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run Courier.",
+        discussion: """
+            On first start with an empty data directory this creates everything a newcomer needs: a CA, a \
+            server certificate for localhost, 127.0.0.1 and ::1, the device-token keys of both environments, \
+            and a demo team with the app com.example.demo, an auth key and a provider certificate. It prints \
+            where each file is. Later starts reuse the directory. SIGINT or SIGTERM stop it cleanly.
+            """
+    )
+
+    @OptionGroup var options: DataOptions
+
+    func run() async throws {
+        let configuration = try options.load()
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = Logger.Level(rawValue: configuration.logLevel) ?? .info
+            return handler
+        }
+        let logger = Logger.courier(level: configuration.logLevel)
+        let application: CourierApplication
+        do {
+            application = try await CourierApplication.build(configuration: configuration, logger: logger)
+        } catch {
+            throw ValidationError("\(error)")
+        }
+        say(Self.describe(application))
+        try await application.serviceGroup(logger: logger).run()
+        say("Courier stopped.\n")
+    }
+
+    static func describe(_ application: CourierApplication) -> String {
+        let report = application.report
+        var text = "Courier data directory: \(application.configuration.dataDirectory)\n"
+        text += report.isFirstStart ? "First start: created what a newcomer needs.\n" : "Reusing the existing data directory.\n"
+        for file in report.files {
+            text += "  \(file.created ? "created" : "found  ")  \(file.path)  (\(file.what))\n"
+        }
+        if let team = report.demoTeamID, let bundle = report.demoBundleID {
+            text += "Demo: team \(team), app \(bundle)"
+            if let key = report.demoKeyID { text += ", auth key \(key)" }
+            text += "\n"
+        }
+        text += "Listeners: none in this build yet (the provider APIs and device gateway come next).\n"
+        text += "Courier is running. Press Ctrl-C to stop.\n"
+        return text
+    }
+}
