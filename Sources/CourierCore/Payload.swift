@@ -98,6 +98,10 @@ public struct PayloadSummary: Sendable, Hashable {
     /// `aps` holds `content-available: 1` and nothing the user would see
     /// (no alert, sound or badge): a background (silent) push.
     public var isSilent: Bool
+
+    public init(isSilent: Bool) {
+        self.isSilent = isSilent
+    }
 }
 
 /// The payload rules shared by every provider interface.

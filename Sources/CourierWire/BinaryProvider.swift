@@ -46,6 +46,17 @@ public struct BinaryFrameFailure: Error, Sendable, Hashable, CustomStringConvert
     }
 
     public var description: String { "status \(status) for notification \(identifier): \(detail)" }
+
+    /// Equal when the answer on the wire is the same; the detail is prose.
+    public static func == (lhs: BinaryFrameFailure, rhs: BinaryFrameFailure) -> Bool {
+        lhs.status == rhs.status && lhs.identifier == rhs.identifier && lhs.answers == rhs.answers
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(status)
+        hasher.combine(identifier)
+        hasher.combine(answers)
+    }
 }
 
 /// What the binary provider decoder hands on.

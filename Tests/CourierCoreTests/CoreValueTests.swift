@@ -1,0 +1,41 @@
+import CourierCore
+import Foundation
+import Testing
+
+@Suite struct CoreValueTests {
+    @Test func hexRoundTrip() {
+        let bytes: [UInt8] = [0x00, 0x7f, 0x80, 0xff, 0x12, 0xab]
+        #expect(Hex.encode(bytes) == "007f80ff12ab")
+        #expect(Hex.decode("007F80ff12AB") == bytes)
+        #expect(Hex.decode("abc") == nil)
+        #expect(Hex.decode("zz") == nil)
+        #expect(Hex.decode("") == [])
+    }
+
+    @Test func topicsSplitIntoBundleAndKind() {
+        #expect(Topic("com.example.app") == Topic(bundleID: "com.example.app", kind: .app))
+        #expect(Topic("com.example.app.voip") == Topic(bundleID: "com.example.app", kind: .voip))
+        #expect(Topic("com.example.app.complication") == Topic(bundleID: "com.example.app", kind: .complication))
+        #expect(Topic.all(of: "com.a.b").map(\.description) == ["com.a.b", "com.a.b.voip", "com.a.b.complication"])
+    }
+
+    @Test func identifierRules() {
+        #expect(Identifiers.isTenCharacterID("ABCDE12345"))
+        #expect(!Identifiers.isTenCharacterID("abcde12345"))
+        #expect(!Identifiers.isTenCharacterID("ABCDE1234"))
+        #expect(Identifiers.isBundleID("com.example.demo"))
+        #expect(Identifiers.isBundleID("com.example-co.App2"))
+        #expect(!Identifiers.isBundleID("nodots"))
+        #expect(!Identifiers.isBundleID("com..example"))
+        #expect(!Identifiers.isBundleID("com.exa mple"))
+    }
+
+    @Test func manualClockMovesOnlyWhenTold() {
+        let clock = ManualWallClock(Date(timeIntervalSince1970: 100))
+        #expect(clock.now() == Date(timeIntervalSince1970: 100))
+        clock.advance(by: 3600)
+        #expect(clock.now() == Date(timeIntervalSince1970: 3700))
+        clock.set(Date(timeIntervalSince1970: 5))
+        #expect(clock.now() == Date(timeIntervalSince1970: 5))
+    }
+}

@@ -1,0 +1,247 @@
+import CourierWire
+import Foundation
+import NIOCore
+import NIOTestUtils
+import Testing
+
+func decodeFrames(_ input: ByteBuffer, maxFrameLength: Int = DeviceFrameDecoder.defaultMaxFrameLength) throws -> [DeviceFrame] {
+    let processor = NIOSingleStepByteToMessageProcessor(DeviceFrameDecoder(maxFrameLength: maxFrameLength))
+    var out: [DeviceFrame] = []
+    try processor.process(buffer: input) { out.append($0) }
+    return out
+}
+
+func rawFrame(_ command: UInt8, _ body: (inout ByteBuffer) -> Void) -> ByteBuffer {
+    var buffer = ByteBuffer()
+    buffer.writeItemFrame(command: command, body)
+    return buffer
+}
+
+/// Decodes one frame and reads it as a message.
+func message(_ input: ByteBuffer) throws -> DeviceMessage {
+    let frames = try decodeFrames(input)
+    guard frames.count == 1 else { throw DeviceProtocolError(.malformedFrame, "expected one frame, got \(frames.count)") }
+    return try DeviceMessage(frame: frames[0])
+}
+
+func code(of body: () throws -> Any) -> DeviceProtocolCode? {
+    do {
+        _ = try body()
+        return nil
+    } catch let error as DeviceProtocolError {
+        return error.code
+    } catch {
+        return .internal
+    }
+}
+
+let sampleToken = Array(repeating: UInt8(0x5A), count: 32)
+let sampleID = UUID(uuidString: "123E4567-E89B-12D3-A456-426655440000")!
+
+@Suite struct DeviceProtocolTests {
+    static let everyMessage: [DeviceMessage] = [
+        .connect(version: 1, tokens: [sampleToken, Array(repeating: 1, count: 32)], keepAlive: 60, generation: 3),
+        .connect(version: 1, tokens: [], keepAlive: nil, generation: nil),
+        .connectAck(status: .ok, serverTime: 1_750_000_000_000, keepAlive: 300, maxFrameLength: 16_384, refusedTokens: [sampleToken]),
+        .filter(enabledTopicHashes: [Array(repeating: 7, count: 20), Array(repeating: 8, count: 20)]),
+        .notification(
+            DeviceNotification(
+                token: sampleToken, payload: Array(#"{"aps":{"alert":"hi"}}"#.utf8), id: sampleID, expiration: 1_800_000_000, priority: 10,
+                topic: "com.example.demo", collapseID: "news", pushType: "alert")),
+        .notification(DeviceNotification(token: sampleToken, payload: [0x7B, 0x7D], id: sampleID, expiration: nil, priority: 5, topic: "com.example.demo")),
+        .ack(id: sampleID, status: 0),
+        .keepAlive,
+        .keepAliveAck,
+        .noStorage,
+        .appTokenRequest(bundleID: "com.example.demo", requestID: 41),
+        .appTokenResponse(requestID: 41, bundleID: "com.example.demo", token: sampleToken, status: .ok),
+        .appTokenResponse(requestID: 42, bundleID: nil, token: nil, status: .unknownApp),
+        .unregister(bundleID: "com.example.demo", requestID: 43),
+        .unregisterAck(requestID: 43, status: .ok),
+        .error(code: .badItemValue, message: "priority 7"),
+    ]
+
+    @Test(arguments: everyMessage)
+    func messageRoundTrip(_ original: DeviceMessage) throws {
+        var buffer = ByteBuffer()
+        original.frame.write(to: &buffer)
+        #expect(buffer.readableBytes == original.frame.encodedLength)
+        #expect(try message(buffer) == original)
+    }
+
+    @Test func verifierDripFeedsAndBatchesFrames() throws {
+        let pairs: [(ByteBuffer, [DeviceFrame])] = Self.everyMessage.map { message in
+            var buffer = ByteBuffer()
+            message.frame.write(to: &buffer)
+            return (buffer, [message.frame])
+        }
+        try ByteToMessageDecoderVerifier.verifyDecoder(inputOutputPairs: pairs, decoderFactory: { DeviceFrameDecoder() })
+    }
+
+    @Test func everyDocumentedCommandHasARoundTrip() {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let text = (try? String(contentsOf: root.appendingPathComponent("docs/device-protocol.md"), encoding: .utf8)) ?? ""
+        var documented = Set<UInt8>()
+        for line in text.split(separator: "\n") where line.hasPrefix("### 0x") {
+            for word in line.split(separator: " ") where word.hasPrefix("0x") {
+                if let value = UInt8(word.dropFirst(2), radix: 16) { documented.insert(value) }
+            }
+        }
+        let covered = Set(Self.everyMessage.map(\.frame.command))
+        #expect(documented.count == 13)
+        #expect(documented == covered)
+    }
+
+    @Test func everyDocumentedCodeHasItsName() {
+        let rows = documentRows(under: "## Error and status codes", in: "docs/device-protocol.md")
+        #expect(rows.count == 11)
+        for row in rows {
+            guard let value = UInt8(row[0]) else {
+                Issue.record("bad row \(row)")
+                continue
+            }
+            #expect(DeviceProtocolCode(rawValue: value).name == row[1])
+        }
+    }
+
+    // MARK: Framing rules (docs/device-protocol.md, "Framing")
+
+    @Test func framingRowsAreAllCovered() {
+        let rows = documentRows(under: "## Framing", in: "docs/device-protocol.md")
+        #expect(rows.map { $0[0] } == [
+            "`length` greater than the receiver's maximum frame length (default 16,384 bytes, `device.maxFrameLength`)",
+            "fewer bytes than the header or `length` announce",
+            "an item header or value runs past the end of the frame",
+            "an item id the command does not define",
+            "an item that is not repeatable appears twice",
+            "a required item is missing",
+            "an item value of the wrong size or an invalid value (bad UTF-8, zero-length where a value is required)",
+            "a command byte this page does not define",
+            "a device command other than Connect before Connect was accepted, or Connect twice",
+        ])
+    }
+
+    @Test func frameOverTheMaximumIsRefusedFromItsHeader() {
+        var header = ByteBuffer()
+        header.writeInteger(DeviceCommand.keepAlive)
+        header.writeInteger(UInt32(16_385))
+        #expect(code { try decodeFrames(header) } == .frameTooLarge)
+        var small = ByteBuffer()
+        small.writeInteger(DeviceCommand.keepAlive)
+        small.writeInteger(UInt32(2_000))
+        #expect(code { try decodeFrames(small, maxFrameLength: 1_024) } == .frameTooLarge)
+    }
+
+    @Test func incompleteFramesWait() throws {
+        var buffer = ByteBuffer()
+        DeviceMessage.appTokenRequest(bundleID: "com.example.demo", requestID: 1).frame.write(to: &buffer)
+        for cut in 0..<buffer.readableBytes {
+            #expect(try decodeFrames(buffer.getSlice(at: 0, length: cut)!).isEmpty)
+        }
+    }
+
+    @Test func itemPastTheFrameEnd() {
+        var buffer = ByteBuffer()
+        buffer.writeInteger(DeviceCommand.appTokenRequest)
+        buffer.writeInteger(UInt32(5))
+        buffer.writeMultipleIntegers(UInt8(1), UInt16(10))  // announces 10 bytes, the frame has 2
+        buffer.writeBytes([0x41, 0x42])
+        #expect(code { try decodeFrames(buffer) } == .malformedFrame)
+    }
+
+    @Test func unknownItemsAreIgnored() throws {
+        let input = rawFrame(DeviceCommand.appTokenRequest) { f in
+            f.writeFrameItem(id: 0x01, Array("com.example.demo".utf8))
+            f.writeFrameItem(id: 0x77, [1, 2, 3])
+            f.writeFrameItem(id: 0x02, integer: UInt32(5))
+        }
+        #expect(try message(input) == .appTokenRequest(bundleID: "com.example.demo", requestID: 5))
+    }
+
+    @Test func repeatedSingleItem() {
+        let input = rawFrame(DeviceCommand.appTokenRequest) { f in
+            f.writeFrameItem(id: 0x01, Array("com.example.demo".utf8))
+            f.writeFrameItem(id: 0x01, Array("com.example.other".utf8))
+            f.writeFrameItem(id: 0x02, integer: UInt32(5))
+        }
+        #expect(code { try message(input) } == .malformedFrame)
+    }
+
+    @Test func missingRequiredItem() {
+        let input = rawFrame(DeviceCommand.appTokenRequest) { f in f.writeFrameItem(id: 0x02, integer: UInt32(5)) }
+        #expect(code { try message(input) } == .missingItem)
+        let connect = rawFrame(DeviceCommand.connect) { _ in }
+        #expect(code { try message(connect) } == .missingItem)
+        let okWithoutToken = rawFrame(DeviceCommand.appTokenResponse) { f in
+            f.writeFrameItem(id: 0x02, integer: UInt32(5))
+            f.writeFrameItem(id: 0x04, integer: UInt8(0))
+        }
+        #expect(code { try message(okWithoutToken) } == .missingItem)
+    }
+
+    @Test func badItemValues() {
+        let shortToken = rawFrame(DeviceCommand.connect) { f in
+            f.writeFrameItem(id: 0x01, integer: UInt8(1))
+            f.writeFrameItem(id: 0x02, Array(repeating: 1, count: 31))
+        }
+        #expect(code { try message(shortToken) } == .badItemValue)
+        let wideVersion = rawFrame(DeviceCommand.connect) { f in f.writeFrameItem(id: 0x01, integer: UInt16(1)) }
+        #expect(code { try message(wideVersion) } == .badItemValue)
+        let badUTF8 = rawFrame(DeviceCommand.unregister) { f in
+            f.writeFrameItem(id: 0x01, [0xC3, 0x28])
+            f.writeFrameItem(id: 0x02, integer: UInt32(1))
+        }
+        #expect(code { try message(badUTF8) } == .badItemValue)
+        let emptyBundle = rawFrame(DeviceCommand.unregister) { f in
+            f.writeFrameItem(id: 0x01, [])
+            f.writeFrameItem(id: 0x02, integer: UInt32(1))
+        }
+        #expect(code { try message(emptyBundle) } == .badItemValue)
+        let badPriority = rawFrame(DeviceCommand.notification) { f in
+            f.writeFrameItem(id: 0x01, sampleToken)
+            f.writeFrameItem(id: 0x02, [0x7B, 0x7D])
+            f.writeFrameItem(id: 0x03, Array(repeating: 0, count: 16))
+            f.writeFrameItem(id: 0x05, integer: UInt8(7))
+            f.writeFrameItem(id: 0x06, Array("com.example.demo".utf8))
+        }
+        #expect(code { try message(badPriority) } == .badItemValue)
+        let shortHash = rawFrame(DeviceCommand.filter) { f in f.writeFrameItem(id: 0x01, Array(repeating: 1, count: 19)) }
+        #expect(code { try message(shortHash) } == .badItemValue)
+    }
+
+    @Test func unknownCommand() {
+        #expect(code { try message(rawFrame(0x42) { _ in }) } == .unknownCommand)
+    }
+
+    @Test func tokenLengthFollowsTheServer() throws {
+        let long = Array(repeating: UInt8(3), count: 64)
+        let frame = DeviceMessage.connect(version: 1, tokens: [long], keepAlive: nil, generation: nil).frame
+        #expect(try DeviceMessage(frame: frame, tokenLength: 64) == .connect(version: 1, tokens: [long], keepAlive: nil, generation: nil))
+        #expect(code { try DeviceMessage(frame: frame, tokenLength: 32) } == .badItemValue)
+    }
+}
+
+@Suite struct FeedbackTupleTests {
+    @Test func tuplesRoundTrip() throws {
+        let tuples = [
+            FeedbackTuple(timestamp: 1_750_000_000, token: sampleToken),
+            FeedbackTuple(timestamp: 1, token: Array(repeating: 0xFF, count: 64)),
+        ]
+        let pairs: [(ByteBuffer, [FeedbackTuple])] = tuples.map { tuple in
+            var buffer = ByteBuffer()
+            tuple.write(to: &buffer)
+            return (buffer, [tuple])
+        }
+        var first = ByteBuffer()
+        tuples[0].write(to: &first)
+        #expect(Array(first.readableBytesView.prefix(6)) == [0x68, 0x4E, 0xE1, 0x80, 0x00, 0x20])
+        try ByteToMessageDecoderVerifier.verifyDecoder(inputOutputPairs: pairs, decoderFactory: { FeedbackTupleDecoder() })
+    }
+
+    @Test func anOversizedTokenLengthIsAnError() {
+        var buffer = ByteBuffer()
+        buffer.writeMultipleIntegers(UInt32(5), UInt16(300))
+        let processor = NIOSingleStepByteToMessageProcessor(FeedbackTupleDecoder(maxTokenLength: 255))
+        #expect(throws: WireError.frameTooLarge(300)) { try processor.process(buffer: buffer) { _ in } }
+    }
+}
