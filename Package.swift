@@ -95,6 +95,7 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        .target(name: "CourierTestSupport", path: "Tests/CourierTestSupport"),
         .testTarget(name: "CourierCoreTests", dependencies: ["CourierCore"]),
         .testTarget(
             name: "CourierWireTests",
@@ -109,6 +110,7 @@ let package = Package(
             name: "CourierPKITests",
             dependencies: [
                 "CourierPKI",
+                "CourierTestSupport",
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -123,6 +125,7 @@ let package = Package(
             dependencies: [
                 "CourierServer",
                 "CourierPKI",
+                "CourierTestSupport",
                 "courier",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),

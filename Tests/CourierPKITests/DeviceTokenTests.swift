@@ -1,0 +1,111 @@
+import CourierCore
+import CourierPKI
+import Crypto
+import Testing
+
+@Suite struct DeviceTokenTests {
+    let secret = SymmetricKey(data: Array(repeating: UInt8(0x42), count: 32))
+    var production: DeviceTokenCodec { try! DeviceTokenCodec(secret: secret, environment: .production) }
+    var sandbox: DeviceTokenCodec { try! DeviceTokenCodec(secret: secret, environment: .sandbox) }
+    let contents = DeviceTokenContents(deviceID: 0x0123_4567_89AB_CDEF, generation: 1, bundleID: "com.example.demo")
+
+    @Test func issuedTokensAre32BytesAndOpen() throws {
+        let token = production.issue(contents)
+        #expect(token.count == 32)
+        #expect(production.open(token) == .success(contents))
+        #expect(try production.open(token).get().belongs(to: "com.example.demo"))
+        #expect(!(try production.open(token).get().belongs(to: "com.example.other")))
+    }
+
+    @Test func sameInputsGiveTheSameToken() {
+        #expect(production.issue(contents) == production.issue(contents))
+        let again = try! DeviceTokenCodec(secret: secret, environment: .production)
+        #expect(again.issue(contents) == production.issue(contents))
+    }
+
+    @Test func aNewGenerationGivesANewToken() {
+        var next = contents
+        next.generation = 2
+        #expect(production.issue(next) != production.issue(contents))
+        #expect(production.open(production.issue(next)) == .success(next))
+    }
+
+    @Test func everyFlippedBitIsRejected() {
+        let token = production.issue(contents)
+        for bit in 0..<(token.count * 8) {
+            var altered = token
+            altered[bit / 8] ^= 1 << UInt8(bit % 8)
+            #expect(production.open(altered) == .failure(.notAuthentic), "bit \(bit)")
+        }
+    }
+
+    @Test func environmentsDoNotAcceptEachOthersTokens() {
+        let productionToken = production.issue(contents)
+        let sandboxToken = sandbox.issue(contents)
+        #expect(productionToken != sandboxToken)
+        #expect(sandbox.open(productionToken) == .failure(.notAuthentic))
+        #expect(production.open(sandboxToken) == .failure(.notAuthentic))
+        #expect(sandbox.open(sandboxToken) == .success(contents))
+    }
+
+    @Test func anotherKeyCannotOpenOrForge() throws {
+        let other = try DeviceTokenCodec(secret: SymmetricKey(size: .bits256), environment: .production)
+        #expect(other.open(production.issue(contents)) == .failure(.notAuthentic))
+        #expect(production.open(other.issue(contents)) == .failure(.notAuthentic))
+    }
+
+    @Test func wrongLengthIsRejected() {
+        #expect(production.open(Array(repeating: 0, count: 31)) == .failure(.badLength(31)))
+        #expect(production.open(Array(repeating: 0, count: 64)) == .failure(.badLength(64)))
+    }
+
+    @Test func nothingAboutTheDeviceIsReadable() {
+        let token = production.issue(contents)
+        let idBytes = (0..<8).map { UInt8(truncatingIfNeeded: contents.deviceID >> (56 - 8 * UInt64($0))) }
+        // The device id does not appear, not even four bytes of it in a row.
+        for start in 0...(idBytes.count - 4) {
+            let window = Array(idBytes[start..<(start + 4)])
+            #expect(!token.windows(4).contains(window))
+        }
+        #expect(!token.windows(4).contains(Array("com.".utf8)))
+        // Neighbouring devices and apps give unrelated tokens: about half the bits differ.
+        let neighbour = production.issue(DeviceTokenContents(deviceID: contents.deviceID + 1, generation: 1, bundleID: "com.example.demo"))
+        let otherApp = production.issue(DeviceTokenContents(deviceID: contents.deviceID, generation: 1, bundleID: "com.example.demp"))
+        for other in [neighbour, otherApp] {
+            let differing = zip(token, other).map { ($0 ^ $1).nonzeroBitCount }.reduce(0, +)
+            #expect((80...176).contains(differing), "\(differing) of 256 bits differ")
+        }
+        // Random tokens of the right length do not open.
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<1000 {
+            let random = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            #expect(production.open(random) == .failure(.notAuthentic))
+        }
+    }
+
+    @Test(arguments: [34, 64, 100, 254])
+    func configurableLengths(_ length: Int) throws {
+        let codec = try DeviceTokenCodec(secret: secret, environment: .sandbox, length: length)
+        let token = codec.issue(contents)
+        #expect(token.count == length)
+        #expect(codec.open(token) == .success(contents))
+        var altered = token
+        altered[length - 1] ^= 0x80
+        #expect(codec.open(altered) == .failure(.notAuthentic))
+        altered = token
+        altered[0] ^= 0x01
+        #expect(codec.open(altered) == .failure(.notAuthentic))
+    }
+
+    @Test(arguments: [30, 33, 256])
+    func invalidLengthsAreRefused(_ length: Int) {
+        #expect(throws: PKIError.self) { try DeviceTokenCodec(secret: secret, environment: .sandbox, length: length) }
+    }
+}
+
+extension Array {
+    func windows(_ size: Int) -> [[Element]] {
+        guard count >= size else { return [] }
+        return (0...(count - size)).map { Array(self[$0..<($0 + size)]) }
+    }
+}
