@@ -128,6 +128,8 @@ let package = Package(
                 "CourierTestSupport",
                 "courier",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

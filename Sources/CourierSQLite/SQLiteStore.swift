@@ -2,6 +2,7 @@ import CourierCore
 import Foundation
 import Logging
 import SQLiteNIO
+import Synchronization
 
 /// The embedded store: one SQLite file (SQLite itself is compiled in, so
 /// there is nothing to install). Writes are durable when they return
@@ -9,9 +10,16 @@ import SQLiteNIO
 public final class SQLiteStore: Store {
     private let connection: SQLiteConnection
     private let gate = SerialGate()
+    private let closed = Mutex(false)
 
     private init(connection: SQLiteConnection) {
         self.connection = connection
+    }
+
+    deinit {
+        // A store dropped without close() still closes its connection; the
+        // future keeps the connection alive until that is done.
+        if !closed.withLock({ $0 }) { _ = connection.close() }
     }
 
     /// Opens (creating if needed) the database at `path` and migrates it.
@@ -31,6 +39,10 @@ public final class SQLiteStore: Store {
     }
 
     public func close() async throws {
+        guard closed.withLock({ wasClosed in
+            defer { wasClosed = true }
+            return !wasClosed
+        }) else { return }
         try await connection.close()
     }
 

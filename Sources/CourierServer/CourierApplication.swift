@@ -44,11 +44,14 @@ public struct CourierApplication: Sendable {
     }
 
     /// A service group for the services, with SIGTERM and SIGINT as
-    /// graceful shutdown.
-    public func serviceGroup(logger: Logger, signals: Bool = true) -> ServiceGroup {
-        ServiceGroup(
+    /// graceful shutdown. `onReady` runs once the group is up, its signal
+    /// handlers included.
+    public func serviceGroup(logger: Logger, signals: Bool = true, onReady: (@Sendable () -> Void)? = nil) -> ServiceGroup {
+        var all = services
+        if let onReady { all.append(ReadinessService(announce: onReady)) }
+        return ServiceGroup(
             configuration: ServiceGroupConfiguration(
-                services: services.map { ServiceGroupConfiguration.ServiceConfiguration(service: $0) },
+                services: all.map { ServiceGroupConfiguration.ServiceConfiguration(service: $0) },
                 gracefulShutdownSignals: signals ? [.sigterm, .sigint] : [],
                 logger: logger))
     }
@@ -119,5 +122,15 @@ struct StoreService: Service {
         try? await gracefulShutdown()
         logger.info("closing the store")
         try await provisioner.close()
+    }
+}
+
+/// Calls `announce` when the service group has started, then waits.
+struct ReadinessService: Service {
+    let announce: @Sendable () -> Void
+
+    func run() async throws {
+        announce()
+        try? await gracefulShutdown()
     }
 }

@@ -14,6 +14,30 @@ struct Courier: AsyncParsableCommand {
             """,
         subcommands: [Serve.self, PKI.self]
     )
+
+    /// Runs the command line. Help goes to standard output; any error is
+    /// one line on standard error, "courier: <problem>", and a non-zero exit.
+    static func main() async {
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            let code = exitCode(for: error)
+            let message = fullMessage(for: error)
+            if code == .success {
+                if !message.isEmpty { say(message + "\n") }
+                Foundation.exit(0)
+            }
+            var line = message.split(separator: "\n").first.map(String.init) ?? "failed"
+            if line.hasPrefix("Error: ") { line.removeFirst("Error: ".count) }
+            FileHandle.standardError.write(Data("courier: \(line)\n".utf8))
+            Foundation.exit(code.rawValue == 0 ? 1 : code.rawValue)
+        }
+    }
 }
 
 /// Options every command that works on a data directory takes.

@@ -30,8 +30,8 @@ struct Serve: AsyncParsableCommand {
         } catch {
             throw ValidationError("\(error)")
         }
-        say(Self.describe(application))
-        try await application.serviceGroup(logger: logger).run()
+        let banner = Self.describe(application)
+        try await application.serviceGroup(logger: logger, onReady: { say(banner) }).run()
         say("Courier stopped.\n")
     }
 

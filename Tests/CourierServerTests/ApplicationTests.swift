@@ -1,0 +1,174 @@
+import CourierCore
+import CourierPKI
+import CourierServer
+import CourierTestSupport
+import Foundation
+import Logging
+import ServiceLifecycle
+import SwiftASN1
+import Testing
+import X509
+
+func testConfiguration(_ directory: String) -> CourierConfiguration {
+    var configuration = CourierConfiguration(dataDirectory: directory)
+    configuration.network.production = .ephemeral
+    configuration.network.sandbox = .ephemeral
+    configuration.network.adminPort = 0
+    return configuration
+}
+
+@Suite struct ApplicationTests {
+    let logger = Logger(label: "test")
+
+    @Test func firstStartCreatesWhatANewcomerNeedsAndStopsGracefully() async throws {
+        let directory = try temporaryDirectory()
+        let application = try await CourierApplication.build(configuration: testConfiguration(directory), logger: logger)
+        let report = application.report
+        #expect(report.isFirstStart)
+        for file in report.files {
+            #expect(file.created, "\(file.what)")
+            #expect(FileManager.default.fileExists(atPath: file.path), "\(file.path)")
+        }
+        #expect(report.files.contains { $0.path == directory + "/pki/ca.pem" })
+        #expect(report.files.contains { $0.path == directory + "/pki/token-key-production.key" })
+        #expect(report.files.contains { $0.path == directory + "/pki/token-key-sandbox.key" })
+
+        // The demo: team, app, auth key and a universal provider certificate.
+        let store = application.provisioner.store
+        #expect(try await store.team(id: "DEMOTEAM01") != nil)
+        #expect(try await store.app(bundleID: "com.example.demo")?.teamID == "DEMOTEAM01")
+        let keyID = try #require(report.demoKeyID)
+        #expect(try await store.authKey(id: keyID)?.teamID == "DEMOTEAM01")
+        #expect(FileManager.default.fileExists(atPath: directory + "/demo/AuthKey_\(keyID).p8"))
+        let pem = try String(contentsOfFile: try #require(report.demoCertificatePath), encoding: .utf8)
+        let info = try ProviderCertificateInfo(certificate: Certificate(pemEncoded: pem))
+        #expect(info.bundleID == "com.example.demo")
+        #expect(info.environments == [.production, .sandbox])
+        #expect(info.topics.map(\.description) == ["com.example.demo", "com.example.demo.voip", "com.example.demo.complication"])
+
+        // The server certificate names localhost, 127.0.0.1 and ::1.
+        // server.pem holds the server certificate, then the CA.
+        let chain = try PEMDocument.parseMultiple(pemString: try String(contentsOfFile: directory + "/pki/server.pem", encoding: .utf8))
+        #expect(chain.count == 2)
+        let server = try Certificate(pemDocument: chain[0])
+        let names = try #require(try server.extensions.subjectAlternativeNames)
+        #expect(names.contains(.dnsName("localhost")))
+        #expect(names.count == 3)
+
+        // Token keys work and differ by environment.
+        let production = try application.provisioner.tokenCodec(.production)
+        let sandbox = try application.provisioner.tokenCodec(.sandbox)
+        let token = production.issue(DeviceTokenContents(deviceID: 1, generation: 1, bundleID: "com.example.demo"))
+        #expect(sandbox.open(token) == .failure(.notAuthentic))
+
+        let group = application.serviceGroup(logger: logger, signals: false)
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            await group.triggerGracefulShutdown()
+            try await tasks.waitForAll()
+        }
+    }
+
+    @Test func aSecondStartReusesTheDataDirectory() async throws {
+        let directory = try temporaryDirectory()
+        let first = try await CourierApplication.build(configuration: testConfiguration(directory), logger: logger)
+        let caBefore = try String(contentsOfFile: directory + "/pki/ca.pem", encoding: .utf8)
+        let tokenKeyBefore = try String(contentsOfFile: directory + "/pki/token-key-production.key", encoding: .utf8)
+        let certificatesBefore = try await first.provisioner.store.certificates(kind: nil).count
+        try await first.provisioner.close()
+
+        let second = try await CourierApplication.build(configuration: testConfiguration(directory), logger: logger)
+        #expect(!second.report.isFirstStart)
+        #expect(second.report.files.allSatisfy { !$0.created })
+        #expect(second.report.demoKeyID == first.report.demoKeyID)
+        #expect(try String(contentsOfFile: directory + "/pki/ca.pem", encoding: .utf8) == caBefore)
+        #expect(try String(contentsOfFile: directory + "/pki/token-key-production.key", encoding: .utf8) == tokenKeyBefore)
+        #expect(try await second.provisioner.store.certificates(kind: nil).count == certificatesBefore)
+        try await second.provisioner.close()
+    }
+
+    @Test func theDemoCanBeSwitchedOff() async throws {
+        let directory = try temporaryDirectory()
+        var configuration = testConfiguration(directory)
+        configuration.demo.enabled = false
+        let application = try await CourierApplication.build(configuration: configuration, logger: logger)
+        #expect(try await application.provisioner.store.teams().isEmpty)
+        #expect(application.report.demoKeyID == nil)
+        try await application.provisioner.close()
+    }
+}
+
+@Suite struct ProvisionerTests {
+    let logger = Logger(label: "test")
+
+    func open() async throws -> (Provisioner, String) {
+        let directory = try temporaryDirectory()
+        let provisioner = try await Provisioner.open(configuration: testConfiguration(directory), logger: logger)
+        _ = try await provisioner.createAuthority()
+        return (provisioner, directory)
+    }
+
+    @Test func teamsAndAppsAreCheckedBeforeTheyAreStored() async throws {
+        let (provisioner, _) = try await open()
+        _ = try await provisioner.createTeam(id: "TEAM000001", name: "One")
+        await #expect(throws: PKIError(.alreadyExists, "")) { _ = try await provisioner.createTeam(id: "TEAM000001", name: "Again") }
+        await #expect(throws: PKIError(.invalidArgument, "")) { _ = try await provisioner.createTeam(id: "team1", name: "Bad") }
+        await #expect(throws: PKIError(.notFound, "")) { _ = try await provisioner.createApp(bundleID: "com.example.x", teamID: "NOSUCHTEAM") }
+        await #expect(throws: PKIError(.invalidArgument, "")) { _ = try await provisioner.createApp(bundleID: "bad bundle", teamID: "TEAM000001") }
+        let app = try await provisioner.createApp(bundleID: "com.example.x", teamID: "TEAM000001", kinds: [.app])
+        #expect(app.topics.map(\.description) == ["com.example.x"])
+        await #expect(throws: PKIError(.alreadyExists, "")) { _ = try await provisioner.createApp(bundleID: "com.example.x", teamID: "TEAM000001") }
+        try await provisioner.close()
+    }
+
+    @Test func certificatesAndKeysAreRevokedOnce() async throws {
+        let (provisioner, directory) = try await open()
+        _ = try await provisioner.createTeam(id: "TEAM000001", name: "One")
+        _ = try await provisioner.createApp(bundleID: "com.example.x", teamID: "TEAM000001")
+        let (record, _) = try await provisioner.issueProviderCertificate(bundleID: "com.example.x", environments: [.sandbox], directory: directory + "/out")
+        #expect(record.environments == [.sandbox])
+        try await provisioner.revokeCertificate(serial: record.serial.uppercased())
+        #expect(try await provisioner.store.certificate(serial: record.serial)?.revokedAt != nil)
+        await #expect(throws: PKIError(.alreadyExists, "")) { try await provisioner.revokeCertificate(serial: record.serial) }
+        await #expect(throws: PKIError(.notFound, "")) { try await provisioner.revokeCertificate(serial: "abcdef") }
+        await #expect(throws: PKIError(.invalidArgument, "")) { try await provisioner.revokeCertificate(serial: "xyz") }
+        let ca = try #require(try await provisioner.store.certificates(kind: .authority).first)
+        await #expect(throws: PKIError(.invalidArgument, "")) { try await provisioner.revokeCertificate(serial: ca.serial) }
+
+        let (key, file) = try await provisioner.createAuthKey(teamID: "TEAM000001", directory: directory + "/out")
+        #expect(file.path.hasSuffix("/AuthKey_\(key.keyID).p8"))
+        try await provisioner.revokeAuthKey(keyID: key.keyID)
+        #expect(try await provisioner.store.authKey(id: key.keyID)?.revokedAt != nil)
+        await #expect(throws: PKIError(.alreadyExists, "")) { try await provisioner.revokeAuthKey(keyID: key.keyID) }
+        await #expect(throws: PKIError(.notFound, "")) { try await provisioner.revokeAuthKey(keyID: "NOSUCHKEY1") }
+        try await provisioner.close()
+    }
+
+    @Test func aDeviceIdentityHoldsCertificateKeyCAAndIdentityFile() async throws {
+        let (provisioner, directory) = try await open()
+        let (device, _) = try await provisioner.issueDeviceIdentity(directory: directory + "/device")
+        for name in ["cert.pem", "key.pem", "ca.pem", "identity.json"] {
+            #expect(FileManager.default.fileExists(atPath: directory + "/device/" + name), "\(name)")
+        }
+        let certificate = try Certificate(pemEncoded: try String(contentsOfFile: directory + "/device/cert.pem", encoding: .utf8))
+        #expect(DeviceIdentity.deviceID(of: certificate) == device.id)
+        let identity = try JSONDecoder().decode(DeviceIdentityFile.self, from: Data(contentsOf: URL(fileURLWithPath: directory + "/device/identity.json")))
+        #expect(identity.deviceID == String(device.id, radix: 16))
+        #expect(identity.generation == 1)
+        #expect(try await provisioner.store.device(id: device.id)?.certificateSerial == Hex.encode(certificate.serialNumber.bytes))
+        try await provisioner.close()
+    }
+
+    @Test func withoutACAIssuingSaysWhatToRun() async throws {
+        let directory = try temporaryDirectory()
+        let provisioner = try await Provisioner.open(configuration: testConfiguration(directory), logger: logger)
+        do {
+            _ = try await provisioner.issueDeviceIdentity(directory: directory + "/device")
+            Issue.record("issued without a CA")
+        } catch let error as PKIError {
+            #expect(error.code == .notFound)
+            #expect(error.message.contains("courier pki ca"))
+        }
+        try await provisioner.close()
+    }
+}

@@ -1,0 +1,111 @@
+import CourierTestSupport
+import Foundation
+import Testing
+
+let courier = productsDirectory().appendingPathComponent("courier").path
+
+func courierRun(_ arguments: [String], directory: String? = nil) throws -> ProcessResult {
+    try runProgram(courier, arguments, directory: directory)
+}
+
+@Suite struct CommandLineTests {
+    @Test(arguments: [
+        [], ["serve"], ["pki"], ["pki", "ca"], ["pki", "server-cert"], ["pki", "team"], ["pki", "app"], ["pki", "provider-cert"],
+        ["pki", "auth-key"], ["pki", "device-cert"], ["pki", "revoke"], ["pki", "list"],
+    ])
+    func everyCommandExplainsItself(_ command: [String]) throws {
+        let result = try courierRun(command + ["--help"])
+        #expect(result.status == 0)
+        #expect(result.stdout.contains("OVERVIEW:"), "\(command)")
+        #expect(result.stdout.contains("USAGE:"), "\(command)")
+    }
+
+    @Test(arguments: [
+        (["pki", "provider-cert", "--bundle", "com.example.x", "--env", "moon"], "--env must be production, sandbox or both"),
+        (["pki", "provider-cert"], "--bundle"),
+        (["pki", "revoke", "--serial", "zz"], "not hexadecimal"),
+        (["pki", "revoke"], "give exactly one of --serial and --key-id"),
+        (["pki", "server-cert", "--out", "a", "--key-out", "b"], "give at least one --dns or --ip"),
+        (["pki", "team", "--id", "bad", "--name", "X"], "team id 'bad' is not ten characters"),
+        (["pki", "app", "--bundle", "com.example.x", "--team", "NOSUCHTEAM"], "team NOSUCHTEAM does not exist"),
+        (["pki", "app", "--bundle", "com.example.x", "--team", "NOSUCHTEAM", "--topic-kind", "sms"], "unknown topic kind 'sms'"),
+        (["pki", "device-cert", "--out", "dev"], "no CA in"),
+        (["serve", "--config", "missing.json"], "cannot read configuration file missing.json"),
+        (["frobnicate"], "Unexpected argument 'frobnicate'"),
+    ])
+    func badArgumentsGiveOneLineAndAFailure(_ arguments: [String], _ message: String) throws {
+        let directory = try temporaryDirectory()
+        let result = try courierRun(arguments + (arguments.first == "pki" && arguments.count > 1 ? ["--data", directory + "/data"] : []), directory: directory)
+        #expect(result.status != 0)
+        #expect(result.stderr.hasPrefix("courier: "), "\(result.stderr)")
+        #expect(result.stderr.contains(message), "\(result.stderr)")
+        #expect(result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
+    }
+
+    @Test func aConfigurationFileWithAnUnknownKeyStopsServe() throws {
+        let directory = try temporaryDirectory()
+        try #"{"network": {"adminPrt": 1}}"#.write(toFile: directory + "/courier.json", atomically: true, encoding: .utf8)
+        let result = try courierRun(["serve", "--config", directory + "/courier.json", "--data", directory + "/data"])
+        #expect(result.status != 0)
+        #expect(result.stderr.contains("unknown key 'network.adminPrt'"))
+        #expect(result.stderr.split(separator: "\n").count == 1)
+    }
+
+    @Test func provisioningFromTheCommandLine() throws {
+        let directory = try temporaryDirectory()
+        let data = ["--data", directory + "/data"]
+        #expect(try courierRun(["pki", "ca"] + data).stdout.contains("created  CA certificate"))
+        #expect(try courierRun(["pki", "ca"] + data).stdout.contains("found    CA certificate"))
+        #expect(try courierRun(["pki", "team", "--id", "TEAM000001", "--name", "One"] + data).status == 0)
+        #expect(try courierRun(["pki", "app", "--bundle", "com.example.one", "--team", "TEAM000001"] + data).status == 0)
+        let certificate = try courierRun(["pki", "provider-cert", "--bundle", "com.example.one", "--env", "production", "--out", directory] + data)
+        #expect(certificate.status == 0, "\(certificate.stderr)")
+        #expect(FileManager.default.fileExists(atPath: directory + "/com.example.one.pem"))
+        let key = try courierRun(["pki", "auth-key", "--team", "TEAM000001", "--out", directory] + data)
+        #expect(key.status == 0)
+        let keyID = try #require(key.stdout.split(separator: "\n").first { $0.hasPrefix("key id: ") }).dropFirst("key id: ".count)
+        #expect(FileManager.default.fileExists(atPath: directory + "/AuthKey_\(keyID).p8"))
+        #expect(try courierRun(["pki", "device-cert", "--out", directory + "/device"] + data).status == 0)
+        #expect(try courierRun(["pki", "server-cert", "--dns", "push.local", "--ip", "10.1.2.3", "--out", directory + "/s.pem", "--key-out", directory + "/s-key.pem"] + data).status == 0)
+
+        let list = try courierRun(["pki", "list"] + data)
+        #expect(list.stdout.contains("team TEAM000001  One"))
+        #expect(list.stdout.contains("app com.example.one"))
+        #expect(list.stdout.contains("auth key \(keyID)"))
+        let providerLine = try #require(list.stdout.split(separator: "\n").first { $0.hasPrefix("certificate provider") })
+        let serial = try #require(providerLine.split(separator: " ").drop { $0 != "serial" }.dropFirst().first)
+
+        #expect(try courierRun(["pki", "revoke", "--serial", String(serial)] + data).status == 0)
+        let again = try courierRun(["pki", "revoke", "--serial", String(serial)] + data)
+        #expect(again.status != 0)
+        #expect(again.stderr.contains("revoked already"))
+        #expect(try courierRun(["pki", "revoke", "--key-id", String(keyID)] + data).status == 0)
+        let after = try courierRun(["pki", "list"] + data)
+        #expect(after.stdout.contains("auth key \(keyID)  REVOKED"))
+        #expect(after.stdout.contains("serial \(serial)") && after.stdout.split(separator: "\n").contains { $0.contains(String(serial)) && $0.hasSuffix("REVOKED") })
+    }
+
+    @Test func serveStartsPrintsItsFilesAndStopsOnSIGTERMAndSIGINT() throws {
+        let directory = try temporaryDirectory()
+        let data = directory + "/data"
+        let first = try RunningProgram(courier, ["serve", "--data", data])
+        #expect(first.waitForLine(containing: "Courier is running") != nil, "\(first.output)")
+        let output = first.output.joined(separator: "\n")
+        #expect(output.contains("First start"))
+        #expect(output.contains("created  \(data)/pki/ca.pem"))
+        #expect(output.contains("created  \(data)/demo/com.example.demo.pem"))
+        #expect(output.contains("Demo: team DEMOTEAM01, app com.example.demo, auth key "))
+        first.signal(SIGTERM)
+        #expect(first.waitForExit() == 0)
+        #expect(first.output.last == "Courier stopped.")
+
+        let second = try RunningProgram(courier, ["serve", "--data", data])
+        #expect(second.waitForLine(containing: "Courier is running") != nil, "\(second.output)")
+        let again = second.output.joined(separator: "\n")
+        #expect(again.contains("Reusing the existing data directory."))
+        #expect(again.contains("found    \(data)/pki/ca.pem"))
+        #expect(!again.contains("created"))
+        second.signal(SIGINT)
+        #expect(second.waitForExit() == 0)
+    }
+}

@@ -1,0 +1,124 @@
+import CourierCore
+import CourierServer
+import Foundation
+import Testing
+
+/// Flattens a JSON object to its key paths ("network.production.binary").
+func keyPaths(_ object: [String: Any], prefix: String = "") -> Set<String> {
+    var paths = Set<String>()
+    for (key, value) in object {
+        let path = prefix.isEmpty ? key : "\(prefix).\(key)"
+        if let nested = value as? [String: Any] {
+            paths.formUnion(keyPaths(nested, prefix: path))
+        } else {
+            paths.insert(path)
+        }
+    }
+    return paths
+}
+
+func documentedKeys() -> [String: String] {
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    let text = (try? String(contentsOf: root.appendingPathComponent("docs/configuration.md"), encoding: .utf8)) ?? ""
+    var keys: [String: String] = [:]
+    for line in text.split(separator: "\n") where line.hasPrefix("| `") {
+        let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+        keys[cells[0].trimmingCharacters(in: CharacterSet(charactersIn: "`"))] = cells[1].trimmingCharacters(in: CharacterSet(charactersIn: "`"))
+    }
+    return keys
+}
+
+/// A configuration with every value different from its default.
+let everyKeyChanged = CourierConfiguration(
+    dataDirectory: "/var/lib/courier",
+    network: .init(
+        host: "0.0.0.0",
+        production: .init(binary: 3195, feedback: 3196, http2: 3197, device: 6223),
+        sandbox: .init(binary: 13195, feedback: 13196, http2: 13197, device: 16223),
+        adminPort: 9090, serverDNSNames: ["push.example.com"], serverIPAddresses: ["10.0.0.1"]),
+    limits: .init(payload: PayloadLimits(binaryLegacy: 300, binaryCommand2: 3000, http2: 5000, http2VoIP: 6000), tokenLength: 64, deviceMaxFrameLength: 32_768),
+    paths: .init(database: "db.sqlite", pki: "certs", demo: "example"),
+    demo: .init(enabled: false, teamID: "ABCDE12345", teamName: "Other", bundleID: "com.example.other"),
+    logLevel: "debug")
+
+@Suite struct ConfigurationTests {
+    @Test func everyKeyIsDocumentedWithItsDefault() throws {
+        let encoded = try JSONSerialization.jsonObject(with: JSONEncoder().encode(CourierConfiguration())) as! [String: Any]
+        let documented = documentedKeys()
+        #expect(Set(documented.keys) == keyPaths(encoded))
+        for path in keyPaths(encoded) {
+            var value: Any = encoded
+            for part in path.split(separator: ".") { value = (value as! [String: Any])[String(part)]! }
+            let shown: String
+            if let array = value as? [String] {
+                shown = "[" + array.map { "\"\($0)\"" }.joined(separator: ", ") + "]"
+            } else if let text = value as? String {
+                shown = text
+            } else {
+                // Numbers and booleans as JSON writes them.
+                let json = String(decoding: try JSONSerialization.data(withJSONObject: [value]), as: UTF8.self)
+                shown = String(json.dropFirst().dropLast())
+            }
+            #expect(documented[path] == shown, "default of \(path)")
+        }
+    }
+
+    @Test func everyKeyIsReadFromTheFile() throws {
+        let data = try JSONEncoder().encode(everyKeyChanged)
+        let decoded = try CourierConfiguration.decode(data)
+        #expect(decoded == everyKeyChanged)
+        // Each key on its own changes exactly that value.
+        let full = try JSONSerialization.jsonObject(with: data) as! [String: Any]
+        for path in keyPaths(full) {
+            let parts = path.split(separator: ".").map(String.init)
+            var value: Any = full
+            for part in parts { value = (value as! [String: Any])[part]! }
+            var single: Any = value
+            for part in parts.reversed() { single = [part: single] }
+            let one = try CourierConfiguration.decode(JSONSerialization.data(withJSONObject: single))
+            #expect(one != CourierConfiguration(), "\(path) was not read")
+            let reencoded = try JSONSerialization.jsonObject(with: JSONEncoder().encode(one)) as! [String: Any]
+            var read: Any = reencoded
+            for part in parts { read = (read as! [String: Any])[part]! }
+            #expect("\(read)" == "\(value)", "\(path)")
+        }
+    }
+
+    @Test func anEmptyObjectGivesTheDefaults() throws {
+        #expect(try CourierConfiguration.decode(Data("{}".utf8)) == CourierConfiguration())
+    }
+
+    @Test(arguments: [
+        (#"{"dataDirectry": "x"}"#, "unknown key 'dataDirectry'"),
+        (#"{"network": {"production": {"binery": 1}}}"#, "unknown key 'network.production.binery'"),
+        (#"{"network": {"adminPort": "80"}}"#, "key 'network.adminPort' has a value of the wrong type"),
+        (#"{"network": 5}"#, "key 'network' has a value of the wrong type"),
+        (#"{"network": {"sandbox": {"http2": 70000}}}"#, "'network.sandbox.http2' is 70000, not a port"),
+        (#"{"limits": {"tokenLength": 33}}"#, "'limits.tokenLength' must be even, 32 to 254"),
+        (#"{"limits": {"payload": {"http2": 0}}}"#, "'limits.payload.http2' must be 1 to 65535"),
+        (#"{"limits": {"deviceMaxFrameLength": 10}}"#, "'limits.deviceMaxFrameLength' must be 1024 to 16777216"),
+        (#"{"logLevel": "loud"}"#, "'logLevel' must be one of"),
+        (#"{"demo": {"teamID": "short"}}"#, "'demo.teamID' must be ten characters"),
+        (#"{"demo": {"bundleID": "nodots"}}"#, "'demo.bundleID' is not a bundle id"),
+        (#"[1]"#, "must hold a JSON object"),
+        (#"{"#, "is not valid JSON"),
+    ])
+    func badFilesAreRefusedNamingTheProblem(_ text: String, _ message: String) {
+        do {
+            _ = try CourierConfiguration.decode(Data(text.utf8), source: "courier.json")
+            Issue.record("\(text) was accepted")
+        } catch let error as ConfigurationError {
+            #expect(error.message.contains(message), "\(error.message)")
+            #expect(error.message.hasPrefix("courier.json"))
+            #expect(!error.message.contains("\n"))
+        } catch {
+            Issue.record("unexpected \(error)")
+        }
+    }
+
+    @Test func pathsResolveAgainstTheDataDirectory() {
+        let configuration = CourierConfiguration(dataDirectory: "/srv/courier")
+        #expect(configuration.resolve("pki") == "/srv/courier/pki")
+        #expect(configuration.resolve("/etc/courier/db.sqlite") == "/etc/courier/db.sqlite")
+    }
+}
