@@ -1,0 +1,34 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+import class Foundation.NSString
+
+/// SwiftPM names a path dependency after its folder: the checkout's name.
+let courier = ((#filePath as NSString).deletingLastPathComponent as NSString).deletingLastPathComponent
+let courierPackage = (courier as NSString).lastPathComponent.lowercased()
+
+let package = Package(
+    name: "CourierBenchmarks",
+    platforms: [.macOS(.v15)],
+    dependencies: [
+        .package(path: "../"),
+        .package(url: "https://github.com/ordo-one/benchmark.git", from: "1.38.1", traits: ["MallocInterposer"]),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-crypto.git", "4.0.0"..<"5.0.0"),
+    ],
+    targets: [
+        .executableTarget(
+            name: "CourierBenchmarks",
+            dependencies: [
+                .product(name: "Benchmark", package: "benchmark"),
+                .product(name: "CourierCore", package: courierPackage),
+                .product(name: "CourierWire", package: courierPackage),
+                .product(name: "CourierPKI", package: courierPackage),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            path: "Benchmarks/CourierBenchmarks",
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
+        )
+    ]
+)
