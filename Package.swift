@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "CourierPKI", targets: ["CourierPKI"]),
         .library(name: "CourierSQLite", targets: ["CourierSQLite"]),
         .library(name: "CourierServer", targets: ["CourierServer"]),
+        .library(name: "CourierDevice", targets: ["CourierDevice"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -26,6 +27,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/vapor/sqlite-nio.git", from: "1.13.2"),
+        .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
     ],
     targets: [
         .target(
@@ -38,6 +40,7 @@ let package = Package(
             dependencies: [
                 "CourierCore",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strict
         ),
@@ -76,9 +79,24 @@ let package = Package(
                 "CourierSQLite",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOExtras", package: "swift-nio-extras"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "CourierDevice",
+            dependencies: [
+                "CourierCore",
+                "CourierWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict
         ),
@@ -89,6 +107,7 @@ let package = Package(
                 "CourierPKI",
                 "CourierServer",
                 "CourierSQLite",
+                "CourierDevice",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -125,6 +144,8 @@ let package = Package(
             dependencies: [
                 "CourierServer",
                 "CourierPKI",
+                "CourierWire",
+                "CourierDevice",
                 "CourierTestSupport",
                 "courier",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -151,10 +151,13 @@ public struct PushNotification: Sendable, Hashable, Codable {
     public var priority: Priority
     public var collapseID: String?
     public var pushType: String?
+    /// A background push (only `content-available`), as the payload rules
+    /// found it; counts against the device's silent budget.
+    public var isSilent: Bool
 
     public init(
         id: UUID, token: [UInt8], topic: String, payload: [UInt8], expiration: Date?, priority: Priority,
-        collapseID: String? = nil, pushType: String? = nil
+        collapseID: String? = nil, pushType: String? = nil, isSilent: Bool = false
     ) {
         self.id = id
         self.token = token
@@ -164,7 +167,11 @@ public struct PushNotification: Sendable, Hashable, Codable {
         self.priority = priority
         self.collapseID = collapseID
         self.pushType = pushType
+        self.isSilent = isSilent
     }
+
+    /// Expiration 0: deliver now or never, never store.
+    public var mayBeStored: Bool { expiration.map { $0.timeIntervalSince1970 > 0 } ?? true }
 }
 
 /// A notification held for an offline device: at most one per

@@ -46,12 +46,13 @@ public protocol Store: Sendable {
 
     // MARK: Pending notifications (store and forward)
     /// Stores each notification, replacing the one held for the same
-    /// (device, app, environment), all in one transaction. Returns the
-    /// notifications that were replaced.
-    func storePending(_ notifications: [PendingNotification]) async throws -> [PendingNotification]
+    /// (device, app, environment), all in one transaction (group commit).
+    /// Returns, for each notification in order, the one it replaced.
+    func storePending(_ notifications: [PendingNotification]) async throws -> [PendingNotification?]
     func pending(deviceID: UInt64, environment: Environment) async throws -> [PendingNotification]
-    /// Removes the held notification if it is still the one with `id`.
-    func removePending(deviceID: UInt64, bundleID: String, environment: Environment, id: UUID) async throws -> Bool
+    /// Removes each held notification that is still the one with its id
+    /// (acknowledged ones), in one transaction; true where one was removed.
+    func removePending(_ references: [PendingReference]) async throws -> [Bool]
     /// Removes and returns every held notification whose expiration is
     /// before `date`.
     func removeExpiredPending(before date: Date) async throws -> [PendingNotification]
@@ -70,6 +71,21 @@ public protocol Store: Sendable {
     // MARK: Delivery log
     func appendDeliveryEvents(_ events: [DeliveryEvent]) async throws
     func deliveryEvents(notificationID: UUID) async throws -> [DeliveryEvent]
+}
+
+/// Names one held notification: (device, app, environment) and its id.
+public struct PendingReference: Sendable, Hashable {
+    public var deviceID: UInt64
+    public var bundleID: String
+    public var environment: Environment
+    public var id: UUID
+
+    public init(deviceID: UInt64, bundleID: String, environment: Environment, id: UUID) {
+        self.deviceID = deviceID
+        self.bundleID = bundleID
+        self.environment = environment
+        self.id = id
+    }
 }
 
 /// Failures a store reports.

@@ -286,17 +286,17 @@ public final class SQLiteStore: Store {
 
     // MARK: Pending notifications
 
-    public func storePending(_ notifications: [PendingNotification]) async throws -> [PendingNotification] {
+    public func storePending(_ notifications: [PendingNotification]) async throws -> [PendingNotification?] {
         guard !notifications.isEmpty else { return [] }
         return try await transaction {
-            var replaced: [PendingNotification] = []
+            var replaced: [PendingNotification?] = []
             for pending in notifications {
                 let key: [SQLiteData] = [
                     .device(pending.deviceID), .text(pending.bundleID), .text(pending.environment.rawValue),
                 ]
                 let old = try await self.connection.query(
                     "SELECT * FROM pending_notifications WHERE device_id = ? AND bundle_id = ? AND environment = ?", key)
-                if let row = old.first { replaced.append(try PendingNotification(row: row)) }
+                replaced.append(try old.first.map(PendingNotification.init(row:)))
                 let n = pending.notification
                 _ = try await self.connection.query(
                     """
@@ -321,12 +321,20 @@ public final class SQLiteStore: Store {
         ).map(PendingNotification.init(row:))
     }
 
-    public func removePending(deviceID: UInt64, bundleID: String, environment: Environment, id: UUID) async throws -> Bool {
-        try await gate.run {
-            _ = try await self.connection.query(
-                "DELETE FROM pending_notifications WHERE device_id = ? AND bundle_id = ? AND environment = ? AND id = ?",
-                [.device(deviceID), .text(bundleID), .text(environment.rawValue), .text(id.uuidString.lowercased())])
-            return try await self.changes() > 0
+    public func removePending(_ references: [PendingReference]) async throws -> [Bool] {
+        guard !references.isEmpty else { return [] }
+        return try await transaction {
+            var removed: [Bool] = []
+            for reference in references {
+                _ = try await self.connection.query(
+                    "DELETE FROM pending_notifications WHERE device_id = ? AND bundle_id = ? AND environment = ? AND id = ?",
+                    [
+                        .device(reference.deviceID), .text(reference.bundleID), .text(reference.environment.rawValue),
+                        .text(reference.id.uuidString.lowercased()),
+                    ])
+                removed.append(try await self.changes() > 0)
+            }
+            return removed
         }
     }
 

@@ -105,13 +105,16 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
     public var limits: Limits
     public var paths: Paths
     public var demo: Demo
+    /// Quality of service: bursts, budgets, retention, rates, keepalive.
+    public var qos: QoSConfiguration
     /// swift-log level: trace, debug, info, notice, warning, error, critical.
     public var logLevel: String
 
     public init(
         dataDirectory: String = "./courier-data", network: Network = Network(), limits: Limits = Limits(), paths: Paths = Paths(),
-        demo: Demo = Demo(), logLevel: String = "info"
+        demo: Demo = Demo(), qos: QoSConfiguration = QoSConfiguration(), logLevel: String = "info"
     ) {
+        self.qos = qos
         self.dataDirectory = dataDirectory
         self.network = network
         self.limits = limits
@@ -221,5 +224,15 @@ extension CourierConfiguration {
             throw ConfigurationError("\(source): 'demo.bundleID' is not a bundle id")
         }
         guard !dataDirectory.isEmpty else { throw ConfigurationError("\(source): 'dataDirectory' is empty") }
+        let positive = [
+            ("qos.burstWindow", qos.burstWindow), ("qos.retention", qos.retention), ("qos.tokenRateWindow", qos.tokenRateWindow),
+            ("qos.tickInterval", qos.tickInterval),
+        ]
+        for (key, value) in positive where !(value > 0) {
+            throw ConfigurationError("\(source): '\(key)' must be more than 0")
+        }
+        guard qos.silentBudgetPerHour >= 0 else { throw ConfigurationError("\(source): 'qos.silentBudgetPerHour' must be 0 or more") }
+        guard qos.tokenRateLimit >= 1 else { throw ConfigurationError("\(source): 'qos.tokenRateLimit' must be at least 1") }
+        guard (1...86_400).contains(qos.keepAlive) else { throw ConfigurationError("\(source): 'qos.keepAlive' must be 1 to 86400") }
     }
 }

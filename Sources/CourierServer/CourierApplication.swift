@@ -25,18 +25,37 @@ public struct CourierApplication: Sendable {
     public let provisioner: Provisioner
     public let report: BootstrapReport
     public let services: [any Service]
+    /// The one entry point of the provider interfaces.
+    public let dispatcher: Dispatcher
+    /// The ports the listeners bound.
+    public let ports: BoundPorts
 
     /// Prepares the data directory (creating on first start what a
     /// newcomer needs) and builds the services.
-    public static func build(configuration: CourierConfiguration, clock: any WallClock = SystemWallClock(), logger: Logger) async throws
-        -> CourierApplication
-    {
+    /// With `timers` false the dispatcher's timers run only when a test
+    /// calls `dispatcher.tick()` (after moving its clock).
+    public static func build(
+        configuration: CourierConfiguration, clock: any WallClock = SystemWallClock(), timers: Bool = true, logger: Logger
+    ) async throws -> CourierApplication {
         try configuration.validate()
         let provisioner = try await Provisioner.open(configuration: configuration, clock: clock, logger: logger)
         do {
             let report = try await bootstrap(provisioner)
-            let services: [any Service] = [StoreService(provisioner: provisioner, logger: logger)]
-            return CourierApplication(configuration: configuration, provisioner: provisioner, report: report, services: services)
+            let log = DeliveryLogWriter(store: provisioner.store, logger: logger)
+            var codecs: [Environment: DeviceTokenCodec] = [:]
+            for environment in Environment.allCases { codecs[environment] = try provisioner.tokenCodec(environment) }
+            let dispatcher = Dispatcher(store: provisioner.store, codecs: codecs, clock: clock, qos: configuration.qos, log: log, logger: logger)
+            let tls = try ServerTLS(provisioner: provisioner)
+            let ports = BoundPorts()
+            // Shutdown runs in reverse: listeners first, the store last.
+            var services: [any Service] = [StoreService(provisioner: provisioner, logger: logger), log]
+            if timers { services.append(DispatcherTimerService(dispatcher: dispatcher, interval: configuration.qos.tickInterval)) }
+            for environment in Environment.allCases {
+                services.append(
+                    DeviceGateway(environment: environment, configuration: configuration, tls: tls, dispatcher: dispatcher, ports: ports, logger: logger))
+            }
+            return CourierApplication(
+                configuration: configuration, provisioner: provisioner, report: report, services: services, dispatcher: dispatcher, ports: ports)
         } catch {
             try? await provisioner.close()
             throw error

@@ -256,19 +256,6 @@ public final class Provisioner: Sendable {
     }
 }
 
-/// `identity.json` of a device identity directory.
-public struct DeviceIdentityFile: Sendable, Hashable, Codable {
-    /// The device id, hex.
-    public var deviceID: String
-    public var generation: UInt32
-    /// The device gateway to connect to.
-    public var host: String
-    public var productionPort: Int
-    public var sandboxPort: Int
-    /// Tokens the device holds: environment, then bundle id, to hex token.
-    public var tokens: [String: [String: String]]
-}
-
 /// Small file helpers with one-line errors.
 enum Files {
     static func exists(_ path: String) -> Bool { FileManager.default.fileExists(atPath: path) }

@@ -179,16 +179,23 @@ public enum StoreConformance {
             let other = PendingNotification(
                 deviceID: 1, bundleID: "com.example.two", environment: .production,
                 notification: notification(token, topic: "com.example.two", expiresIn: nil), acceptedAt: at(2))
-            report.equal(try await store.storePending([first, other]), [], "nothing replaced at first")
+            report.equal(try await store.storePending([first, other]), [nil, nil], "nothing replaced at first")
             let second = PendingNotification(
                 deviceID: 1, bundleID: "com.example.one", environment: .production,
                 notification: notification(token, topic: "com.example.one.voip", expiresIn: 7200), acceptedAt: at(3))
             report.equal(try await store.storePending([second]), [first], "replaced")
+            var third = second
+            third.notification.id = UUID()
+            var fourth = third
+            fourth.notification.id = UUID()
+            report.equal(try await store.storePending([third, other, fourth]), [second, other, third], "replaced within one batch")
+            report.equal(try await store.storePending([second]), [fourth], "replaced again")
             let held = try await store.pending(deviceID: 1, environment: .production)
             report.equal(held, [other, second], "held, oldest accepted first")
             report.equal(try await store.pending(deviceID: 1, environment: .sandbox), [], "other environment")
-            report.equal(try await store.removePending(deviceID: 1, bundleID: "com.example.one", environment: .production, id: first.notification.id), false, "removing the replaced one")
-            report.equal(try await store.removePending(deviceID: 1, bundleID: "com.example.one", environment: .production, id: second.notification.id), true, "removing the held one")
+            let replacedOne = PendingReference(deviceID: 1, bundleID: "com.example.one", environment: .production, id: first.notification.id)
+            let heldOne = PendingReference(deviceID: 1, bundleID: "com.example.one", environment: .production, id: second.notification.id)
+            report.equal(try await store.removePending([replacedOne, heldOne, heldOne]), [false, true, false], "removing: replaced, held, held again")
             report.equal(try await store.pending(deviceID: 1, environment: .production), [other], "left")
         },
         StoreConformanceCase(name: "pending: expiry and retention sweeps") { store, report in

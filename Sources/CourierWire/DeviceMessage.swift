@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import NIOCore
 
@@ -16,6 +17,11 @@ public enum DeviceCommand {
     public static let unregister: UInt8 = 0x13
     public static let unregisterAck: UInt8 = 0x14
     public static let error: UInt8 = 0x1F
+}
+
+/// The Filter's name for an app: SHA-1 of its bundle id.
+public func topicHash(of bundleID: String) -> [UInt8] {
+    Array(Insecure.SHA1.hash(data: Array(bundleID.utf8)))
 }
 
 /// A notification as the device receives it.

@@ -39,6 +39,7 @@ let everyKeyChanged = CourierConfiguration(
     limits: .init(payload: PayloadLimits(binaryLegacy: 300, binaryCommand2: 3000, http2: 5000, http2VoIP: 6000), tokenLength: 64, deviceMaxFrameLength: 32_768),
     paths: .init(database: "db.sqlite", pki: "certs", demo: "example"),
     demo: .init(enabled: false, teamID: "ABCDE12345", teamName: "Other", bundleID: "com.example.other"),
+    qos: QoSConfiguration(burstWindow: 5, silentBudgetPerHour: 3, retention: 3600, tokenRateLimit: 10, tokenRateWindow: 1, tickInterval: 0.5, keepAlive: 30),
     logLevel: "debug")
 
 @Suite struct ConfigurationTests {
@@ -98,6 +99,10 @@ let everyKeyChanged = CourierConfiguration(
         (#"{"limits": {"payload": {"http2": 0}}}"#, "'limits.payload.http2' must be 1 to 65535"),
         (#"{"limits": {"deviceMaxFrameLength": 10}}"#, "'limits.deviceMaxFrameLength' must be 1024 to 16777216"),
         (#"{"logLevel": "loud"}"#, "'logLevel' must be one of"),
+        (#"{"qos": {"burstWindow": 0}}"#, "'qos.burstWindow' must be more than 0"),
+        (#"{"qos": {"silentBudgetPerHour": -1}}"#, "'qos.silentBudgetPerHour' must be 0 or more"),
+        (#"{"qos": {"tokenRateLimit": 0}}"#, "'qos.tokenRateLimit' must be at least 1"),
+        (#"{"qos": {"keepAlive": 0}}"#, "'qos.keepAlive' must be 1 to 86400"),
         (#"{"demo": {"teamID": "short"}}"#, "'demo.teamID' must be ten characters"),
         (#"{"demo": {"bundleID": "nodots"}}"#, "'demo.bundleID' is not a bundle id"),
         (#"[1]"#, "must hold a JSON object"),

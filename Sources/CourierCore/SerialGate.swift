@@ -1,7 +1,7 @@
-/// Lets one operation at a time use the SQLite connection, in arrival
-/// order, so that a transaction's statements are never interleaved with
-/// another caller's.
-actor SerialGate {
+/// Lets one operation at a time run, in arrival order: a SQLite
+/// transaction's statements are never interleaved with another caller's,
+/// and log batches are written in the order they were taken.
+public actor SerialGate {
     private var busy = false
     private var waiters: [CheckedContinuation<Void, Never>] = []
 
@@ -21,7 +21,9 @@ actor SerialGate {
         }
     }
 
-    func run<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T {
+    public init() {}
+
+    public func run<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T {
         await acquire()
         do {
             let result = try await body()

@@ -1,0 +1,305 @@
+import CourierCore
+import CourierWire
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+
+/// The device side of Courier: keeps one TLS connection to the device
+/// gateway open (reconnecting with back-off), registers apps for tokens,
+/// hands notifications to the app as an `AsyncSequence`, acknowledges them
+/// once handled and drops duplicates by id.
+///
+/// Call `run()` in a task of its own; it returns when `stop()` is called or
+/// the task is cancelled.
+public actor DeviceClient {
+    public struct Options: Sendable {
+        /// Override the host and port of identity.json.
+        public var host: String?
+        public var port: Int?
+        /// First and longest wait before reconnecting (seconds); doubles each time.
+        public var initialBackoff: Double
+        public var maximumBackoff: Double
+        /// The name the server certificate must carry.
+        public var serverName: String?
+
+        public init(host: String? = nil, port: Int? = nil, initialBackoff: Double = 0.1, maximumBackoff: Double = 30, serverName: String? = nil) {
+            self.host = host
+            self.port = port
+            self.initialBackoff = initialBackoff
+            self.maximumBackoff = maximumBackoff
+            self.serverName = serverName
+        }
+    }
+
+    public nonisolated let environment: Environment
+    public nonisolated let notifications: AsyncStream<DeviceNotification>
+    private let notificationSink: AsyncStream<DeviceNotification>.Continuation
+    private var credentials: DeviceCredentials
+    private let options: Options
+    private let logger: Logger
+    private let tls: NIOSSLContext
+
+    private var writer: NIOAsyncChannelOutboundWriter<DeviceFrame>?
+    private var channel: (any Channel)?
+    private var connectedWaiters: [CheckedContinuation<Void, any Error>] = []
+    private var drainWaiters: [CheckedContinuation<Void, Never>] = []
+    private var drained = false
+    private var requests: [UInt32: CheckedContinuation<DeviceMessage, any Error>] = [:]
+    private var nextRequestID: UInt32 = 1
+    private var seen = Set<UUID>()
+    private var seenOrder: [UUID] = []
+    private var stopped = false
+    /// Connections made so far (for tests and tools).
+    public private(set) var connections = 0
+
+    public init(credentials: DeviceCredentials, environment: Environment, options: Options = Options(), logger: Logger) throws {
+        self.credentials = credentials
+        self.environment = environment
+        self.options = options
+        self.logger = logger
+        (notifications, notificationSink) = AsyncStream.makeStream(of: DeviceNotification.self)
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        configuration.minimumTLSVersion = .tlsv12
+        configuration.trustRoots = .file(credentials.caPath)
+        configuration.certificateChain = try NIOSSLCertificate.fromPEMFile(credentials.certificatePath).map { .certificate($0) }
+        configuration.privateKey = .privateKey(try NIOSSLPrivateKey(file: credentials.keyPath, format: .pem))
+        tls = try NIOSSLContext(configuration: configuration)
+    }
+
+    public var deviceID: UInt64 { credentials.deviceID }
+    public var isConnected: Bool { writer != nil }
+
+    // MARK: Connection
+
+    /// Connects and stays connected until stopped.
+    public func run() async {
+        var backoff = options.initialBackoff
+        while !stopped && !Task.isCancelled {
+            do {
+                try await connectOnce()
+                backoff = options.initialBackoff
+            } catch DeviceClientError.refused(let why) {
+                logger.error("the gateway refused this device", metadata: ["courier.reason": "\(why)"])
+                fail(connectedWaiters: DeviceClientError.refused(why))
+            } catch {
+                logger.debug("connection ended", metadata: ["courier.error": "\(error)"])
+            }
+            disconnected()
+            if stopped || Task.isCancelled { break }
+            try? await Task.sleep(for: .seconds(backoff))
+            backoff = min(backoff * 2, options.maximumBackoff)
+        }
+        fail(connectedWaiters: DeviceClientError.stopped)
+        notificationSink.finish()
+    }
+
+    /// Ends `run()` and closes the connection.
+    public func stop() {
+        stopped = true
+        channel?.close(promise: nil)
+    }
+
+    /// Closes the current connection (`run()` reconnects).
+    public func dropConnection() {
+        channel?.close(promise: nil)
+    }
+
+    /// Returns once connected (ConnectAck received).
+    public func waitUntilConnected() async throws {
+        if writer != nil { return }
+        if stopped { throw DeviceClientError.stopped }
+        try await withCheckedThrowingContinuation { connectedWaiters.append($0) }
+    }
+
+    /// Returns once the server said NoStorage on the current connection:
+    /// everything it held has been delivered.
+    public func waitUntilDrained() async {
+        if drained { return }
+        await withCheckedContinuation { drainWaiters.append($0) }
+    }
+
+    private func connectOnce() async throws {
+        let host = options.host ?? credentials.file.host
+        let port = options.port ?? (environment == .production ? credentials.file.productionPort : credentials.file.sandboxPort)
+        let tls = self.tls
+        let serverName = options.serverName ?? host
+        let connection = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .connect(host: host, port: port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let ssl = try NIOSSLClientHandler(context: tls, serverHostname: serverName.first?.isNumber == true ? nil : serverName)
+                    try channel.pipeline.syncOperations.addHandlers([
+                        ssl,
+                        ByteToMessageHandler(DeviceFrameDecoder(maxFrameLength: 1 << 20)),
+                        MessageToByteHandler(DeviceFrameEncoder()),
+                    ])
+                    return try NIOAsyncChannel<DeviceFrame, DeviceFrame>(wrappingChannelSynchronously: channel)
+                }
+            }
+        channel = connection.channel
+        if stopped { connection.channel.close(promise: nil) }
+        try await connection.executeThenClose { inbound, outbound in
+            try await self.session(inbound: inbound, outbound: outbound)
+        }
+    }
+
+    private func session(inbound: NIOAsyncChannelInboundStream<DeviceFrame>, outbound: NIOAsyncChannelOutboundWriter<DeviceFrame>) async throws {
+        let tokens = credentials.tokens(in: environment)
+        try await outbound.write(
+            DeviceMessage.connect(version: DeviceMessage.version, tokens: tokens, keepAlive: nil, generation: credentials.file.generation).frame)
+        var keepAliveTask: Task<Void, Never>?
+        defer { keepAliveTask?.cancel() }
+        for try await frame in inbound {
+            let message = try DeviceMessage(frame: frame, tokenLength: tokenLength)
+            guard keepAliveTask != nil else {
+                keepAliveTask = try accept(connectAck: message, outbound: outbound)
+                continue
+            }
+            try await handle(message, outbound: outbound)
+        }
+    }
+
+    /// Handles the first frame, which must be a ConnectAck, and starts the keepalive.
+    private func accept(connectAck message: DeviceMessage, outbound: NIOAsyncChannelOutboundWriter<DeviceFrame>) throws -> Task<Void, Never> {
+        guard case .connectAck(let status, _, let keepAlive, _, let refused) = message else {
+            throw DeviceClientError.protocolError(code: DeviceProtocolCode.malformedFrame.rawValue, message: "expected ConnectAck")
+        }
+        guard status == .ok else { throw DeviceClientError.refused(status.name) }
+        if !refused.isEmpty { forget(refused) }
+        connections += 1
+        writer = outbound
+        drained = false
+        let waiters = connectedWaiters
+        connectedWaiters = []
+        for waiter in waiters { waiter.resume() }
+        // The server closes a connection silent for two intervals.
+        let interval = Double(max(1, keepAlive))
+        return Task {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(interval / 2))
+                if Task.isCancelled { return }
+                try? await outbound.write(DeviceMessage.keepAlive.frame)
+            }
+        }
+    }
+
+    private var tokenLength: Int { credentials.tokens(in: environment).first?.count ?? 32 }
+
+    private func handle(_ message: DeviceMessage, outbound: NIOAsyncChannelOutboundWriter<DeviceFrame>) async throws {
+        switch message {
+        case .notification(let notification):
+            if seen.contains(notification.id) {
+                // Delivered before and handled: acknowledge again, do not hand it over twice.
+                try await outbound.write(DeviceMessage.ack(id: notification.id, status: 0).frame)
+                return
+            }
+            remember(notification.id)
+            notificationSink.yield(notification)
+        case .appTokenResponse(let requestID, _, _, _), .unregisterAck(let requestID, _):
+            requests.removeValue(forKey: requestID)?.resume(returning: message)
+        case .noStorage:
+            drained = true
+            let waiters = drainWaiters
+            drainWaiters = []
+            for waiter in waiters { waiter.resume() }
+        case .keepAliveAck:
+            break
+        case .error(let code, let text):
+            throw DeviceClientError.protocolError(code: code.rawValue, message: text)
+        default:
+            throw DeviceClientError.protocolError(code: DeviceProtocolCode.unknownCommand.rawValue, message: "unexpected \(message.frame.command)")
+        }
+    }
+
+    private func remember(_ id: UUID) {
+        seen.insert(id)
+        seenOrder.append(id)
+        if seenOrder.count > 10_000 {
+            seen.remove(seenOrder.removeFirst())
+        }
+    }
+
+    private func disconnected() {
+        writer = nil
+        channel = nil
+        let pending = requests
+        requests = [:]
+        for (_, waiter) in pending { waiter.resume(throwing: DeviceClientError.disconnected) }
+    }
+
+    private func fail(connectedWaiters error: DeviceClientError) {
+        let waiters = connectedWaiters
+        connectedWaiters = []
+        for waiter in waiters { waiter.resume(throwing: error) }
+    }
+
+    private func forget(_ refused: [[UInt8]]) {
+        for (bundleID, hex) in credentials.file.tokens[environment.rawValue] ?? [:] {
+            if let token = Hex.decode(hex), refused.contains(token) { credentials.setToken(nil, for: bundleID, in: environment) }
+        }
+        try? credentials.save()
+    }
+
+    // MARK: Apps
+
+    private func request(_ make: (UInt32) -> DeviceMessage) async throws -> DeviceMessage {
+        guard let writer else { throw DeviceClientError.disconnected }
+        let requestID = nextRequestID
+        nextRequestID &+= 1
+        let frame = make(requestID).frame
+        return try await withCheckedThrowingContinuation { continuation in
+            requests[requestID] = continuation
+            Task {
+                do {
+                    try await writer.write(frame)
+                } catch {
+                    self.failRequest(requestID, error)
+                }
+            }
+        }
+    }
+
+    private func failRequest(_ requestID: UInt32, _ error: any Error) {
+        requests.removeValue(forKey: requestID)?.resume(throwing: error)
+    }
+
+    /// Registers an app for remote notifications and returns its token
+    /// (the same token every time for this device, app and generation).
+    public func register(_ bundleID: String) async throws -> [UInt8] {
+        let answer = try await request { .appTokenRequest(bundleID: bundleID, requestID: $0) }
+        guard case .appTokenResponse(_, _, let token, let status) = answer, status == .ok, let token else {
+            throw DeviceClientError.unknownApp(bundleID)
+        }
+        credentials.setToken(token, for: bundleID, in: environment)
+        try credentials.save()
+        return token
+    }
+
+    /// The app was removed: pushes to its token fail as Unregistered.
+    public func unregister(_ bundleID: String) async throws {
+        let answer = try await request { .unregister(bundleID: bundleID, requestID: $0) }
+        guard case .unregisterAck(_, let status) = answer, status == .ok else { throw DeviceClientError.unknownApp(bundleID) }
+        credentials.setToken(nil, for: bundleID, in: environment)
+        try credentials.save()
+    }
+
+    /// Tells the server which apps want notifications now.
+    public func setEnabledApps(_ bundleIDs: [String]) async throws {
+        guard let writer else { throw DeviceClientError.disconnected }
+        let hashes = bundleIDs.map(topicHash(of:))
+        try await writer.write(DeviceMessage.filter(enabledTopicHashes: hashes).frame)
+    }
+
+    /// The app handled the notification: the server stops holding it.
+    public func acknowledge(_ id: UUID) async throws {
+        guard let writer else { throw DeviceClientError.disconnected }
+        try await writer.write(DeviceMessage.ack(id: id, status: 0).frame)
+    }
+
+    /// The token held for an app (after `register`).
+    public func token(for bundleID: String) -> [UInt8]? {
+        credentials.token(for: bundleID, in: environment)
+    }
+}

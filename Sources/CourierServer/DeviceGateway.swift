@@ -1,0 +1,235 @@
+import CourierCore
+import CourierPKI
+import CourierWire
+import Foundation
+import Logging
+import NIOCore
+import NIOExtras
+import NIOPosix
+import NIOSSL
+import ServiceLifecycle
+import Synchronization
+
+/// Sends a device's frames through its connection's writer task, in order.
+final class ChannelDeviceLink: DeviceLink {
+    let outbox: AsyncStream<DeviceMessage>.Continuation
+    let channel: any Channel
+
+    init(outbox: AsyncStream<DeviceMessage>.Continuation, channel: any Channel) {
+        self.outbox = outbox
+        self.channel = channel
+    }
+
+    func send(_ message: DeviceMessage) {
+        outbox.yield(message)
+    }
+
+    func close() {
+        outbox.finish()
+        channel.close(promise: nil)
+    }
+}
+
+/// Closes a connection that was silent for the read timeout.
+final class IdleCloser: ChannelInboundHandler, Sendable {
+    typealias InboundIn = NIOAny
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let idle = event as? IdleStateHandler.IdleStateEvent, idle == .read {
+            context.close(promise: nil)
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+}
+
+/// The device gateway of one environment: TLS with device certificates,
+/// the courier device protocol (docs/device-protocol.md), keepalive.
+final class DeviceGateway: Service {
+    let environment: Environment
+    let configuration: CourierConfiguration
+    let tls: ServerTLS
+    let dispatcher: Dispatcher
+    let store: any Store
+    let ports: BoundPorts
+    let logger: Logger
+    private let open = Mutex<[ObjectIdentifier: any Channel]>([:])
+
+    init(environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, dispatcher: Dispatcher, ports: BoundPorts, logger: Logger) {
+        self.environment = environment
+        self.configuration = configuration
+        self.tls = tls
+        self.dispatcher = dispatcher
+        self.store = dispatcher.store
+        self.ports = ports
+        var logger = logger
+        logger[metadataKey: "courier.listener"] = "device.\(environment.rawValue)"
+        self.logger = logger
+    }
+
+    func run() async throws {
+        let verifier = PeerVerifier(authority: tls.authority, store: store, kind: .device, logger: logger)
+        let context = tls.context
+        let maxFrame = configuration.limits.deviceMaxFrameLength
+        let keepAlive = configuration.qos.keepAlive
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelOption(.backlog, value: 1024)
+            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            .bind(host: configuration.network.host, port: configuration.network.ports(environment).device) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let box = PeerIdentityBox()
+                    let ssl = NIOSSLServerHandler(context: context) { chain, promise in
+                        verifier.verify(chain, into: box, promise: promise)
+                    }
+                    try channel.pipeline.syncOperations.addHandlers([
+                        ssl,
+                        IdleStateHandler(readTimeout: .seconds(Int64(2 * keepAlive))),
+                        IdleCloser(),
+                        ByteToMessageHandler(DeviceFrameDecoder(maxFrameLength: maxFrame)),
+                        MessageToByteHandler(DeviceFrameEncoder()),
+                    ])
+                    let connection = try NIOAsyncChannel<DeviceFrame, DeviceFrame>(wrappingChannelSynchronously: channel)
+                    return (connection, box)
+                }
+            }
+        ports.set(.device, environment, server.channel.localAddress?.port ?? 0)
+        logger.info("listening", metadata: ["courier.port": "\(server.channel.localAddress?.port ?? 0)"])
+        try await withGracefulShutdownHandler {
+            try await server.executeThenClose { inbound in
+                try await withThrowingDiscardingTaskGroup { group in
+                    for try await (connection, box) in inbound {
+                        group.addTask { await self.serve(connection, peer: box) }
+                    }
+                }
+            }
+        } onGracefulShutdown: {
+            server.channel.close(promise: nil)
+            let channels = self.open.withLock { Array($0.values) }
+            for channel in channels { channel.close(promise: nil) }
+        }
+    }
+
+    private func serve(_ connection: NIOAsyncChannel<DeviceFrame, DeviceFrame>, peer: PeerIdentityBox) async {
+        let channel = connection.channel
+        let id = ObjectIdentifier(channel)
+        open.withLock { $0[id] = channel }
+        defer { _ = open.withLock { $0.removeValue(forKey: id) } }
+        do {
+            try await connection.executeThenClose { inbound, outbound in
+                let (outbox, continuation) = AsyncStream.makeStream(of: DeviceMessage.self)
+                let link = ChannelDeviceLink(outbox: continuation, channel: channel)
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        for await message in outbox { try await outbound.write(message.frame) }
+                    }
+                    await self.read(inbound, link: link, peer: peer)
+                    continuation.finish()
+                    try await group.waitForAll()
+                }
+            }
+        } catch {
+            logger.debug("device connection ended", metadata: ["courier.error": "\(error)"])
+        }
+    }
+
+    /// Reads the device's frames until it leaves or breaks the protocol.
+    private func read(_ inbound: NIOAsyncChannelInboundStream<DeviceFrame>, link: ChannelDeviceLink, peer: PeerIdentityBox) async {
+        var machine = DeviceConnectionStateMachine()
+        var session: DeviceSession?
+        var generation: UInt32 = 0
+        let tokenLength = configuration.limits.tokenLength
+        defer { if let session { dispatcher.disconnected(session) } }
+        do {
+            for try await frame in inbound {
+                let message: DeviceMessage
+                do {
+                    message = try DeviceMessage(frame: frame, tokenLength: tokenLength)
+                } catch let error as DeviceProtocolError {
+                    return fail(error, link: link)
+                }
+                switch machine.receive(message) {
+                case .fail(let error):
+                    return fail(error, link: link)
+                case .connect(let tokens, let presentedGeneration):
+                    guard let (device, refused) = try await connect(peer: peer, tokens: tokens, generation: presentedGeneration) else {
+                        machine.connectRefused()
+                        link.send(.connectAck(status: .certificateRefused, serverTime: now(), keepAlive: 0, maxFrameLength: 0, refusedTokens: []))
+                        link.outbox.finish()
+                        return
+                    }
+                    generation = device.generation
+                    link.send(
+                        .connectAck(
+                            status: .ok, serverTime: now(), keepAlive: UInt16(clamping: configuration.qos.keepAlive),
+                            maxFrameLength: UInt32(configuration.limits.deviceMaxFrameLength), refusedTokens: refused))
+                    machine.connectAccepted()
+                    let newSession = DeviceSession(environment: environment, deviceID: device.id, link: link)
+                    session = newSession
+                    await dispatcher.connected(newSession)
+                case .requestToken(let bundleID, let requestID):
+                    let token = try await dispatcher.register(deviceID: session!.deviceID, generation: generation, bundleID: bundleID, environment: environment)
+                    link.send(.appTokenResponse(requestID: requestID, bundleID: bundleID, token: token, status: token == nil ? .unknownApp : .ok))
+                case .unregister(let bundleID, let requestID):
+                    let done = try await dispatcher.unregister(deviceID: session!.deviceID, bundleID: bundleID, environment: environment)
+                    link.send(.unregisterAck(requestID: requestID, status: done ? .ok : .unknownApp))
+                case .acknowledge(_, let idBytes):
+                    let id = idBytes.withUnsafeBytes { UUID(uuid: $0.loadUnaligned(as: uuid_t.self)) }
+                    await dispatcher.acknowledged(id, by: session!)
+                case .filter(let hashes):
+                    await dispatcher.filter(hashes, for: session!)
+                case .keepAlive:
+                    link.send(.keepAliveAck)
+                }
+            }
+        } catch let error as DeviceProtocolError {
+            fail(error, link: link)
+        } catch let error as StoreError {
+            logger.error("store failed serving a device", metadata: ["courier.error": "\(error)"])
+            fail(DeviceProtocolError(.internal, "the server's store failed; try again later"), link: link)
+        } catch {
+            logger.debug("device connection ended", metadata: ["courier.error": "\(error)"])
+        }
+    }
+
+    private func fail(_ error: DeviceProtocolError, link: ChannelDeviceLink) {
+        logger.info("device protocol error", metadata: ["courier.code": "\(error.code.name)", "courier.detail": "\(error.message)"])
+        link.send(.error(code: error.code, message: error.message))
+        link.outbox.finish()
+    }
+
+    private func now() -> UInt64 { UInt64(max(0, dispatcher.clock.now().timeIntervalSince1970 * 1000)) }
+
+    /// Identifies the device from its certificate, records a newer
+    /// generation, and sorts out the presented tokens that are not its own.
+    private func connect(peer: PeerIdentityBox, tokens: [[UInt8]], generation: UInt32?) async throws -> (Device, [[UInt8]])? {
+        guard let record = peer.record, let deviceID = record.deviceID, var device = try await store.device(id: deviceID) else { return nil }
+        if let generation, generation > device.generation {
+            try await store.setDeviceGeneration(id: deviceID, generation: generation)
+            dispatcher.forgetRegistrations(deviceID: deviceID)
+            device.generation = generation
+        }
+        try await store.markDeviceSeen(id: deviceID, at: dispatcher.clock.now())
+        let codec = dispatcher.codec(environment)
+        let refused = tokens.filter { token in
+            guard case .success(let contents) = codec.open(token) else { return true }
+            return contents.deviceID != deviceID || contents.generation != device.generation
+        }
+        return (device, refused)
+    }
+}
+
+/// Runs the dispatcher's timers every `qos.tickInterval` seconds.
+struct DispatcherTimerService: Service {
+    let dispatcher: Dispatcher
+    let interval: Double
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(interval))
+                await dispatcher.tick()
+            }
+        }
+    }
+}

@@ -1,0 +1,392 @@
+import CourierCore
+import CourierPKI
+import CourierWire
+import Foundation
+import Logging
+import Synchronization
+
+/// Where the dispatcher sends a device's frames: its connection.
+public protocol DeviceLink: Sendable {
+    func send(_ message: DeviceMessage)
+    func close()
+}
+
+struct DeviceKey: Hashable, Sendable {
+    var environment: Environment
+    var deviceID: UInt64
+}
+
+struct RegistrationKey: Hashable, Sendable {
+    var deviceID: UInt64
+    var bundleID: String
+    var environment: Environment
+}
+
+/// One connected device, as the dispatcher sees it.
+public final class DeviceSession: Sendable {
+    let key: DeviceKey
+    let link: any DeviceLink
+    private struct State {
+        /// SHA-1 of enabled bundle ids; nil until the device sends a Filter.
+        var enabled: Set<[UInt8]>?
+        /// Delivered, not yet acknowledged: id to bundle id.
+        var inFlight: [UUID: String] = [:]
+    }
+    private let state = Mutex(State())
+
+    public init(environment: Environment, deviceID: UInt64, link: any DeviceLink) {
+        key = DeviceKey(environment: environment, deviceID: deviceID)
+        self.link = link
+    }
+
+    public var deviceID: UInt64 { key.deviceID }
+    public var environment: Environment { key.environment }
+
+    func setFilter(_ hashes: [[UInt8]]) { state.withLock { $0.enabled = Set(hashes) } }
+
+    func accepts(bundleID: String) -> Bool {
+        guard let enabled = state.withLock({ $0.enabled }) else { return true }
+        return enabled.contains(topicHash(of: bundleID))
+    }
+
+    func track(_ id: UUID, bundleID: String) { state.withLock { $0.inFlight[id] = bundleID } }
+
+    func untrack(_ id: UUID) -> String? { state.withLock { $0.inFlight.removeValue(forKey: id) } }
+
+    func isInFlight(_ id: UUID) -> Bool { state.withLock { $0.inFlight[id] != nil } }
+}
+
+/// The one entry point of every provider interface: it decides, for each
+/// notification, deliver / queue / store / drop / reject, following the
+/// quality-of-service rules of DESIGN.md §6, and leaves a trail in the
+/// delivery log.
+public final class Dispatcher: Sendable {
+    struct Queued: Sendable {
+        var notification: PushNotification
+        var bundleID: String
+    }
+
+    struct Burst {
+        var since: Date
+        var queue: [Queued]
+    }
+
+    struct Window {
+        var start: Date
+        var count: Int
+    }
+
+    struct State {
+        var sessions: [DeviceKey: DeviceSession] = [:]
+        var registrations: [RegistrationKey: AppRegistration] = [:]
+        var bursts: [DeviceKey: Burst] = [:]
+        var silent: [DeviceKey: Window] = [:]
+        var tokenRates: [[UInt8]: Window] = [:]
+    }
+
+    let store: any Store
+    let clock: any WallClock
+    let qos: QoSConfiguration
+    let log: DeliveryLogWriter
+    private let codecs: [Environment: DeviceTokenCodec]
+    private let logger: Logger
+    private let state = Mutex(State())
+    private let pendingWriter: GroupCommit<PendingNotification, PendingNotification?>
+    private let acknowledger: GroupCommit<PendingReference, Bool>
+
+    init(store: any Store, codecs: [Environment: DeviceTokenCodec], clock: any WallClock, qos: QoSConfiguration, log: DeliveryLogWriter, logger: Logger) {
+        self.store = store
+        self.codecs = codecs
+        self.clock = clock
+        self.qos = qos
+        self.log = log
+        self.logger = logger
+        pendingWriter = GroupCommit { try await store.storePending($0) }
+        acknowledger = GroupCommit { try await store.removePending($0) }
+    }
+
+    func codec(_ environment: Environment) -> DeviceTokenCodec { codecs[environment]! }
+
+    // MARK: Accepting notifications
+
+    /// Takes a notification for `environment` from an authenticated
+    /// provider. Returns once the notification is durable when it may be
+    /// stored.
+    public func accept(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity) async -> AcceptResult {
+        let now = clock.now()
+        var events: [DeliveryEvent] = []
+        defer { log.append(events) }
+        func reject(_ reason: Reason, timestamp: Date? = nil) -> AcceptResult {
+            events.append(DeliveryEvent(notificationID: notification.id, kind: .rejected, at: now, detail: reason.rawValue))
+            return .rejected(reason, timestamp: timestamp)
+        }
+
+        guard identity.topics.contains(notification.topic) else { return reject(.topicDisallowed) }
+        guard case .success(let contents) = codec(environment).open(notification.token) else { return reject(.badDeviceToken) }
+        let bundleID = Topic(notification.topic).bundleID
+        guard contents.belongs(to: bundleID) else { return reject(.deviceTokenNotForTopic) }
+        let registrationKey = RegistrationKey(deviceID: contents.deviceID, bundleID: bundleID, environment: environment)
+        let registration: AppRegistration?
+        do {
+            registration = try await self.registration(registrationKey)
+        } catch {
+            logger.error("store failed reading a registration", metadata: ["courier.error": "\(error)"])
+            return reject(.serviceUnavailable)
+        }
+        // A token the device no longer holds (an older generation) is not a device token any more.
+        guard let registration, registration.token == notification.token else { return reject(.badDeviceToken) }
+        guard registration.active else {
+            let removedAt = registration.unregisteredAt ?? now
+            do {
+                try await store.addFeedback(FeedbackEntry(environment: environment, topic: notification.topic, token: notification.token, timestamp: removedAt))
+            } catch {
+                logger.error("store failed adding a feedback entry", metadata: ["courier.error": "\(error)"])
+            }
+            return reject(.unregistered, timestamp: removedAt)
+        }
+        guard takeTokenRate(notification.token, now: now) else { return reject(.tooManyRequests) }
+
+        events.append(DeliveryEvent(notificationID: notification.id, kind: .accepted, at: now))
+        if let expiration = notification.expiration, notification.mayBeStored, expiration <= now {
+            events.append(DeliveryEvent(notificationID: notification.id, kind: .expired, at: now, detail: "expired before it was accepted"))
+            return .accepted
+        }
+        let deviceKey = DeviceKey(environment: environment, deviceID: contents.deviceID)
+        if notification.isSilent, !takeSilentBudget(deviceKey, now: now) {
+            events.append(DeliveryEvent(notificationID: notification.id, kind: .throttled, at: now, detail: "silent budget of \(qos.silentBudgetPerHour) per hour used up"))
+            return .accepted
+        }
+
+        if notification.mayBeStored {
+            let pending = PendingNotification(deviceID: contents.deviceID, bundleID: bundleID, environment: environment, notification: notification, acceptedAt: now)
+            do {
+                if let replaced = try await pendingWriter.submit(pending) {
+                    let old = replaced.notification
+                    let coalesced = old.collapseID != nil && old.collapseID == notification.collapseID
+                    events.append(DeliveryEvent(
+                        notificationID: old.id, kind: coalesced ? .coalesced : .replaced, at: now,
+                        detail: "by \(notification.id.uuidString.lowercased())"))
+                }
+            } catch {
+                logger.error("store failed holding a notification", metadata: ["courier.error": "\(error)"])
+                events.removeLast()
+                return reject(.internalServerError)
+            }
+            events.append(DeliveryEvent(notificationID: notification.id, kind: .stored, at: now))
+        }
+
+        let queued = Queued(notification: notification, bundleID: bundleID)
+        let session = state.withLock { $0.sessions[deviceKey] }
+        guard let session, session.accepts(bundleID: bundleID) else {
+            if !notification.mayBeStored {
+                events.append(DeliveryEvent(notificationID: notification.id, kind: .expired, at: now, detail: "device offline and expiration 0"))
+            }
+            return .accepted
+        }
+        if notification.priority == .immediate {
+            deliver(queued, to: session, now: now, events: &events)
+        } else {
+            enqueueBurst(queued, for: deviceKey, now: now, events: &events)
+        }
+        return .accepted
+    }
+
+    private func registration(_ key: RegistrationKey) async throws -> AppRegistration? {
+        if let cached = state.withLock({ $0.registrations[key] }) { return cached }
+        let loaded = try await store.registration(deviceID: key.deviceID, bundleID: key.bundleID, environment: key.environment)
+        if let loaded { state.withLock { $0.registrations[key] = $0.registrations[key] ?? loaded } }
+        return loaded
+    }
+
+    private func takeTokenRate(_ token: [UInt8], now: Date) -> Bool {
+        state.withLock { state in
+            var window = state.tokenRates[token] ?? Window(start: now, count: 0)
+            if now.timeIntervalSince(window.start) >= qos.tokenRateWindow { window = Window(start: now, count: 0) }
+            guard window.count < qos.tokenRateLimit else { return false }
+            window.count += 1
+            state.tokenRates[token] = window
+            return true
+        }
+    }
+
+    private func takeSilentBudget(_ key: DeviceKey, now: Date) -> Bool {
+        state.withLock { state in
+            var window = state.silent[key] ?? Window(start: now, count: 0)
+            if now.timeIntervalSince(window.start) >= 3600 { window = Window(start: now, count: 0) }
+            guard window.count < qos.silentBudgetPerHour else { return false }
+            window.count += 1
+            state.silent[key] = window
+            return true
+        }
+    }
+
+    private func enqueueBurst(_ queued: Queued, for key: DeviceKey, now: Date, events: inout [DeliveryEvent]) {
+        let coalesced: UUID? = state.withLock { state in
+            var burst = state.bursts[key] ?? Burst(since: now, queue: [])
+            var replaced: UUID?
+            if let collapseID = queued.notification.collapseID,
+                let index = burst.queue.firstIndex(where: { $0.bundleID == queued.bundleID && $0.notification.collapseID == collapseID })
+            {
+                replaced = burst.queue[index].notification.id
+                burst.queue.remove(at: index)
+            }
+            burst.queue.append(queued)
+            state.bursts[key] = burst
+            return replaced
+        }
+        if let coalesced {
+            events.append(DeliveryEvent(notificationID: coalesced, kind: .coalesced, at: now, detail: "by \(queued.notification.id.uuidString.lowercased())"))
+        }
+    }
+
+    private func deliver(_ queued: Queued, to session: DeviceSession, now: Date, events: inout [DeliveryEvent]) {
+        let n = queued.notification
+        session.track(n.id, bundleID: queued.bundleID)
+        let expiration = n.expiration.map { UInt32(clamping: Int64($0.timeIntervalSince1970)) }
+        session.link.send(
+            .notification(
+                DeviceNotification(
+                    token: n.token, payload: n.payload, id: n.id, expiration: expiration, priority: n.priority.rawValue, topic: n.topic,
+                    collapseID: n.collapseID, pushType: n.pushType)))
+        events.append(DeliveryEvent(notificationID: n.id, kind: .delivered, at: now))
+    }
+
+    // MARK: Devices
+
+    /// Issues (or returns again) the token of an app on a device and records
+    /// the registration. Nil when there is no such app.
+    public func register(deviceID: UInt64, generation: UInt32, bundleID: String, environment: Environment) async throws -> [UInt8]? {
+        guard try await store.app(bundleID: bundleID) != nil else { return nil }
+        let token = codec(environment).issue(DeviceTokenContents(deviceID: deviceID, generation: generation, bundleID: bundleID))
+        let key = RegistrationKey(deviceID: deviceID, bundleID: bundleID, environment: environment)
+        let existing = try await registration(key)
+        if let existing, existing.active, existing.token == token { return token }
+        let registration = AppRegistration(deviceID: deviceID, bundleID: bundleID, environment: environment, token: token, registeredAt: clock.now())
+        try await store.register(registration)
+        state.withLock { $0.registrations[key] = registration }
+        return token
+    }
+
+    /// The app was removed from the device. False when it was not registered.
+    public func unregister(deviceID: UInt64, bundleID: String, environment: Environment) async throws -> Bool {
+        let now = clock.now()
+        guard try await store.unregister(deviceID: deviceID, bundleID: bundleID, environment: environment, at: now) else { return false }
+        let key = RegistrationKey(deviceID: deviceID, bundleID: bundleID, environment: environment)
+        let updated = try await store.registration(deviceID: deviceID, bundleID: bundleID, environment: environment)
+        state.withLock { $0.registrations[key] = updated }
+        return true
+    }
+
+    /// Forgets cached registrations of a device (after a generation change).
+    func forgetRegistrations(deviceID: UInt64) {
+        state.withLock { state in state.registrations = state.registrations.filter { $0.key.deviceID != deviceID } }
+    }
+
+    /// A device connected: it replaces an older connection of the same
+    /// device, gets everything held for it, then NoStorage.
+    public func connected(_ session: DeviceSession) async {
+        let previous = state.withLock { state -> DeviceSession? in
+            defer { state.sessions[session.key] = session }
+            return state.sessions[session.key]
+        }
+        if let previous, previous !== session { previous.link.close() }
+        await drain(session)
+    }
+
+    /// Sends a device what is held for it (apps it enabled), then NoStorage.
+    func drain(_ session: DeviceSession) async {
+        let now = clock.now()
+        var events: [DeliveryEvent] = []
+        do {
+            let held = try await store.pending(deviceID: session.deviceID, environment: session.environment)
+            var expired: [PendingReference] = []
+            for pending in held where session.accepts(bundleID: pending.bundleID) && !session.isInFlight(pending.notification.id) {
+                if let expiration = pending.notification.expiration, expiration < now {
+                    expired.append(PendingReference(deviceID: pending.deviceID, bundleID: pending.bundleID, environment: pending.environment, id: pending.notification.id))
+                    events.append(DeliveryEvent(notificationID: pending.notification.id, kind: .expired, at: now))
+                    continue
+                }
+                deliver(Queued(notification: pending.notification, bundleID: pending.bundleID), to: session, now: now, events: &events)
+            }
+            if !expired.isEmpty { _ = try await store.removePending(expired) }
+        } catch {
+            logger.error("store failed reading held notifications", metadata: ["courier.error": "\(error)"])
+        }
+        log.append(events)
+        session.link.send(.noStorage)
+    }
+
+    public func disconnected(_ session: DeviceSession) {
+        let dropped: [Queued] = state.withLock { state in
+            guard state.sessions[session.key] === session else { return [] }
+            state.sessions[session.key] = nil
+            return state.bursts.removeValue(forKey: session.key)?.queue ?? []
+        }
+        // Queued priority-5 notifications that may be stored are held in the
+        // store and go out on the next connection; the others are lost.
+        let now = clock.now()
+        log.append(dropped.filter { !$0.notification.mayBeStored }.map {
+            DeliveryEvent(notificationID: $0.notification.id, kind: .expired, at: now, detail: "device went offline and expiration 0")
+        })
+    }
+
+    /// The device handled a notification: it is no longer held.
+    public func acknowledged(_ id: UUID, by session: DeviceSession) async {
+        guard let bundleID = session.untrack(id) else { return }
+        let reference = PendingReference(deviceID: session.deviceID, bundleID: bundleID, environment: session.environment, id: id)
+        do {
+            _ = try await acknowledger.submit(reference)
+        } catch {
+            logger.error("store failed removing an acknowledged notification", metadata: ["courier.error": "\(error)"])
+        }
+        log.append([DeliveryEvent(notificationID: id, kind: .acknowledged, at: clock.now())])
+    }
+
+    /// The device sent a Filter.
+    public func filter(_ hashes: [[UInt8]], for session: DeviceSession) async {
+        session.setFilter(hashes)
+        await drain(session)
+    }
+
+    public func isOnline(deviceID: UInt64, environment: Environment) -> Bool {
+        state.withLock { $0.sessions[DeviceKey(environment: environment, deviceID: deviceID)] != nil }
+    }
+
+    // MARK: Timers
+
+    /// Runs the timers at the clock's present time: priority-5 bursts whose
+    /// window passed go out, expired and over-retention notifications are
+    /// dropped.
+    public func tick() async {
+        let now = clock.now()
+        var events: [DeliveryEvent] = []
+        let due: [(DeviceSession?, [Queued])] = state.withLock { state in
+            var due: [(DeviceSession?, [Queued])] = []
+            for (key, burst) in state.bursts where now.timeIntervalSince(burst.since) >= qos.burstWindow {
+                due.append((state.sessions[key], burst.queue))
+                state.bursts[key] = nil
+            }
+            return due
+        }
+        for (session, queue) in due {
+            guard let session else { continue }
+            for queued in queue { deliver(queued, to: session, now: now, events: &events) }
+        }
+        do {
+            for pending in try await store.removeExpiredPending(before: now) {
+                events.append(DeliveryEvent(notificationID: pending.notification.id, kind: .expired, at: now))
+            }
+            for pending in try await store.removePending(acceptedBefore: now.addingTimeInterval(-qos.retention)) {
+                events.append(DeliveryEvent(notificationID: pending.notification.id, kind: .expired, at: now, detail: "held longer than the retention limit"))
+            }
+        } catch {
+            logger.error("store failed sweeping held notifications", metadata: ["courier.error": "\(error)"])
+        }
+        log.append(events)
+    }
+
+    /// Writes the delivery log's buffered events.
+    public func flushLog() async {
+        await log.flush()
+    }
+}

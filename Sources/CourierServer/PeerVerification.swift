@@ -1,0 +1,124 @@
+import CourierCore
+import CourierPKI
+import Foundation
+import Logging
+import NIOCore
+import NIOSSL
+import Synchronization
+import X509
+
+/// What the TLS handshake learned about the peer: its certificate as the
+/// store knows it. Filled in by the verification callback, read by the
+/// connection once the handshake is done.
+final class PeerIdentityBox: Sendable {
+    private let value = Mutex<CertificateRecord?>(nil)
+    var record: CertificateRecord? { value.withLock { $0 } }
+    func set(_ record: CertificateRecord) { value.withLock { $0 = record } }
+}
+
+/// Checks client certificates during the TLS handshake: the chain must
+/// lead to Courier's CA (RFC 5280 rules, validity dates), and the
+/// certificate must be one the store knows, of the expected kind and not
+/// revoked. Anything else fails the handshake.
+struct PeerVerifier: Sendable {
+    let authority: Certificate
+    let store: any Store
+    let kind: CertificateKind
+    let logger: Logger
+
+    func verify(_ chain: [NIOSSLCertificate], into box: PeerIdentityBox, promise: EventLoopPromise<NIOSSLVerificationResult>) {
+        let certificates: [Certificate]
+        do {
+            certificates = try chain.map { try Certificate(derEncoded: try $0.toDERBytes()) }
+        } catch {
+            promise.succeed(.failed)
+            return
+        }
+        guard let leaf = certificates.first else {
+            promise.succeed(.failed)
+            return
+        }
+        Task {
+            var verifier = Verifier(rootCertificates: CertificateStore([authority])) { RFC5280Policy() }
+            let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore(certificates.dropFirst()))
+            guard case .validCertificate = result else {
+                logger.info("refused a peer certificate not issued by Courier's CA", metadata: ["courier.subject": "\(leaf.subject)"])
+                promise.succeed(.failed)
+                return
+            }
+            let serial = Hex.encode(leaf.serialNumber.bytes)
+            do {
+                guard let record = try await store.certificate(serial: serial), record.kind == kind, record.revokedAt == nil else {
+                    logger.info("refused an unknown, revoked or wrong-kind certificate", metadata: ["courier.serial": "\(serial)"])
+                    promise.succeed(.failed)
+                    return
+                }
+                box.set(record)
+                promise.succeed(.certificateVerified)
+            } catch {
+                logger.error("store failed during a handshake", metadata: ["courier.error": "\(error)"])
+                promise.succeed(.failed)
+            }
+        }
+    }
+}
+
+/// TLS server settings from the data directory's server certificate and CA.
+struct ServerTLS: Sendable {
+    let context: NIOSSLContext
+    let authority: Certificate
+
+    init(provisioner: Provisioner, sessionTickets: Bool = true) throws {
+        let chain = try NIOSSLCertificate.fromPEMFile(provisioner.serverCertificatePath)
+        let key = try NIOSSLPrivateKey(file: provisioner.serverKeyPath, format: .pem)
+        let ca = try NIOSSLCertificate.fromPEMFile(provisioner.caCertificatePath)
+        var configuration = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+        configuration.minimumTLSVersion = .tlsv12
+        configuration.trustRoots = .certificates(ca)
+        configuration.certificateVerification = .noHostnameVerification
+        context = try NIOSSLContext(configuration: configuration)
+        authority = try provisioner.authority().certificate
+    }
+}
+
+/// The ports listeners actually bound (port 0 picks one), for tests and
+/// for the start-up banner.
+public final class BoundPorts: Sendable {
+    public enum Listener: String, Sendable, Hashable {
+        case device, binary, feedback, http2
+    }
+
+    private struct State {
+        var ports: [String: Int] = [:]
+        var waiters: [String: [CheckedContinuation<Int, Never>]] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    public init() {}
+
+    func set(_ listener: Listener, _ environment: Environment, _ port: Int) {
+        let key = "\(listener.rawValue).\(environment.rawValue)"
+        let waiters = state.withLock { state -> [CheckedContinuation<Int, Never>] in
+            state.ports[key] = port
+            return state.waiters.removeValue(forKey: key) ?? []
+        }
+        for waiter in waiters { waiter.resume(returning: port) }
+    }
+
+    /// The port, once the listener is bound.
+    public func port(_ listener: Listener, _ environment: Environment) async -> Int {
+        let key = "\(listener.rawValue).\(environment.rawValue)"
+        return await withCheckedContinuation { continuation in
+            let ready = state.withLock { state -> Int? in
+                if let port = state.ports[key] { return port }
+                state.waiters[key, default: []].append(continuation)
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+    }
+
+    /// What is bound so far, e.g. "device.production" to 5223.
+    public var all: [String: Int] { state.withLock { $0.ports } }
+}
