@@ -46,6 +46,7 @@ public actor DeviceClient {
     private var connectedWaiters: [CheckedContinuation<Void, any Error>] = []
     private var drainWaiters: [CheckedContinuation<Void, Never>] = []
     private var drained = false
+    private var pingWaiters: [CheckedContinuation<Void, any Error>] = []
     private var requests: [UInt32: CheckedContinuation<DeviceMessage, any Error>] = [:]
     private var nextRequestID: UInt32 = 1
     private var seen = Set<UUID>()
@@ -101,9 +102,34 @@ public actor DeviceClient {
         channel?.close(promise: nil)
     }
 
-    /// Closes the current connection (`run()` reconnects).
+    /// Closes the current connection (`run()` reconnects); waiting for a
+    /// connection or a drain after this waits for the next connection.
     public func dropConnection() {
+        writer = nil
+        drained = false
         channel?.close(promise: nil)
+    }
+
+    /// A KeepAlive round trip: when it returns, the server has handled
+    /// every frame this device sent before it.
+    public func ping() async throws {
+        guard let writer else { throw DeviceClientError.disconnected }
+        try await withCheckedThrowingContinuation { continuation in
+            pingWaiters.append(continuation)
+            Task {
+                do {
+                    try await writer.write(DeviceMessage.keepAlive.frame)
+                } catch {
+                    self.failPings(error)
+                }
+            }
+        }
+    }
+
+    private func failPings(_ error: any Error) {
+        let waiters = pingWaiters
+        pingWaiters = []
+        for waiter in waiters { waiter.resume(throwing: error) }
     }
 
     /// Returns once connected (ConnectAck received).
@@ -205,7 +231,7 @@ public actor DeviceClient {
             drainWaiters = []
             for waiter in waiters { waiter.resume() }
         case .keepAliveAck:
-            break
+            if !pingWaiters.isEmpty { pingWaiters.removeFirst().resume() }
         case .error(let code, let text):
             throw DeviceClientError.protocolError(code: code.rawValue, message: text)
         default:
@@ -227,6 +253,7 @@ public actor DeviceClient {
         let pending = requests
         requests = [:]
         for (_, waiter) in pending { waiter.resume(throwing: DeviceClientError.disconnected) }
+        failPings(DeviceClientError.disconnected)
     }
 
     private func fail(connectedWaiters error: DeviceClientError) {
@@ -285,11 +312,13 @@ public actor DeviceClient {
         try credentials.save()
     }
 
-    /// Tells the server which apps want notifications now.
+    /// Tells the server which apps want notifications now; returns once
+    /// the server has applied it.
     public func setEnabledApps(_ bundleIDs: [String]) async throws {
         guard let writer else { throw DeviceClientError.disconnected }
         let hashes = bundleIDs.map(topicHash(of:))
         try await writer.write(DeviceMessage.filter(enabledTopicHashes: hashes).frame)
+        try await ping()
     }
 
     /// The app handled the notification: the server stops holding it.

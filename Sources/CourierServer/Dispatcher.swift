@@ -82,6 +82,7 @@ public final class Dispatcher: Sendable {
         var bursts: [DeviceKey: Burst] = [:]
         var silent: [DeviceKey: Window] = [:]
         var tokenRates: [[UInt8]: Window] = [:]
+        var offlineWaiters: [DeviceKey: [CheckedContinuation<Void, Never>]] = [:]
     }
 
     let store: any Store
@@ -317,11 +318,12 @@ public final class Dispatcher: Sendable {
     }
 
     public func disconnected(_ session: DeviceSession) {
-        let dropped: [Queued] = state.withLock { state in
-            guard state.sessions[session.key] === session else { return [] }
+        let (dropped, waiters): ([Queued], [CheckedContinuation<Void, Never>]) = state.withLock { state in
+            guard state.sessions[session.key] === session else { return ([], []) }
             state.sessions[session.key] = nil
-            return state.bursts.removeValue(forKey: session.key)?.queue ?? []
+            return (state.bursts.removeValue(forKey: session.key)?.queue ?? [], state.offlineWaiters.removeValue(forKey: session.key) ?? [])
         }
+        for waiter in waiters { waiter.resume() }
         // Queued priority-5 notifications that may be stored are held in the
         // store and go out on the next connection; the others are lost.
         let now = clock.now()
@@ -350,6 +352,19 @@ public final class Dispatcher: Sendable {
 
     public func isOnline(deviceID: UInt64, environment: Environment) -> Bool {
         state.withLock { $0.sessions[DeviceKey(environment: environment, deviceID: deviceID)] != nil }
+    }
+
+    /// Returns once the device has no connection in the environment.
+    public func waitUntilOffline(deviceID: UInt64, environment: Environment) async {
+        let key = DeviceKey(environment: environment, deviceID: deviceID)
+        await withCheckedContinuation { continuation in
+            let online = state.withLock { state -> Bool in
+                guard state.sessions[key] != nil else { return false }
+                state.offlineWaiters[key, default: []].append(continuation)
+                return true
+            }
+            if !online { continuation.resume() }
+        }
     }
 
     // MARK: Timers

@@ -28,7 +28,7 @@ final class TestServer: Sendable {
         configuration.qos = qos
         clock = ManualWallClock(Date())
         var logger = Logger(label: "courier-test")
-        logger.logLevel = .warning
+        logger.logLevel = ProcessInfo.processInfo.environment["COURIER_TEST_LOG"] == nil ? .warning : .debug
         self.logger = logger
         application = try await CourierApplication.build(configuration: configuration, clock: clock, timers: false, logger: logger)
         group = application.serviceGroup(logger: logger, signals: false)
@@ -70,6 +70,12 @@ final class TestServer: Sendable {
     func events(_ id: UUID) async throws -> [DeliveryEvent.Kind] {
         await dispatcher.flushLog()
         return try await application.provisioner.store.deliveryEvents(notificationID: id).map(\.kind)
+    }
+
+    /// Stops a device and waits until the server has seen it go.
+    func disconnect(_ device: TestDevice) async {
+        await device.stop()
+        await dispatcher.waitUntilOffline(deviceID: await device.client.deviceID, environment: device.client.environment)
     }
 
     func stop() async throws {

@@ -8,7 +8,7 @@ import NIOCore
 /// A command-2 frame of exactly 150 bytes: token (32), payload (94),
 /// identifier, expiry and priority.
 func command2Frame() -> ByteBuffer {
-    let payload = Array(#"{"aps":{"alert":"Your order has shipped","badge":1,"sound":"default"},"order":"A-1234567"}"#.utf8)
+    let payload = Array(#"{"aps":{"alert":"Your order has shipped","badge":1,"sound":"default"},"order":"A-12345678901"}"#.utf8)
     precondition(payload.count == 94, "payload is \(payload.count) bytes")
     var buffer = ByteBuffer()
     buffer.writeBinaryNotification(
