@@ -23,8 +23,14 @@ public actor DeviceClient {
         public var maximumBackoff: Double
         /// The name the server certificate must carry.
         public var serverName: String?
+        /// Give up after this many failed attempts in a row (nil: never).
+        public var attempts: Int?
 
-        public init(host: String? = nil, port: Int? = nil, initialBackoff: Double = 0.1, maximumBackoff: Double = 30, serverName: String? = nil) {
+        public init(
+            host: String? = nil, port: Int? = nil, initialBackoff: Double = 0.1, maximumBackoff: Double = 30, serverName: String? = nil,
+            attempts: Int? = nil
+        ) {
+            self.attempts = attempts
             self.host = host
             self.port = port
             self.initialBackoff = initialBackoff
@@ -52,6 +58,7 @@ public actor DeviceClient {
     private var seen = Set<UUID>()
     private var seenOrder: [UUID] = []
     private var stopped = false
+    private var terminalError: DeviceClientError?
     /// Connections made so far (for tests and tools).
     public private(set) var connections = 0
 
@@ -77,7 +84,9 @@ public actor DeviceClient {
     /// Connects and stays connected until stopped.
     public func run() async {
         var backoff = options.initialBackoff
+        var failures = 0
         while !stopped && !Task.isCancelled {
+            let before = connections
             do {
                 try await connectOnce()
                 backoff = options.initialBackoff
@@ -86,7 +95,16 @@ public actor DeviceClient {
                 fail(connectedWaiters: DeviceClientError.refused(why))
             } catch {
                 logger.debug("connection ended", metadata: ["courier.error": "\(error)"])
+                if connections == before {
+                    failures += 1
+                    if let attempts = options.attempts, failures >= attempts {
+                        terminalError = DeviceClientError.unreachable("\(endpoint): \(error)")
+                        fail(connectedWaiters: terminalError!)
+                        stopped = true
+                    }
+                }
             }
+            if connections > before { failures = 0 }
             disconnected()
             if stopped || Task.isCancelled { break }
             try? await Task.sleep(for: .seconds(backoff))
@@ -94,6 +112,7 @@ public actor DeviceClient {
         }
         fail(connectedWaiters: DeviceClientError.stopped)
         notificationSink.finish()
+        stopped = true
     }
 
     /// Ends `run()` and closes the connection.
@@ -135,7 +154,7 @@ public actor DeviceClient {
     /// Returns once connected (ConnectAck received).
     public func waitUntilConnected() async throws {
         if writer != nil { return }
-        if stopped { throw DeviceClientError.stopped }
+        if stopped { throw terminalError ?? DeviceClientError.stopped }
         try await withCheckedThrowingContinuation { connectedWaiters.append($0) }
     }
 
@@ -146,9 +165,13 @@ public actor DeviceClient {
         await withCheckedContinuation { drainWaiters.append($0) }
     }
 
+    private var endpoint: String { "\(host):\(port)" }
+    private var host: String { options.host ?? credentials.file.host }
+    private var port: Int { options.port ?? (environment == .production ? credentials.file.productionPort : credentials.file.sandboxPort) }
+
     private func connectOnce() async throws {
-        let host = options.host ?? credentials.file.host
-        let port = options.port ?? (environment == .production ? credentials.file.productionPort : credentials.file.sandboxPort)
+        let host = self.host
+        let port = self.port
         let tls = self.tls
         let serverName = options.serverName ?? host
         let connection = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)

@@ -67,6 +67,8 @@ public enum DeviceClientError: Error, Sendable, Hashable, CustomStringConvertibl
     /// No connection right now; try again.
     case disconnected
     case stopped
+    /// Could not connect.
+    case unreachable(String)
 
     public var description: String {
         switch self {
@@ -76,6 +78,7 @@ public enum DeviceClientError: Error, Sendable, Hashable, CustomStringConvertibl
         case .unknownApp(let bundleID): "the server has no app \(bundleID)"
         case .disconnected: "not connected"
         case .stopped: "the client was stopped"
+        case .unreachable(let why): "cannot connect to the device gateway \(why)"
         }
     }
 }

@@ -13,6 +13,7 @@ public struct BootstrapReport: Sendable {
     public var demoCertificatePath: String?
     public var demoCertificateKeyPath: String?
     public var demoAuthKeyPath: String?
+    public var demoDeviceDirectory: String?
 
     /// True when this start created the data directory's CA.
     public var isFirstStart: Bool { files.contains { $0.what == "CA certificate" && $0.created } }
@@ -29,6 +30,8 @@ public struct CourierApplication: Sendable {
     public let dispatcher: Dispatcher
     /// The ports the listeners bound.
     public let ports: BoundPorts
+    /// The listeners the services open.
+    public let listeners: [(BoundPorts.Listener, Environment)]
 
     /// Prepares the data directory (creating on first start what a
     /// newcomer needs) and builds the services.
@@ -55,7 +58,8 @@ public struct CourierApplication: Sendable {
                     DeviceGateway(environment: environment, configuration: configuration, tls: tls, dispatcher: dispatcher, ports: ports, logger: logger))
             }
             return CourierApplication(
-                configuration: configuration, provisioner: provisioner, report: report, services: services, dispatcher: dispatcher, ports: ports)
+                configuration: configuration, provisioner: provisioner, report: report, services: services, dispatcher: dispatcher, ports: ports,
+                listeners: Environment.allCases.map { (.device, $0) })
         } catch {
             try? await provisioner.close()
             throw error
@@ -65,9 +69,9 @@ public struct CourierApplication: Sendable {
     /// A service group for the services, with SIGTERM and SIGINT as
     /// graceful shutdown. `onReady` runs once the group is up, its signal
     /// handlers included.
-    public func serviceGroup(logger: Logger, signals: Bool = true, onReady: (@Sendable () -> Void)? = nil) -> ServiceGroup {
+    public func serviceGroup(logger: Logger, signals: Bool = true, onReady: (@Sendable ([String: Int]) -> Void)? = nil) -> ServiceGroup {
         var all = services
-        if let onReady { all.append(ReadinessService(announce: onReady)) }
+        if let onReady { all.append(ReadinessService(ports: ports, listeners: listeners, announce: onReady)) }
         return ServiceGroup(
             configuration: ServiceGroupConfiguration(
                 services: all.map { ServiceGroupConfiguration.ServiceConfiguration(service: $0) },
@@ -127,6 +131,14 @@ public struct CourierApplication: Sendable {
         }
         report.demoCertificatePath = certificatePath
         report.demoCertificateKeyPath = keyPath
+        let deviceDirectory = demoDirectory + "/device"
+        if Files.exists(deviceDirectory + "/identity.json") {
+            report.files.append(ProvisionedFile(what: "demo device identity", path: deviceDirectory, created: false))
+        } else {
+            _ = try await provisioner.issueDeviceIdentity(directory: deviceDirectory)
+            report.files.append(ProvisionedFile(what: "demo device identity", path: deviceDirectory, created: true))
+        }
+        report.demoDeviceDirectory = deviceDirectory
         return report
     }
 }
@@ -144,12 +156,16 @@ struct StoreService: Service {
     }
 }
 
-/// Calls `announce` when the service group has started, then waits.
+/// Calls `announce` with the bound ports once every listener is
+/// listening, then waits.
 struct ReadinessService: Service {
-    let announce: @Sendable () -> Void
+    let ports: BoundPorts
+    let listeners: [(BoundPorts.Listener, Environment)]
+    let announce: @Sendable ([String: Int]) -> Void
 
     func run() async throws {
-        announce()
+        for (listener, environment) in listeners { _ = await ports.port(listener, environment) }
+        announce(ports.all)
         try? await gracefulShutdown()
     }
 }

@@ -31,7 +31,7 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError("\(error)")
         }
         let banner = Self.describe(application)
-        try await application.serviceGroup(logger: logger, onReady: { say(banner) }).run()
+        try await application.serviceGroup(logger: logger, onReady: { ports in say(banner + Self.describe(ports: ports)) }).run()
         say("Courier stopped.\n")
     }
 
@@ -47,7 +47,17 @@ struct Serve: AsyncParsableCommand {
             if let key = report.demoKeyID { text += ", auth key \(key)" }
             text += "\n"
         }
-        text += "Listeners: none in this build yet (the provider APIs and device gateway come next).\n"
+        if let device = report.demoDeviceDirectory, let bundle = report.demoBundleID {
+            text += "Run the demo device:\n  swift run courier device run --identity \(device) --app \(bundle)\n"
+        }
+        return text
+    }
+
+    static func describe(ports: [String: Int]) -> String {
+        var text = "Listening:\n"
+        for (name, port) in ports.sorted(by: { $0.key < $1.key }) {
+            text += "  \(name.padding(toLength: 20, withPad: " ", startingAt: 0)) \(port)\n"
+        }
         text += "Courier is running. Press Ctrl-C to stop.\n"
         return text
     }

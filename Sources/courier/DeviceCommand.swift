@@ -1,0 +1,116 @@
+import ArgumentParser
+import CourierCore
+import CourierDevice
+import CourierWire
+import Dispatch
+import Foundation
+import Logging
+
+struct DeviceCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "device",
+        abstract: "Act as a device: receive notifications for an app, or report an app as removed.",
+        discussion: "Identities come from 'courier pki device-cert --out DIR' (the first 'courier serve' makes one in courier-data/demo/device).",
+        subcommands: [Run.self, Uninstall.self]
+    )
+}
+
+/// Options of both device commands.
+struct DeviceOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("The device identity folder.", valueName: "dir")) var identity: String
+    @Option(help: ArgumentHelp("The app's bundle id.", valueName: "bundle-id")) var app: String
+    @Flag(help: "Use the sandbox device gateway instead of production.") var sandbox = false
+    @Option(help: "The gateway host (default: identity.json's).") var host: String?
+    @Option(help: "The gateway port (default: identity.json's).") var port: Int?
+
+    var environment: Environment { sandbox ? .sandbox : .production }
+
+    func validate() throws {
+        guard Identifiers.isBundleID(app) else { throw ValidationError("'\(app)' is not a bundle id") }
+        if let port, !(1...65_535).contains(port) { throw ValidationError("--port \(port) is not a port") }
+    }
+
+    func client() throws -> DeviceClient {
+        let credentials: DeviceCredentials
+        do {
+            credentials = try DeviceCredentials.load(from: identity)
+        } catch {
+            throw ValidationError("\(error)")
+        }
+        var logger = Logger(label: "courier-device")
+        logger.logLevel = .warning
+        return try DeviceClient(credentials: credentials, environment: environment, options: .init(host: host, port: port, attempts: 3), logger: logger)
+    }
+}
+
+/// Runs `body` with a connected client; SIGINT and SIGTERM stop it.
+func withConnectedDevice(_ options: DeviceOptions, _ body: @escaping @Sendable (DeviceClient) async throws -> Void) async throws {
+    let client = try options.client()
+    let running = Task { await client.run() }
+    signal(SIGINT, SIG_IGN)
+    signal(SIGTERM, SIG_IGN)
+    let sources = [SIGINT, SIGTERM].map { number in
+        let source = DispatchSource.makeSignalSource(signal: number)
+        source.setEventHandler { Task { await client.stop() } }
+        source.resume()
+        return source
+    }
+    defer { sources.forEach { $0.cancel() } }
+    do {
+        try await client.waitUntilConnected()
+        try await body(client)
+    } catch {
+        await client.stop()
+        await running.value
+        throw ValidationError("\(error)")
+    }
+    await client.stop()
+    await running.value
+}
+
+extension DeviceCommand {
+    struct Run: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Connect, print the app's token in hex, then print each notification as one JSON line and acknowledge it.")
+
+        @OptionGroup var options: DeviceOptions
+
+        func run() async throws {
+            let app = options.app
+            try await withConnectedDevice(options) { client in
+                let token = try await client.register(app)
+                say("token \(Hex.encode(token))\n")
+                for await notification in client.notifications {
+                    say(Run.jsonLine(notification) + "\n")
+                    try? await client.acknowledge(notification.id)
+                }
+            }
+        }
+
+        /// `{"id":…,"topic":…,"priority":…,"payload":{…}}`
+        static func jsonLine(_ notification: DeviceNotification) -> String {
+            let payload = String(validating: notification.payload, as: UTF8.self).flatMap { text in
+                (try? JSONSerialization.jsonObject(with: Data(text.utf8))) != nil ? text : nil
+            }
+            let topic = String(decoding: (try? JSONSerialization.data(withJSONObject: [notification.topic])) ?? Data("[\"\"]".utf8), as: UTF8.self)
+                .dropFirst().dropLast()
+            let body = payload ?? "\"\(Data(notification.payload).base64EncodedString())\""
+            return #"{"id":"\#(notification.id.uuidString.lowercased())","topic":\#(topic),"priority":\#(notification.priority),"payload":\#(body)}"#
+        }
+    }
+
+    struct Uninstall: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Report the app as removed from the device: pushes to its token become Unregistered.")
+
+        @OptionGroup var options: DeviceOptions
+
+        func run() async throws {
+            let app = options.app
+            try await withConnectedDevice(options) { client in
+                try await client.unregister(app)
+                say("unregistered \(app)\n")
+            }
+        }
+    }
+}
