@@ -16,6 +16,7 @@ let package = Package(
         .library(name: "CourierSQLite", targets: ["CourierSQLite"]),
         .library(name: "CourierServer", targets: ["CourierServer"]),
         .library(name: "CourierDevice", targets: ["CourierDevice"]),
+        .library(name: "CourierProvider", targets: ["CourierProvider"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -40,6 +41,7 @@ let package = Package(
             dependencies: [
                 "CourierCore",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strict
@@ -80,6 +82,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOExtras", package: "swift-nio-extras"),
+                .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
@@ -100,6 +103,18 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        .target(
+            name: "CourierProvider",
+            dependencies: [
+                "CourierCore",
+                "CourierWire",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
         .executableTarget(
             name: "courier",
             dependencies: [
@@ -108,6 +123,7 @@ let package = Package(
                 "CourierServer",
                 "CourierSQLite",
                 "CourierDevice",
+                "CourierProvider",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -146,6 +162,7 @@ let package = Package(
                 "CourierPKI",
                 "CourierWire",
                 "CourierDevice",
+                "CourierProvider",
                 "CourierTestSupport",
                 "courier",
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

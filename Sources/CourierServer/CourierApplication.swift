@@ -56,10 +56,16 @@ public struct CourierApplication: Sendable {
             for environment in Environment.allCases {
                 services.append(
                     DeviceGateway(environment: environment, configuration: configuration, tls: tls, dispatcher: dispatcher, ports: ports, logger: logger))
+                services.append(
+                    try FeedbackService(environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, ports: ports, logger: logger))
+                services.append(
+                    try BinaryGateway(
+                        environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, ports: ports,
+                        logger: logger))
             }
             return CourierApplication(
                 configuration: configuration, provisioner: provisioner, report: report, services: services, dispatcher: dispatcher, ports: ports,
-                listeners: Environment.allCases.map { (.device, $0) })
+                listeners: Environment.allCases.flatMap { [(.device, $0), (.feedback, $0), (.binary, $0)] })
         } catch {
             try? await provisioner.close()
             throw error

@@ -25,6 +25,9 @@ struct PeerVerifier: Sendable {
     let store: any Store
     let kind: CertificateKind
     let logger: Logger
+    /// For provider certificates: the environment the port serves, which
+    /// the certificate must carry.
+    var environment: Environment? = nil
 
     func verify(_ chain: [NIOSSLCertificate], into box: PeerIdentityBox, promise: EventLoopPromise<NIOSSLVerificationResult>) {
         let certificates: [Certificate]
@@ -53,6 +56,11 @@ struct PeerVerifier: Sendable {
                     promise.succeed(.failed)
                     return
                 }
+                if let environment, !record.environments.contains(environment) {
+                    logger.info("refused a certificate without this environment", metadata: ["courier.serial": "\(serial)"])
+                    promise.succeed(.failed)
+                    return
+                }
                 box.set(record)
                 promise.succeed(.certificateVerified)
             } catch {
@@ -68,16 +76,23 @@ struct ServerTLS: Sendable {
     let context: NIOSSLContext
     let authority: Certificate
 
-    init(provisioner: Provisioner, sessionTickets: Bool = true) throws {
+    init(provisioner: Provisioner) throws {
+        context = try Self.context(provisioner: provisioner)
+        authority = try provisioner.authority().certificate
+    }
+
+    /// A server context that asks for a client certificate from the CA.
+    static func context(provisioner: Provisioner, maximumVersion: TLSVersion? = nil, alpn: [String] = []) throws -> NIOSSLContext {
         let chain = try NIOSSLCertificate.fromPEMFile(provisioner.serverCertificatePath)
         let key = try NIOSSLPrivateKey(file: provisioner.serverKeyPath, format: .pem)
         let ca = try NIOSSLCertificate.fromPEMFile(provisioner.caCertificatePath)
         var configuration = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
         configuration.minimumTLSVersion = .tlsv12
+        configuration.maximumTLSVersion = maximumVersion
         configuration.trustRoots = .certificates(ca)
         configuration.certificateVerification = .noHostnameVerification
-        context = try NIOSSLContext(configuration: configuration)
-        authority = try provisioner.authority().certificate
+        configuration.applicationProtocols = alpn
+        return try NIOSSLContext(configuration: configuration)
     }
 }
 

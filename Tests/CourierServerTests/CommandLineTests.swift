@@ -88,18 +88,25 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
     @Test func serveStartsPrintsItsFilesAndStopsOnSIGTERMAndSIGINT() throws {
         let directory = try temporaryDirectory()
         let data = directory + "/data"
-        let first = try RunningProgram(courier, ["serve", "--data", data])
+        let config = directory + "/courier.json"
+        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0}"#
+        try #"{"network": {"production": \#(zero), "sandbox": \#(zero), "adminPort": 0}}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        let first = try RunningProgram(courier, ["serve", "--data", data, "--config", config])
         #expect(first.waitForLine(containing: "Courier is running") != nil, "\(first.output)")
         let output = first.output.joined(separator: "\n")
         #expect(output.contains("First start"))
         #expect(output.contains("created  \(data)/pki/ca.pem"))
         #expect(output.contains("created  \(data)/demo/com.example.demo.pem"))
         #expect(output.contains("Demo: team DEMOTEAM01, app com.example.demo, auth key "))
+        #expect(output.contains("courier device run --identity \(data)/demo/device --app com.example.demo"))
+        for listener in ["device.production", "device.sandbox", "binary.production", "binary.sandbox", "feedback.production", "feedback.sandbox"] {
+            #expect(output.contains("  \(listener) "), "\(listener) is listening")
+        }
         first.signal(SIGTERM)
         #expect(first.waitForExit() == 0)
         #expect(first.output.last == "Courier stopped.")
 
-        let second = try RunningProgram(courier, ["serve", "--data", data])
+        let second = try RunningProgram(courier, ["serve", "--data", data, "--config", config])
         #expect(second.waitForLine(containing: "Courier is running") != nil, "\(second.output)")
         let again = second.output.joined(separator: "\n")
         #expect(again.contains("Reusing the existing data directory."))

@@ -5,11 +5,11 @@ import CourierWire
 import Crypto
 import NIOCore
 
-/// A command-2 frame of exactly 150 bytes: token (32), payload (94),
+/// A command-2 frame of exactly 150 bytes: token (32), payload (89),
 /// identifier, expiry and priority.
 func command2Frame() -> ByteBuffer {
-    let payload = Array(#"{"aps":{"alert":"Your order has shipped","badge":1,"sound":"default"},"order":"A-12345678901"}"#.utf8)
-    precondition(payload.count == 94, "payload is \(payload.count) bytes")
+    let payload = Array(#"{"aps":{"alert":"Your order has shipped","badge":1,"sound":"default"},"order":"A-123456"}"#.utf8)
+    precondition(payload.count == 89, "payload is \(payload.count) bytes")
     var buffer = ByteBuffer()
     buffer.writeBinaryNotification(
         token: (0..<32).map { UInt8($0) }, payload: payload, identifier: 1, expiry: 1_900_000_000, priority: 10)

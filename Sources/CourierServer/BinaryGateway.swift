@@ -1,0 +1,181 @@
+import CourierCore
+import CourierPKI
+import CourierWire
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+import ServiceLifecycle
+import Synchronization
+
+/// The state of one binary connection that graceful shutdown needs.
+final class BinaryConnectionState: Sendable {
+    private let state = Mutex<(lastAccepted: UInt32, answered: Bool)>((0, false))
+
+    var lastAccepted: UInt32 { state.withLock { $0.lastAccepted } }
+
+    /// An error packet or status 10 was sent: nothing more is processed.
+    var isAnswered: Bool { state.withLock { $0.answered } }
+
+    func accepted(_ identifier: UInt32) { state.withLock { $0.lastAccepted = identifier } }
+
+    /// True the first time: only one error packet per connection.
+    func answer() -> Bool {
+        state.withLock { state in
+            defer { state.answered = true }
+            return !state.answered
+        }
+    }
+}
+
+/// The legacy binary provider API of one environment (seeds 000–002,
+/// DESIGN.md §5): TLS with the provider's certificate, commands 0, 1 and 2
+/// processed strictly in order, the error-response packet for the first
+/// bad notification, status 10 on graceful shutdown.
+final class BinaryGateway: Service {
+    let environment: Environment
+    let configuration: CourierConfiguration
+    let context: NIOSSLContext
+    let authority: ServerTLS
+    let dispatcher: Dispatcher
+    let ports: BoundPorts
+    let logger: Logger
+    /// How long to keep reading (and discarding) after an error packet, so
+    /// that closing is not a TCP reset that destroys the packet.
+    let linger: TimeAmount = .milliseconds(250)
+    private let open = Mutex<[ObjectIdentifier: (any Channel, BinaryConnectionState)]>([:])
+
+    init(environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher, ports: BoundPorts, logger: Logger) throws {
+        self.environment = environment
+        self.configuration = configuration
+        self.authority = tls
+        // TLS 1.2 at most, as Apple's gateway spoke: TLS 1.3 session tickets
+        // arrive after the handshake, and old clients take them for an error response.
+        context = try ServerTLS.context(provisioner: provisioner, maximumVersion: .tlsv12)
+        self.dispatcher = dispatcher
+        self.ports = ports
+        var logger = logger
+        logger[metadataKey: "courier.listener"] = "binary.\(environment.rawValue)"
+        self.logger = logger
+    }
+
+    func run() async throws {
+        let verifier = PeerVerifier(authority: authority.authority, store: dispatcher.store, kind: .provider, logger: logger, environment: environment)
+        let context = self.context
+        let limits = BinaryDecoderLimits(
+            tokenLength: configuration.limits.tokenLength, legacyPayload: configuration.limits.payload.binaryLegacy,
+            command2Payload: configuration.limits.payload.binaryCommand2)
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelOption(.backlog, value: 256)
+            .bind(host: configuration.network.host, port: configuration.network.ports(environment).binary) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let box = PeerIdentityBox()
+                    let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
+                    try channel.pipeline.syncOperations.addHandlers([
+                        NIOSSLServerHandler(context: context) { chain, promise in verifier.verify(chain, into: box, promise: promise) },
+                        handshake,
+                        ByteToMessageHandler(BinaryProviderDecoder(limits: limits)),
+                    ])
+                    return (try NIOAsyncChannel<BinaryProviderInbound, ByteBuffer>(wrappingChannelSynchronously: channel), box, handshake.promise.futureResult)
+                }
+            }
+        ports.set(.binary, environment, server.channel.localAddress?.port ?? 0)
+        logger.info("listening", metadata: ["courier.port": "\(server.channel.localAddress?.port ?? 0)"])
+        try await withGracefulShutdownHandler {
+            try await server.executeThenClose { inbound in
+                try await withThrowingDiscardingTaskGroup { group in
+                    for try await (connection, box, handshake) in inbound {
+                        group.addTask { await self.serve(connection, peer: box, handshake: handshake) }
+                    }
+                }
+            }
+        } onGracefulShutdown: {
+            server.channel.close(promise: nil)
+            // Each open connection learns the last notification accepted: status 10.
+            for (channel, state) in self.open.withLock({ Array($0.values) }) where state.answer() {
+                var packet = channel.allocator.buffer(capacity: BinaryErrorResponse.length)
+                BinaryErrorResponse(status: .shutdown, identifier: state.lastAccepted).write(to: &packet)
+                channel.writeAndFlush(packet).whenComplete { _ in self.linger(channel) }
+            }
+        }
+    }
+
+    private func linger(_ channel: any Channel) {
+        channel.eventLoop.scheduleTask(in: linger) { channel.close(promise: nil) }
+    }
+
+    private func serve(_ connection: NIOAsyncChannel<BinaryProviderInbound, ByteBuffer>, peer: PeerIdentityBox, handshake: EventLoopFuture<Void>) async {
+        let channel = connection.channel
+        let key = ObjectIdentifier(channel)
+        let state = BinaryConnectionState()
+        open.withLock { $0[key] = (channel, state) }
+        defer { _ = open.withLock { $0.removeValue(forKey: key) } }
+        do {
+            try await connection.executeThenClose { inbound, outbound in
+                try await handshake.get()
+                guard let record = peer.record else { return }
+                let (identity, info) = try ProviderIdentity.certificate(record)
+                guard let topic = info.bundleID ?? info.topics.first?.description else { return }
+                var failed = false
+                for try await message in inbound {
+                    // After the first bad notification (or status 10) everything is discarded.
+                    if failed || state.isAnswered { continue }
+                    switch message {
+                    case .failure(let failure):
+                        failed = true
+                        logger.info("malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"])
+                        try await finish(failure.answers ? failure.status : nil, failure.identifier, state: state, outbound: outbound, channel: channel)
+                    case .notification(let frame):
+                        if let status = await accept(frame, topic: topic, identity: identity) {
+                            failed = true
+                            logger.info("refused notification", metadata: ["courier.status": "\(status)", "courier.identifier": "\(frame.identifier)"])
+                            try await finish(status, frame.identifier, state: state, outbound: outbound, channel: channel, answers: frame.command != 0)
+                        } else {
+                            state.accepted(frame.identifier)
+                        }
+                    }
+                }
+            }
+        } catch {
+            logger.debug("binary connection ended", metadata: ["courier.error": "\(error)"])
+        }
+    }
+
+    /// Writes the error packet (if the command has one), then reads and
+    /// discards for a moment and closes.
+    private func finish(
+        _ status: BinaryStatus?, _ identifier: UInt32, state: BinaryConnectionState, outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>,
+        channel: any Channel, answers: Bool = true
+    ) async throws {
+        if let status, answers, state.answer() {
+            var packet = channel.allocator.buffer(capacity: BinaryErrorResponse.length)
+            BinaryErrorResponse(status: status, identifier: identifier).write(to: &packet)
+            try await outbound.write(packet)
+            linger(channel)
+        } else {
+            channel.close(promise: nil)
+        }
+    }
+
+    /// Hands one notification to the dispatcher; the status to answer, or
+    /// nil when it was accepted.
+    private func accept(_ frame: BinaryNotificationFrame, topic: String, identity: ProviderIdentity) async -> BinaryStatus? {
+        let channel: PayloadChannel = frame.command == 2 ? .binaryCommand2 : .binaryLegacy
+        let summary: PayloadSummary
+        switch PayloadRules.check(frame.payload.readableBytesView, priority: frame.priority, channel: channel, limits: configuration.limits.payload) {
+        case .failure(let error): return error.binaryStatus
+        case .success(let result): summary = result
+        }
+        let priority = frame.priority.flatMap(Priority.init(rawValue:)) ?? (summary.isSilent ? .conservePower : .immediate)
+        let expiration = frame.expiry.map { Date(timeIntervalSince1970: TimeInterval($0)) }
+        let notification = PushNotification(
+            id: UUID(), token: Array(frame.token.readableBytesView), topic: topic, payload: Array(frame.payload.readableBytesView),
+            expiration: expiration, priority: priority, isSilent: summary.isSilent)
+        switch await dispatcher.accept(notification, environment: environment, from: identity) {
+        case .accepted: return nil
+        case .rejected(let reason, _): return reason.binaryStatus
+        }
+    }
+}

@@ -1,0 +1,88 @@
+import CourierCore
+import CourierPKI
+import CourierWire
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+import NIOTLS
+import ServiceLifecycle
+
+/// The feedback service of one environment: on connect it streams the
+/// (timestamp, token) tuples of the certificate's topics, then closes. An
+/// entry is removed only after it was written.
+final class FeedbackService: Service {
+    let environment: Environment
+    let configuration: CourierConfiguration
+    let context: NIOSSLContext
+    let authority: ServerTLS
+    let store: any Store
+    let ports: BoundPorts
+    let logger: Logger
+
+    init(environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, ports: BoundPorts, logger: Logger) throws {
+        self.environment = environment
+        self.configuration = configuration
+        self.authority = tls
+        context = try ServerTLS.context(provisioner: provisioner, maximumVersion: .tlsv12)
+        store = provisioner.store
+        self.ports = ports
+        var logger = logger
+        logger[metadataKey: "courier.listener"] = "feedback.\(environment.rawValue)"
+        self.logger = logger
+    }
+
+    func run() async throws {
+        let verifier = PeerVerifier(authority: authority.authority, store: store, kind: .provider, logger: logger, environment: environment)
+        let context = self.context
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .bind(host: configuration.network.host, port: configuration.network.ports(environment).feedback) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let box = PeerIdentityBox()
+                    let ssl = NIOSSLServerHandler(context: context) { chain, promise in verifier.verify(chain, into: box, promise: promise) }
+                    let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
+                    try channel.pipeline.syncOperations.addHandlers([ssl, handshake])
+                    return (try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel), box, handshake.promise.futureResult)
+                }
+            }
+        ports.set(.feedback, environment, server.channel.localAddress?.port ?? 0)
+        try await withGracefulShutdownHandler {
+            try await server.executeThenClose { inbound in
+                try await withThrowingDiscardingTaskGroup { group in
+                    for try await (connection, box, handshake) in inbound {
+                        group.addTask { await self.serve(connection, peer: box, handshake: handshake) }
+                    }
+                }
+            }
+        } onGracefulShutdown: {
+            server.channel.close(promise: nil)
+        }
+    }
+
+    private func serve(_ connection: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerIdentityBox, handshake: EventLoopFuture<Void>) async {
+        do {
+            try await connection.executeThenClose { _, outbound in
+                // Transmission begins as soon as the handshake is done; no command is needed.
+                try await handshake.get()
+                guard let record = peer.record else { return }
+                let (_, info) = try ProviderIdentity.certificate(record)
+                for topic in info.topics.map(\.description) {
+                    let entries = try await store.feedback(environment: environment, topic: topic)
+                    guard !entries.isEmpty else { continue }
+                    var buffer = connection.channel.allocator.buffer(capacity: entries.count * (6 + configuration.limits.tokenLength))
+                    for entry in entries {
+                        FeedbackTuple(timestamp: UInt32(clamping: Int64(entry.timestamp.timeIntervalSince1970)), token: entry.token).write(to: &buffer)
+                    }
+                    try await outbound.write(buffer)
+                    try await store.removeFeedback(entries)
+                    logger.info("feedback sent", metadata: ["courier.topic": "\(topic)", "courier.entries": "\(entries.count)"])
+                }
+            }
+        } catch {
+            logger.debug("feedback connection ended", metadata: ["courier.error": "\(error)"])
+        }
+    }
+}
+
