@@ -1,0 +1,125 @@
+import CourierCore
+import CourierDevice
+import CourierPKI
+import CourierServer
+import CourierWire
+import Foundation
+import Logging
+import NIOCore
+import NIOEmbedded
+import NIOPosix
+import NIOSSL
+import Testing
+
+@Suite(.timeLimit(.minutes(2))) struct DeviceGatewayTests {
+    func client(_ server: TestServer, directory: String) async throws -> DeviceClient {
+        let port = await server.devicePort()
+        return try DeviceClient(
+            credentials: try DeviceCredentials.load(from: directory), environment: .production,
+            options: .init(host: "127.0.0.1", port: port, serverName: "localhost", attempts: 1), logger: server.logger)
+    }
+
+    @Test func revokedAndUnknownDeviceCertificatesFailTheHandshake() async throws {
+        let server = try await TestServer()
+        // Revoked.
+        let path = server.directory + "/revoked-device"
+        let (device, _) = try await server.application.provisioner.issueDeviceIdentity(directory: path)
+        let record = try #require(try await server.application.provisioner.store.device(id: device.id))
+        try await server.application.provisioner.revokeCertificate(serial: record.certificateSerial)
+        let revoked = try await client(server, directory: path)
+        let running = Task { await revoked.run() }
+        await #expect(throws: DeviceClientError.self) { try await revoked.waitUntilConnected() }
+        await running.value
+
+        // Issued by another CA (same device id layout, unknown to this server).
+        let stranger = server.directory + "/stranger"
+        let other = try await TestServer()
+        _ = try await other.application.provisioner.issueDeviceIdentity(directory: stranger)
+        try FileManager.default.removeItem(atPath: stranger + "/ca.pem")
+        try FileManager.default.copyItem(atPath: server.directory + "/pki/ca.pem", toPath: stranger + "/ca.pem")
+        let unknown = try await client(server, directory: stranger)
+        let runningUnknown = Task { await unknown.run() }
+        await #expect(throws: DeviceClientError.self) { try await unknown.waitUntilConnected() }
+        await runningUnknown.value
+        try await other.stop()
+        try await server.stop()
+    }
+
+    @Test func aResetDeviceGetsNewTokensAndOldOnesAreRefused() async throws {
+        let server = try await TestServer()
+        let device = try await server.device()
+        let old = try await device.client.register("com.example.demo")
+        await server.disconnect(device)
+        // A reset: the generation goes up, the device forgets its tokens.
+        var credentials = try DeviceCredentials.load(from: device.directory)
+        credentials.file.generation += 1
+        credentials.file.tokens = [:]
+        try credentials.save()
+        let reset = try await server.device(directory: device.directory)
+        let new = try await reset.client.register("com.example.demo")
+        #expect(new != old)
+        #expect(await server.push(old).1 == .rejected(.badDeviceToken))
+        let (id, result) = await server.push(new)
+        #expect(result == .accepted)
+        #expect(await reset.next()?.id == id)
+        await server.disconnect(reset)
+        try await server.stop()
+    }
+
+    @Test func protocolErrorsAreAnsweredWithAnErrorFrame() async throws {
+        let server = try await TestServer()
+        let path = server.directory + "/raw-device"
+        _ = try await server.application.provisioner.issueDeviceIdentity(directory: path)
+        let port = await server.devicePort()
+        // A raw TLS connection that sends Ack before Connect.
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        configuration.trustRoots = .file(path + "/ca.pem")
+        configuration.certificateChain = try NIOSSLCertificate.fromPEMFile(path + "/cert.pem").map { .certificate($0) }
+        configuration.privateKey = .privateKey(try NIOSSLPrivateKey(file: path + "/key.pem", format: .pem))
+        let context = try NIOSSLContext(configuration: configuration)
+        let connection = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .connect(host: "127.0.0.1", port: port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandlers([
+                        try NIOSSLClientHandler(context: context, serverHostname: "localhost"),
+                        ByteToMessageHandler(DeviceFrameDecoder()),
+                        MessageToByteHandler(DeviceFrameEncoder()),
+                    ])
+                    return try NIOAsyncChannel<DeviceFrame, DeviceFrame>(wrappingChannelSynchronously: channel)
+                }
+            }
+        let answers = try await connection.executeThenClose { inbound, outbound in
+            try await outbound.write(DeviceMessage.ack(id: UUID(), status: 0).frame)
+            var messages: [DeviceMessage] = []
+            do {
+                for try await frame in inbound { messages.append(try DeviceMessage(frame: frame)) }
+            } catch {
+                // The server closed after its answer.
+            }
+            return messages
+        }
+        #expect(answers.count == 1)
+        guard case .error(let code, _) = answers.first else {
+            Issue.record("expected an Error frame, got \(answers)")
+            return
+        }
+        #expect(code == .notConnected)
+        try await server.stop()
+    }
+
+    @Test func aSilentConnectionIsClosedAfterTwoKeepaliveIntervals() throws {
+        // The pipeline piece that detects dead devices, on an embedded loop whose time the test moves.
+        let loop = EmbeddedEventLoop()
+        let channel = EmbeddedChannel(loop: loop)
+        try channel.pipeline.syncOperations.addHandler(ReadTimeoutCloser(timeout: .seconds(120)))
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        loop.advanceTime(by: .seconds(119))
+        #expect(channel.isActive)
+        try channel.writeInbound(ByteBuffer(bytes: [0x0C, 0, 0, 0, 0]))  // a KeepAlive frame counts as life
+        _ = try channel.readInbound(as: ByteBuffer.self)
+        loop.advanceTime(by: .seconds(119))
+        #expect(channel.isActive, "119 s after the keepalive")
+        loop.advanceTime(by: .seconds(1))
+        #expect(!channel.isActive, "120 s of silence")
+    }
+}
