@@ -20,7 +20,7 @@ func command2Frame() -> ByteBuffer {
 let benchmarks: @Sendable () -> Void = {
     Benchmark.defaultConfiguration = .init(
         metrics: [.wallClock, .cpuTotal, .mallocCountTotal, .throughput],
-        warmupIterations: 1_000,
+        warmupIterations: 1,
         scalingFactor: .mega,
         maxDuration: .seconds(5),
         maxIterations: 10
