@@ -15,6 +15,7 @@ let package = Package(
         .package(url: "https://github.com/ordo-one/benchmark.git", from: "1.38.1", traits: ["MallocInterposer"]),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-crypto.git", "4.0.0"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
     ],
     targets: [
         .executableTarget(
@@ -29,6 +30,18 @@ let package = Package(
             ],
             path: "Benchmarks/CourierBenchmarks",
             plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
-        )
+        ),
+        // The load generator: many devices and a provider against a running `courier serve`.
+        .executableTarget(
+            name: "courier-load",
+            dependencies: [
+                .product(name: "CourierCore", package: courierPackage),
+                .product(name: "CourierServer", package: courierPackage),
+                .product(name: "CourierDevice", package: courierPackage),
+                .product(name: "CourierProvider", package: courierPackage),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "LoadGenerator"
+        ),
     ]
 )

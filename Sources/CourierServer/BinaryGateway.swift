@@ -83,22 +83,15 @@ final class BinaryGateway: Service {
             }
         ports.set(.binary, environment, server.channel.localAddress?.port ?? 0)
         logger.info("listening", metadata: ["courier.port": "\(server.channel.localAddress?.port ?? 0)"])
-        try await withGracefulShutdownHandler {
-            try await server.executeThenClose { inbound in
-                try await withThrowingDiscardingTaskGroup { group in
-                    for try await (connection, box, handshake) in inbound {
-                        group.addTask { await self.serve(connection, peer: box, handshake: handshake) }
-                    }
-                }
-            }
-        } onGracefulShutdown: {
-            server.channel.close(promise: nil)
+        try await acceptConnections(on: server) {
             // Each open connection learns the last notification accepted: status 10.
             for (channel, state) in self.open.withLock({ Array($0.values) }) where state.answer() {
                 var packet = channel.allocator.buffer(capacity: BinaryErrorResponse.length)
                 BinaryErrorResponse(status: .shutdown, identifier: state.lastAccepted).write(to: &packet)
                 channel.writeAndFlush(packet).whenComplete { _ in self.linger(channel) }
             }
+        } serve: { connection, box, handshake in
+            await self.serve(connection, peer: box, handshake: handshake)
         }
     }
 

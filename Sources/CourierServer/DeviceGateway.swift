@@ -140,18 +140,10 @@ final class DeviceGateway: Service {
             }
         ports.set(.device, environment, server.channel.localAddress?.port ?? 0)
         logger.info("listening", metadata: ["courier.port": "\(server.channel.localAddress?.port ?? 0)"])
-        try await withGracefulShutdownHandler {
-            try await server.executeThenClose { inbound in
-                try await withThrowingDiscardingTaskGroup { group in
-                    for try await (connection, box) in inbound {
-                        group.addTask { await self.serve(connection, peer: box) }
-                    }
-                }
-            }
-        } onGracefulShutdown: {
-            server.channel.close(promise: nil)
-            let channels = self.open.withLock { Array($0.values) }
-            for channel in channels { channel.close(promise: nil) }
+        try await acceptConnections(on: server) {
+            for channel in self.open.withLock({ Array($0.values) }) { channel.close(promise: nil) }
+        } serve: { connection, box in
+            await self.serve(connection, peer: box)
         }
     }
 

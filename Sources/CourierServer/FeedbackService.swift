@@ -48,16 +48,8 @@ final class FeedbackService: Service {
                 }
             }
         ports.set(.feedback, environment, server.channel.localAddress?.port ?? 0)
-        try await withGracefulShutdownHandler {
-            try await server.executeThenClose { inbound in
-                try await withThrowingDiscardingTaskGroup { group in
-                    for try await (connection, box, handshake) in inbound {
-                        group.addTask { await self.serve(connection, peer: box, handshake: handshake) }
-                    }
-                }
-            }
-        } onGracefulShutdown: {
-            server.channel.close(promise: nil)
+        try await acceptConnections(on: server) { connection, box, handshake in
+            await self.serve(connection, peer: box, handshake: handshake)
         }
     }
 
