@@ -109,14 +109,14 @@ let sampleID = UUID(uuidString: "123E4567-E89B-12D3-A456-426655440000")!
     @Test func framingRowsAreAllCovered() {
         let rows = documentRows(under: "## Framing", in: "docs/device-protocol.md")
         #expect(rows.map { $0[0] } == [
-            "`length` greater than the receiver's maximum frame length (default 16,384 bytes, `device.maxFrameLength`)",
+            "`length` greater than the receiver's maximum frame length (default 16,384 bytes, `limits.deviceMaxFrameLength`)",
             "fewer bytes than the header or `length` announce",
             "an item header or value runs past the end of the frame",
             "an item id the command does not define",
             "an item that is not repeatable appears twice",
             "a required item is missing",
             "an item value of the wrong size or an invalid value (bad UTF-8, zero-length where a value is required)",
-            "a command byte this page does not define",
+            "a command byte this page does not define, or a server-to-device command sent by a device",
             "a device command other than Connect before Connect was accepted, or Connect twice",
         ])
     }
