@@ -188,12 +188,12 @@ struct LoadGenerator {
             report("saturation (in-memory path)", sent: total, seconds: seconds)
         }
 
-        // 4. The durable path: devices offline, one stored notification each (pushed twice: the second replaces).
+        // 4. The durable path: devices offline, one stored notification each.
         for client in clients { await client.dropConnectionAndStop() }
         for runner in runners { await runner.value }
         let expiry = UInt32(Date().timeIntervalSince1970 + 3600)
         do {
-            let total = tokens.count * 2
+            let total = tokens.count
             let start = Date()
             for index in 0..<total {
                 try await provider.send(token: tokens[index % tokens.count], payload: payload(), expiry: expiry, priority: 10)
