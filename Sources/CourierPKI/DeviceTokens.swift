@@ -90,8 +90,16 @@ public struct DeviceTokenCodec: Sendable {
     /// Opens a token; fails when it is not this environment's or was altered.
     public func open(_ token: some Collection<UInt8>) -> Result<DeviceTokenContents, DeviceTokenError> {
         guard token.count == length else { return .failure(.badLength(token.count)) }
+        if let opened = token.withContiguousStorageIfAvailable({ open(UnsafeRawBufferPointer($0)) }) { return opened }
+        return Array(token).withUnsafeBytes { open($0) }
+    }
+
+    /// Opens a token held in contiguous memory (the hot path: no copies
+    /// through generic collections).
+    public func open(_ token: UnsafeRawBufferPointer) -> Result<DeviceTokenContents, DeviceTokenError> {
+        guard token.count == length else { return .failure(.badLength(token.count)) }
         return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: length) { block in
-            _ = block.initialize(from: token)
+            UnsafeMutableRawBufferPointer(block).copyMemory(from: token)
             decipher(block)
             var zeroCheck: UInt8 = 0
             for index in Self.dataLength..<length { zeroCheck |= block[index] }
@@ -130,8 +138,14 @@ public struct DeviceTokenCodec: Sendable {
     /// output is stretched in counter mode.
     private func mix(into target: UnsafeMutableBufferPointer<UInt8>, from source: UnsafeMutableBufferPointer<UInt8>, key: SymmetricKey) {
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 16) { state in
-            state.initialize(repeating: 0)
-            var offset = 0
+            if source.count == 16 {
+                // One block: the AES input is the source itself.
+                UnsafeMutableRawBufferPointer(state).copyMemory(from: UnsafeRawBufferPointer(source))
+                Self.aes(state, key)
+            } else {
+                state.initialize(repeating: 0)
+            }
+            var offset = source.count == 16 ? 16 : 0
             while offset < source.count {
                 let end = min(offset + 16, source.count)
                 for index in offset..<end { state[index - offset] ^= source[index] }
@@ -139,7 +153,14 @@ public struct DeviceTokenCodec: Sendable {
                 offset = end
             }
             if target.count == 16 {
-                for index in 0..<16 { target[index] ^= state[index] }
+                let raw = UnsafeMutableRawBufferPointer(target)
+                let mask = UnsafeRawBufferPointer(state)
+                for word in 0..<2 {
+                    let offset = word * 8
+                    raw.storeBytes(
+                        of: raw.loadUnaligned(fromByteOffset: offset, as: UInt64.self) ^ mask.loadUnaligned(fromByteOffset: offset, as: UInt64.self),
+                        toByteOffset: offset, as: UInt64.self)
+                }
                 return
             }
             withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 16) { stream in

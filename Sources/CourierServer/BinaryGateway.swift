@@ -111,24 +111,44 @@ final class BinaryGateway: Service {
                 guard let record = peer.record else { return }
                 let (identity, info) = try ProviderIdentity.certificate(record)
                 guard let topic = info.bundleID ?? info.topics.first?.description else { return }
-                var failed = false
-                for try await message in inbound {
-                    // After the first bad notification (or status 10) everything is discarded.
-                    if failed || state.isAnswered { continue }
-                    switch message {
-                    case .failure(let failure):
-                        failed = true
-                        logger.info("malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"])
-                        try await finish(failure.answers ? failure.status : nil, failure.identifier, state: state, outbound: outbound, channel: channel)
-                    case .notification(let frame):
-                        if let status = await accept(frame, topic: topic, identity: identity) {
-                            failed = true
-                            logger.info("refused notification", metadata: ["courier.status": "\(status)", "courier.identifier": "\(frame.identifier)"])
-                            try await finish(status, frame.identifier, state: state, outbound: outbound, channel: channel, answers: frame.command != 0)
-                        } else {
-                            state.accepted(frame.identifier)
+                // Notifications are admitted strictly in order; their commits to the
+                // store run behind (group commit), and one counts as accepted (for
+                // status 10) once it is durable.
+                let (commits, commitSink) = AsyncStream.makeStream(of: (UInt32, Pending<Void>?).self)
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        for await (identifier, durable) in commits {
+                            do {
+                                try await durable?.value
+                                state.accepted(identifier)
+                            } catch {
+                                try await self.finish(.processingError, identifier, state: state, outbound: outbound, channel: channel)
+                                return
+                            }
                         }
                     }
+                    var failed = false
+                    for try await message in inbound {
+                        // After the first bad notification (or status 10) everything is discarded.
+                        if failed || state.isAnswered { continue }
+                        switch message {
+                        case .failure(let failure):
+                            failed = true
+                            logger.info("malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"])
+                            try await finish(failure.answers ? failure.status : nil, failure.identifier, state: state, outbound: outbound, channel: channel)
+                        case .notification(let frame):
+                            switch await admit(frame, topic: topic, identity: identity) {
+                            case .success(let durable):
+                                commitSink.yield((frame.identifier, durable))
+                            case .failure(let refusal):
+                                failed = true
+                                logger.info("refused notification", metadata: ["courier.status": "\(refusal.status)", "courier.identifier": "\(frame.identifier)"])
+                                try await finish(refusal.status, frame.identifier, state: state, outbound: outbound, channel: channel, answers: frame.command != 0)
+                            }
+                        }
+                    }
+                    commitSink.finish()
+                    try await group.waitForAll()
                 }
             }
         } catch {
@@ -152,13 +172,17 @@ final class BinaryGateway: Service {
         }
     }
 
-    /// Hands one notification to the dispatcher; the status to answer, or
-    /// nil when it was accepted.
-    private func accept(_ frame: BinaryNotificationFrame, topic: String, identity: ProviderIdentity) async -> BinaryStatus? {
+    struct Refusal: Error {
+        var status: BinaryStatus
+    }
+
+    /// Hands one notification to the dispatcher: its pending commit when
+    /// admitted, or the status to answer.
+    private func admit(_ frame: BinaryNotificationFrame, topic: String, identity: ProviderIdentity) async -> Result<Pending<Void>?, Refusal> {
         let channel: PayloadChannel = frame.command == 2 ? .binaryCommand2 : .binaryLegacy
         let summary: PayloadSummary
         switch PayloadRules.check(frame.payload.readableBytesView, priority: frame.priority, channel: channel, limits: configuration.limits.payload) {
-        case .failure(let error): return error.binaryStatus
+        case .failure(let error): return .failure(Refusal(status: error.binaryStatus))
         case .success(let result): summary = result
         }
         let priority = frame.priority.flatMap(Priority.init(rawValue:)) ?? (summary.isSilent ? .conservePower : .immediate)
@@ -166,9 +190,13 @@ final class BinaryGateway: Service {
         let notification = PushNotification(
             id: UUID(), token: Array(frame.token.readableBytesView), topic: topic, payload: Array(frame.payload.readableBytesView),
             expiration: expiration, priority: priority, isSilent: summary.isSilent)
-        switch await dispatcher.accept(notification, environment: environment, from: identity) {
-        case .accepted: return nil
-        case .rejected(let reason, _): return reason.binaryStatus
+        let (result, durable) = await dispatcher.admit(notification, environment: environment, from: identity)
+        switch result {
+        case .accepted: return .success(durable)
+        case .rejected(let reason, _):
+            // The binary API reports nothing for some refusals (Unregistered).
+            guard let status = reason.binaryStatus else { return .success(nil) }
+            return .failure(Refusal(status: status))
         }
     }
 }

@@ -29,8 +29,9 @@ public final class DeviceSession: Sendable {
     private struct State {
         /// SHA-1 of enabled bundle ids; nil until the device sends a Filter.
         var enabled: Set<[UInt8]>?
-        /// Delivered, not yet acknowledged: id to bundle id.
-        var inFlight: [UUID: String] = [:]
+        /// Delivered, not yet acknowledged: id to bundle id, and the commit
+        /// that holds it (an acknowledgement removes it only after that).
+        var inFlight: [UUID: (bundleID: String, durable: Pending<Void>?)] = [:]
     }
     private let state = Mutex(State())
 
@@ -49,9 +50,9 @@ public final class DeviceSession: Sendable {
         return enabled.contains(topicHash(of: bundleID))
     }
 
-    func track(_ id: UUID, bundleID: String) { state.withLock { $0.inFlight[id] = bundleID } }
+    func track(_ id: UUID, bundleID: String, durable: Pending<Void>?) { state.withLock { $0.inFlight[id] = (bundleID, durable) } }
 
-    func untrack(_ id: UUID) -> String? { state.withLock { $0.inFlight.removeValue(forKey: id) } }
+    func untrack(_ id: UUID) -> (bundleID: String, durable: Pending<Void>?)? { state.withLock { $0.inFlight.removeValue(forKey: id) } }
 
     func isInFlight(_ id: UUID) -> Bool { state.withLock { $0.inFlight[id] != nil } }
 }
@@ -64,6 +65,7 @@ public final class Dispatcher: Sendable {
     struct Queued: Sendable {
         var notification: PushNotification
         var bundleID: String
+        var durable: Pending<Void>? = nil
     }
 
     struct Burst {
@@ -114,12 +116,32 @@ public final class Dispatcher: Sendable {
     /// provider. Returns once the notification is durable when it may be
     /// stored.
     public func accept(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity) async -> AcceptResult {
+        let (result, durable) = await admit(notification, environment: environment, from: identity)
+        guard let durable else { return result }
+        do {
+            try await durable.value
+            return result
+        } catch {
+            return .rejected(.internalServerError)
+        }
+    }
+
+    /// Like `accept`, but does not wait for the store: a notification that
+    /// may be stored is queued for the next group commit (its place in the
+    /// order fixed now) and `durable` completes once it is committed (or
+    /// fails). Deliveries to online devices go out at once. The binary
+    /// gateway uses this to keep one connection's notifications flowing
+    /// while earlier ones are committed; it counts a notification as
+    /// accepted (status 10) only once it is durable.
+    func admit(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity) async
+        -> (result: AcceptResult, durable: Pending<Void>?)
+    {
         let now = clock.now()
         var events: [DeliveryEvent] = []
         defer { log.append(events) }
-        func reject(_ reason: Reason, timestamp: Date? = nil) -> AcceptResult {
+        func reject(_ reason: Reason, timestamp: Date? = nil) -> (AcceptResult, Pending<Void>?) {
             events.append(DeliveryEvent(notificationID: notification.id, kind: .rejected, at: now, detail: reason.rawValue))
-            return .rejected(reason, timestamp: timestamp)
+            return (.rejected(reason, timestamp: timestamp), nil)
         }
 
         guard identity.topics.contains(notification.topic) else { return reject(.topicDisallowed) }
@@ -150,46 +172,55 @@ public final class Dispatcher: Sendable {
         events.append(DeliveryEvent(notificationID: notification.id, kind: .accepted, at: now))
         if let expiration = notification.expiration, notification.mayBeStored, expiration <= now {
             events.append(DeliveryEvent(notificationID: notification.id, kind: .expired, at: now, detail: "expired before it was accepted"))
-            return .accepted
+            return (.accepted, nil)
         }
         let deviceKey = DeviceKey(environment: environment, deviceID: contents.deviceID)
         if notification.isSilent, !takeSilentBudget(deviceKey, now: now) {
             events.append(DeliveryEvent(notificationID: notification.id, kind: .throttled, at: now, detail: "silent budget of \(qos.silentBudgetPerHour) per hour used up"))
-            return .accepted
+            return (.accepted, nil)
         }
 
+        var durable: Pending<Void>?
         if notification.mayBeStored {
             let pending = PendingNotification(deviceID: contents.deviceID, bundleID: bundleID, environment: environment, notification: notification, acceptedAt: now)
-            do {
-                if let replaced = try await pendingWriter.submit(pending) {
-                    let old = replaced.notification
-                    let coalesced = old.collapseID != nil && old.collapseID == notification.collapseID
-                    events.append(DeliveryEvent(
-                        notificationID: old.id, kind: coalesced ? .coalesced : .replaced, at: now,
-                        detail: "by \(notification.id.uuidString.lowercased())"))
-                }
-            } catch {
-                logger.error("store failed holding a notification", metadata: ["courier.error": "\(error)"])
-                events.removeLast()
-                return reject(.internalServerError)
-            }
+            let write = pendingWriter.enqueue(pending)
+            let committed = Pending<Void>()
+            durable = committed
             events.append(DeliveryEvent(notificationID: notification.id, kind: .stored, at: now))
+            Task {
+                do {
+                    if let replaced = try await write.value {
+                        let old = replaced.notification
+                        let coalesced = old.collapseID != nil && old.collapseID == notification.collapseID
+                        self.log.append([
+                            DeliveryEvent(
+                                notificationID: old.id, kind: coalesced ? .coalesced : .replaced, at: now,
+                                detail: "by \(notification.id.uuidString.lowercased())")
+                        ])
+                    }
+                    committed.resolve(.success(()))
+                } catch {
+                    self.logger.error("store failed holding a notification", metadata: ["courier.error": "\(error)"])
+                    self.log.append([DeliveryEvent(notificationID: notification.id, kind: .rejected, at: now, detail: Reason.internalServerError.rawValue)])
+                    committed.resolve(.failure(error))
+                }
+            }
         }
 
-        let queued = Queued(notification: notification, bundleID: bundleID)
+        let queued = Queued(notification: notification, bundleID: bundleID, durable: durable)
         let session = state.withLock { $0.sessions[deviceKey] }
         guard let session, session.accepts(bundleID: bundleID) else {
             if !notification.mayBeStored {
                 events.append(DeliveryEvent(notificationID: notification.id, kind: .expired, at: now, detail: "device offline and expiration 0"))
             }
-            return .accepted
+            return (.accepted, durable)
         }
         if notification.priority == .immediate {
             deliver(queued, to: session, now: now, events: &events)
         } else {
             enqueueBurst(queued, for: deviceKey, now: now, events: &events)
         }
-        return .accepted
+        return (.accepted, durable)
     }
 
     private func registration(_ key: RegistrationKey) async throws -> AppRegistration? {
@@ -242,7 +273,7 @@ public final class Dispatcher: Sendable {
 
     private func deliver(_ queued: Queued, to session: DeviceSession, now: Date, events: inout [DeliveryEvent]) {
         let n = queued.notification
-        session.track(n.id, bundleID: queued.bundleID)
+        session.track(n.id, bundleID: queued.bundleID, durable: queued.durable)
         let expiration = n.expiration.map { UInt32(clamping: Int64($0.timeIntervalSince1970)) }
         session.link.send(
             .notification(
@@ -334,9 +365,11 @@ public final class Dispatcher: Sendable {
 
     /// The device handled a notification: it is no longer held.
     public func acknowledged(_ id: UUID, by session: DeviceSession) async {
-        guard let bundleID = session.untrack(id) else { return }
+        guard let (bundleID, durable) = session.untrack(id) else { return }
         let reference = PendingReference(deviceID: session.deviceID, bundleID: bundleID, environment: session.environment, id: id)
         do {
+            // An acknowledgement can outrun the commit that holds the notification.
+            try await durable?.value
             _ = try await acknowledger.submit(reference)
         } catch {
             logger.error("store failed removing an acknowledged notification", metadata: ["courier.error": "\(error)"])

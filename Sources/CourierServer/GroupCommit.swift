@@ -1,17 +1,51 @@
 import Synchronization
 
-/// Group commit: callers hand in items one by one and wait; whoever finds
-/// the writer idle writes everything queued so far in one batch, again and
-/// again until the queue is empty. Under load many items share one
-/// transaction; alone, an item is written at once.
-final class GroupCommit<Item: Sendable, Result: Sendable>: Sendable {
-    private struct Waiter {
-        var item: Item
-        var continuation: CheckedContinuation<Result, any Error>
+/// A result that arrives later; any number of tasks may wait for it.
+final class Pending<Value: Sendable>: Sendable {
+    private enum State {
+        case waiting([CheckedContinuation<Value, any Error>])
+        case done(Result<Value, any Error>)
     }
 
+    private let state = Mutex(State.waiting([]))
+
+    init() {}
+
+    func resolve(_ result: Result<Value, any Error>) {
+        let waiters = state.withLock { state -> [CheckedContinuation<Value, any Error>] in
+            guard case .waiting(let waiters) = state else { return [] }
+            state = .done(result)
+            return waiters
+        }
+        for waiter in waiters { waiter.resume(with: result) }
+    }
+
+    var value: Value {
+        get async throws {
+            try await withCheckedThrowingContinuation { continuation in
+                let done = state.withLock { state -> Result<Value, any Error>? in
+                    switch state {
+                    case .waiting(var waiters):
+                        waiters.append(continuation)
+                        state = .waiting(waiters)
+                        return nil
+                    case .done(let result):
+                        return result
+                    }
+                }
+                if let done { continuation.resume(with: done) }
+            }
+        }
+    }
+}
+
+/// Group commit: items are queued in the order they are handed in; whoever
+/// finds the writer idle writes everything queued so far in one batch, again
+/// and again until the queue is empty. Under load many items share one
+/// transaction; alone, an item is written at once.
+final class GroupCommit<Item: Sendable, Result: Sendable>: Sendable {
     private struct State {
-        var queue: [Waiter] = []
+        var queue: [(Item, Pending<Result>)] = []
         var writing = false
     }
 
@@ -23,23 +57,27 @@ final class GroupCommit<Item: Sendable, Result: Sendable>: Sendable {
         self.write = write
     }
 
-    func submit(_ item: Item) async throws -> Result {
-        try await withCheckedThrowingContinuation { continuation in
-            let startWriter = state.withLock { state -> Bool in
-                state.queue.append(Waiter(item: item, continuation: continuation))
-                if state.writing { return false }
-                state.writing = true
-                return true
-            }
-            if startWriter {
-                Task { await self.drain() }
-            }
+    /// Queues an item now (its place in the order is fixed by this call)
+    /// and returns the result to come.
+    func enqueue(_ item: Item) -> Pending<Result> {
+        let pending = Pending<Result>()
+        let startWriter = state.withLock { state -> Bool in
+            state.queue.append((item, pending))
+            if state.writing { return false }
+            state.writing = true
+            return true
         }
+        if startWriter { Task { await self.drain() } }
+        return pending
+    }
+
+    func submit(_ item: Item) async throws -> Result {
+        try await enqueue(item).value
     }
 
     private func drain() async {
         while true {
-            let batch = state.withLock { state -> [Waiter] in
+            let batch = state.withLock { state -> [(Item, Pending<Result>)] in
                 let batch = state.queue
                 state.queue.removeAll(keepingCapacity: true)
                 if batch.isEmpty { state.writing = false }
@@ -47,10 +85,10 @@ final class GroupCommit<Item: Sendable, Result: Sendable>: Sendable {
             }
             if batch.isEmpty { return }
             do {
-                let results = try await write(batch.map(\.item))
-                for (waiter, result) in zip(batch, results) { waiter.continuation.resume(returning: result) }
+                let results = try await write(batch.map(\.0))
+                for ((_, pending), result) in zip(batch, results) { pending.resolve(.success(result)) }
             } catch {
-                for waiter in batch { waiter.continuation.resume(throwing: error) }
+                for (_, pending) in batch { pending.resolve(.failure(error)) }
             }
         }
     }
