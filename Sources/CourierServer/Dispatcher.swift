@@ -31,7 +31,7 @@ public final class DeviceSession: Sendable {
         var enabled: Set<[UInt8]>?
         /// Delivered, not yet acknowledged: id to bundle id, and the commit
         /// that holds it (an acknowledgement removes it only after that).
-        var inFlight: [UUID: (bundleID: String, durable: Pending<Void>?)] = [:]
+        var inFlight: [UUID: InFlight] = [:]
     }
     private let state = Mutex(State())
 
@@ -50,9 +50,18 @@ public final class DeviceSession: Sendable {
         return enabled.contains(topicHash(of: bundleID))
     }
 
-    func track(_ id: UUID, bundleID: String, durable: Pending<Void>?) { state.withLock { $0.inFlight[id] = (bundleID, durable) } }
+    /// A delivered notification awaiting its acknowledgement.
+    struct InFlight {
+        var bundleID: String
+        /// Held in the store (so the acknowledgement removes it there).
+        var stored: Bool
+        /// The commit that holds it, when it may still be running.
+        var durable: Pending<Void>?
+    }
 
-    func untrack(_ id: UUID) -> (bundleID: String, durable: Pending<Void>?)? { state.withLock { $0.inFlight.removeValue(forKey: id) } }
+    func track(_ id: UUID, _ inFlight: InFlight) { state.withLock { $0.inFlight[id] = inFlight } }
+
+    func untrack(_ id: UUID) -> InFlight? { state.withLock { $0.inFlight.removeValue(forKey: id) } }
 
     func isInFlight(_ id: UUID) -> Bool { state.withLock { $0.inFlight[id] != nil } }
 }
@@ -273,7 +282,7 @@ public final class Dispatcher: Sendable {
 
     private func deliver(_ queued: Queued, to session: DeviceSession, now: Date, events: inout [DeliveryEvent]) {
         let n = queued.notification
-        session.track(n.id, bundleID: queued.bundleID, durable: queued.durable)
+        session.track(n.id, DeviceSession.InFlight(bundleID: queued.bundleID, stored: n.mayBeStored, durable: queued.durable))
         let expiration = n.expiration.map { UInt32(clamping: Int64($0.timeIntervalSince1970)) }
         session.link.send(
             .notification(
@@ -365,14 +374,17 @@ public final class Dispatcher: Sendable {
 
     /// The device handled a notification: it is no longer held.
     public func acknowledged(_ id: UUID, by session: DeviceSession) async {
-        guard let (bundleID, durable) = session.untrack(id) else { return }
-        let reference = PendingReference(deviceID: session.deviceID, bundleID: bundleID, environment: session.environment, id: id)
-        do {
-            // An acknowledgement can outrun the commit that holds the notification.
-            try await durable?.value
-            _ = try await acknowledger.submit(reference)
-        } catch {
-            logger.error("store failed removing an acknowledged notification", metadata: ["courier.error": "\(error)"])
+        guard let inFlight = session.untrack(id) else { return }
+        // A notification that was never stored (expiration 0) has nothing to remove.
+        if inFlight.stored {
+            let reference = PendingReference(deviceID: session.deviceID, bundleID: inFlight.bundleID, environment: session.environment, id: id)
+            do {
+                // An acknowledgement can outrun the commit that holds the notification.
+                try await inFlight.durable?.value
+                _ = try await acknowledger.submit(reference)
+            } catch {
+                logger.error("store failed removing an acknowledged notification", metadata: ["courier.error": "\(error)"])
+            }
         }
         log.append([DeliveryEvent(notificationID: id, kind: .acknowledged, at: clock.now())])
     }
