@@ -387,14 +387,18 @@ public final class SQLiteStore: Store {
 
     public func appendDeliveryEvents(_ events: [DeliveryEvent]) async throws {
         guard !events.isEmpty else { return }
+        // Many rows per statement: each statement is a trip to SQLite's thread.
         try await transaction {
-            for event in events {
-                _ = try await self.connection.query(
-                    "INSERT INTO delivery_log (notification_id, event, at, detail) VALUES (?, ?, ?, ?)",
-                    [
-                        .text(event.notificationID.uuidString.lowercased()), .text(event.kind.rawValue), .millis(event.at),
-                        .optionalText(event.detail),
-                    ])
+            for chunk in stride(from: 0, to: events.count, by: 200).map({ events[$0..<min($0 + 200, events.count)] }) {
+                let rows = Array(repeating: "(?, ?, ?, ?)", count: chunk.count).joined(separator: ", ")
+                var binds: [SQLiteData] = []
+                binds.reserveCapacity(chunk.count * 4)
+                for event in chunk {
+                    binds += [
+                        .text(event.notificationID.uuidString.lowercased()), .text(event.kind.rawValue), .millis(event.at), .optionalText(event.detail),
+                    ]
+                }
+                _ = try await self.connection.query("INSERT INTO delivery_log (notification_id, event, at, detail) VALUES \(rows)", binds)
             }
         }
     }

@@ -128,20 +128,27 @@ final class BinaryGateway: Service {
                         }
                     }
                     var failed = false
+                    // Commits finish in order, so the last one done means all are: an error
+                    // response tells the provider everything before it was taken, so it
+                    // waits for that.
+                    var lastDurable: Pending<Void>?
                     for try await message in inbound {
                         // After the first bad notification (or status 10) everything is discarded.
                         if failed || state.isAnswered { continue }
                         switch message {
                         case .failure(let failure):
                             failed = true
+                            _ = try? await lastDurable?.value
                             logger.info("malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"])
                             try await finish(failure.answers ? failure.status : nil, failure.identifier, state: state, outbound: outbound, channel: channel)
                         case .notification(let frame):
                             switch await admit(frame, topic: topic, identity: identity) {
                             case .success(let durable):
                                 commitSink.yield((frame.identifier, durable))
+                                if let durable { lastDurable = durable }
                             case .failure(let refusal):
                                 failed = true
+                                _ = try? await lastDurable?.value
                                 logger.info("refused notification", metadata: ["courier.status": "\(refusal.status)", "courier.identifier": "\(frame.identifier)"])
                                 try await finish(refusal.status, frame.identifier, state: state, outbound: outbound, channel: channel, answers: frame.command != 0)
                             }
