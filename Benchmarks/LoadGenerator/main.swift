@@ -116,22 +116,27 @@ struct LoadGenerator {
         let before = arguments.serverPID.flatMap(residentKiB)
         let collector = Collector()
         let connectStart = Date()
-        var clients: [DeviceClient] = []
-        var tokens: [[UInt8]] = []
-        var runners: [Task<Void, Never>] = []
-        for directory in directories {
-            let client = try DeviceClient(
-                credentials: try DeviceCredentials.load(from: directory), environment: .production,
-                options: .init(host: arguments.host, port: arguments.devicePort, serverName: "localhost"), logger: logger)
-            clients.append(client)
-            runners.append(Task { await client.run() })
-            runners.append(Task {
-                for await notification in client.notifications {
-                    collector.record(notification.payload)
-                    try? await client.acknowledge(notification.id)
-                }
-            })
+        /// Starts a device per identity; each records and acknowledges what it gets.
+        func startDevices() throws -> ([DeviceClient], [Task<Void, Never>]) {
+            var clients: [DeviceClient] = []
+            var runners: [Task<Void, Never>] = []
+            for directory in directories {
+                let client = try DeviceClient(
+                    credentials: try DeviceCredentials.load(from: directory), environment: .production,
+                    options: .init(host: arguments.host, port: arguments.devicePort, serverName: "localhost"), logger: logger)
+                clients.append(client)
+                runners.append(Task { await client.run() })
+                runners.append(Task {
+                    for await notification in client.notifications {
+                        collector.record(notification.payload)
+                        try? await client.acknowledge(notification.id)
+                    }
+                })
+            }
+            return (clients, runners)
         }
+        var tokens: [[UInt8]] = []
+        var (clients, runners) = try startDevices()
         for client in clients { try await client.waitUntilConnected() }
         for client in clients { tokens.append(try await client.register("com.example.demo")) }
         let connectSeconds = Date().timeIntervalSince(connectStart)
@@ -189,7 +194,7 @@ struct LoadGenerator {
         }
 
         // 4. The durable path: devices offline, one stored notification each.
-        for client in clients { await client.dropConnectionAndStop() }
+        for client in clients { await client.stop() }
         for runner in runners { await runner.value }
         let expiry = UInt32(Date().timeIntervalSince1970 + 3600)
         do {
@@ -209,29 +214,12 @@ struct LoadGenerator {
 
         // Drain: the devices reconnect and receive what was held.
         let drainStart = Date()
-        var again: [DeviceClient] = []
-        runners = []
-        for directory in directories {
-            let client = try DeviceClient(
-                credentials: try DeviceCredentials.load(from: directory), environment: .production,
-                options: .init(host: arguments.host, port: arguments.devicePort, serverName: "localhost"), logger: logger)
-            again.append(client)
-            runners.append(Task { await client.run() })
-            runners.append(Task {
-                for await notification in client.notifications {
-                    collector.record(notification.payload)
-                    try? await client.acknowledge(notification.id)
-                }
-            })
-        }
+        let again: [DeviceClient]
+        (again, runners) = try startDevices()
         await waitFor(again.count, limit: 120)
         let drainSeconds = Date().timeIntervalSince(drainStart)
         print("drain: \(collector.count) held notifications reached \(again.count) reconnecting devices in \(String(format: "%.2f", drainSeconds)) s (\(Int(Double(collector.count) / drainSeconds))/s, connections included)")
         for client in again { await client.stop() }
         for runner in runners { await runner.value }
     }
-}
-
-extension DeviceClient {
-    func dropConnectionAndStop() async { stop() }
 }
