@@ -27,6 +27,10 @@ struct Arguments {
     var devicePort = 5223
     var binaryPort = 2195
     var host = "127.0.0.1"
+    /// "delivery" (devices and pushes) or "binary" (the binary gateway's acceptance rate).
+    var mode = "delivery"
+    var connections = 1
+    var count = 200_000
 
     init() {
         var iterator = CommandLine.arguments.dropFirst().makeIterator()
@@ -41,6 +45,9 @@ struct Arguments {
             case "--device-port": devicePort = Int(value)!
             case "--binary-port": binaryPort = Int(value)!
             case "--host": host = value
+            case "--mode": mode = value
+            case "--connections": connections = Int(value)!
+            case "--count": count = Int(value)!
             default: fatalError("unknown option \(flag)")
             }
         }
@@ -94,6 +101,10 @@ struct LoadGenerator {
         let arguments = Arguments()
         var logger = Logger(label: "courier-load")
         logger.logLevel = .error
+        if arguments.mode == "binary" {
+            try await binaryThroughput(arguments, logger: logger)
+            return
+        }
         var configuration = CourierConfiguration(dataDirectory: arguments.data)
         configuration.demo.enabled = false
         let provisioner = try await Provisioner.open(configuration: configuration, logger: logger)
@@ -221,5 +232,59 @@ struct LoadGenerator {
         print("drain: \(collector.count) held notifications reached \(again.count) reconnecting devices in \(String(format: "%.2f", drainSeconds)) s (\(Int(Double(collector.count) / drainSeconds))/s, connections included)")
         for client in again { await client.stop() }
         for runner in runners { await runner.value }
+    }
+}
+
+/// The binary gateway's acceptance rate: `--connections` provider
+/// connections each send `--count / connections` valid notifications (a
+/// registered token, expiration 0, the device offline: parsed, checked,
+/// token opened, handed to the dispatcher, then dropped as undeliverable),
+/// then one bad notification; its error response means every notification
+/// before it was handled.
+func binaryThroughput(_ arguments: Arguments, logger: Logger) async throws {
+    var configuration = CourierConfiguration(dataDirectory: arguments.data)
+    configuration.demo.enabled = false
+    let provisioner = try await Provisioner.open(configuration: configuration, logger: logger)
+    let directory = arguments.data + "/load-binary-device"
+    if !FileManager.default.fileExists(atPath: directory + "/identity.json") {
+        _ = try await provisioner.issueDeviceIdentity(directory: directory)
+    }
+    try await provisioner.close()
+    let device = try DeviceClient(
+        credentials: try DeviceCredentials.load(from: directory), environment: .production,
+        options: .init(host: arguments.host, port: arguments.devicePort, serverName: "localhost"), logger: logger)
+    let running = Task { await device.run() }
+    try await device.waitUntilConnected()
+    let token = try await device.register("com.example.demo")
+    await device.stop()
+    await running.value
+
+    let tls = ProviderTLS(
+        certificatePath: arguments.data + "/demo/com.example.demo.pem", keyPath: arguments.data + "/demo/com.example.demo-key.pem",
+        caPath: arguments.data + "/pki/ca.pem")
+    let payload = Array(#"{"aps":{"alert":"Your order has shipped","badge":1,"sound":"default"},"order":"A-123456"}"#.utf8)
+    let perConnection = arguments.count / arguments.connections
+    let before = arguments.serverPID.flatMap(residentKiB)
+    let start = Date()
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        for _ in 0..<arguments.connections {
+            group.addTask {
+                let client = try BinaryProviderClient(host: arguments.host, port: arguments.binaryPort, tls: tls, serverName: "localhost", logger: logger)
+                for _ in 0..<perConnection {
+                    try await client.send(token: token, payload: payload, expiry: 0, priority: 10)
+                }
+                try await client.send(token: Array(token.prefix(4)), payload: payload)
+                var failures = client.failures.makeAsyncIterator()
+                _ = await failures.next()
+                await client.close()
+            }
+        }
+        try await group.waitForAll()
+    }
+    let seconds = Date().timeIntervalSince(start)
+    let total = perConnection * arguments.connections
+    print("binary: \(total) notifications over \(arguments.connections) connection(s) accepted in \(String(format: "%.2f", seconds)) s (\(Int(Double(total) / seconds))/s)")
+    if let pid = arguments.serverPID, let before, let after = residentKiB(pid) {
+        print("server memory: \(before) KiB before, \(after) KiB after")
     }
 }
