@@ -109,7 +109,7 @@ public enum PayloadRules {
     /// Checks `payload` as received on `channel` with priority `priority`
     /// (nil when the interface carried none; 10 is assumed).
     public static func check(
-        _ payload: some Collection<UInt8>,
+        _ payload: some BidirectionalCollection<UInt8>,
         priority rawPriority: UInt8?,
         channel: PayloadChannel,
         limits: PayloadLimits = PayloadLimits()
@@ -123,9 +123,7 @@ public enum PayloadRules {
         }
         guard !payload.isEmpty else { return .failure(.empty) }
         guard payload.count <= limits.limit(for: channel) else { return .failure(.tooLarge) }
-        var last: UInt8 = 0
-        for byte in payload { last = byte }
-        guard last != 0 else { return .failure(.nullTerminated) }
+        guard payload.last != 0 else { return .failure(.nullTerminated) }
         let parsed = try? JSONSerialization.jsonObject(with: Data(payload), options: [])
         guard let object = parsed as? [String: Any] else { return .failure(.notJSONObject) }
         let summary = PayloadSummary(isSilent: isSilent(object))

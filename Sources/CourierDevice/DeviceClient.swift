@@ -196,6 +196,7 @@ public actor DeviceClient {
 
     private func session(inbound: NIOAsyncChannelInboundStream<DeviceFrame>, outbound: NIOAsyncChannelOutboundWriter<DeviceFrame>) async throws {
         let tokens = credentials.tokens(in: environment)
+        tokenLength = tokens.first?.count ?? 32
         try await outbound.write(
             DeviceMessage.connect(version: DeviceMessage.version, tokens: tokens, keepAlive: nil, generation: credentials.file.generation).frame)
         var keepAliveTask: Task<Void, Never>?
@@ -234,7 +235,9 @@ public actor DeviceClient {
         }
     }
 
-    private var tokenLength: Int { credentials.tokens(in: environment).first?.count ?? 32 }
+    /// The size token items must have: that of the tokens held, else 32
+    /// (the protocol does not announce it; see docs/device-protocol.md).
+    private var tokenLength = 32
 
     private func handle(_ message: DeviceMessage, outbound: NIOAsyncChannelOutboundWriter<DeviceFrame>) async throws {
         switch message {

@@ -103,7 +103,7 @@ public final class Dispatcher: Sendable {
     private let codecs: [Environment: DeviceTokenCodec]
     private let logger: Logger
     private let state = Mutex(State())
-    private let pendingWriter: GroupCommit<PendingNotification, PendingNotification?>
+    private let pendingWriter: GroupCommit<PendingNotification, Void>
     private let acknowledger: GroupCommit<PendingReference, Bool>
 
     init(store: any Store, codecs: [Environment: DeviceTokenCodec], clock: any WallClock, qos: QoSConfiguration, log: DeliveryLogWriter, logger: Logger) {
@@ -113,7 +113,27 @@ public final class Dispatcher: Sendable {
         self.qos = qos
         self.log = log
         self.logger = logger
-        pendingWriter = GroupCommit { try await store.storePending($0) }
+        // One transaction per batch; the batch's replaced notifications (or its failure) go to the log here.
+        pendingWriter = GroupCommit { [logger] batch in
+            do {
+                let replaced = try await store.storePending(batch)
+                log.append(
+                    zip(batch, replaced).compactMap { new, old in
+                        guard let old = old?.notification else { return nil }
+                        let coalesced = old.collapseID != nil && old.collapseID == new.notification.collapseID
+                        return DeliveryEvent(
+                            notificationID: old.id, kind: coalesced ? .coalesced : .replaced, at: new.acceptedAt,
+                            detail: "by \(new.notification.id.uuidString.lowercased())")
+                    })
+                return batch.map { _ in () }
+            } catch {
+                logger.error("store failed holding notifications", metadata: ["courier.error": "\(error)"])
+                log.append(batch.map {
+                    DeliveryEvent(notificationID: $0.notification.id, kind: .rejected, at: $0.acceptedAt, detail: Reason.internalServerError.rawValue)
+                })
+                throw error
+            }
+        }
         acknowledger = GroupCommit { try await store.removePending($0) }
     }
 
@@ -192,28 +212,8 @@ public final class Dispatcher: Sendable {
         var durable: Pending<Void>?
         if notification.mayBeStored {
             let pending = PendingNotification(deviceID: contents.deviceID, bundleID: bundleID, environment: environment, notification: notification, acceptedAt: now)
-            let write = pendingWriter.enqueue(pending)
-            let committed = Pending<Void>()
-            durable = committed
+            durable = pendingWriter.enqueue(pending)
             events.append(DeliveryEvent(notificationID: notification.id, kind: .stored, at: now))
-            Task {
-                do {
-                    if let replaced = try await write.value {
-                        let old = replaced.notification
-                        let coalesced = old.collapseID != nil && old.collapseID == notification.collapseID
-                        self.log.append([
-                            DeliveryEvent(
-                                notificationID: old.id, kind: coalesced ? .coalesced : .replaced, at: now,
-                                detail: "by \(notification.id.uuidString.lowercased())")
-                        ])
-                    }
-                    committed.resolve(.success(()))
-                } catch {
-                    self.logger.error("store failed holding a notification", metadata: ["courier.error": "\(error)"])
-                    self.log.append([DeliveryEvent(notificationID: notification.id, kind: .rejected, at: now, detail: Reason.internalServerError.rawValue)])
-                    committed.resolve(.failure(error))
-                }
-            }
         }
 
         let queued = Queued(notification: notification, bundleID: bundleID, durable: durable)
@@ -393,10 +393,6 @@ public final class Dispatcher: Sendable {
     public func filter(_ hashes: [[UInt8]], for session: DeviceSession) async {
         session.setFilter(hashes)
         await drain(session)
-    }
-
-    public func isOnline(deviceID: UInt64, environment: Environment) -> Bool {
-        state.withLock { $0.sessions[DeviceKey(environment: environment, deviceID: deviceID)] != nil }
     }
 
     /// Returns once the device has no connection in the environment.

@@ -25,8 +25,7 @@ extension Reason {
         case .payloadEmpty: .missingPayload
         case .payloadTooLarge: .invalidPayloadSize
         case .badPriority: .protocolError
-        case .tooManyRequests: .unknown
-        default: .unknown
+        default: .unknown  // TooManyRequests among them: the binary API has no status for it
         }
     }
 }

@@ -89,9 +89,10 @@ public final class Provisioner: Sendable {
     public func issueServerCertificate(dnsNames: [String], ipAddresses: [String], certificatePath: String, keyPath: String) async throws
         -> [ProvisionedFile]
     {
-        let issued = try authority().issueServerCertificate(dnsNames: dnsNames, ipAddresses: ipAddresses, now: clock.now())
+        let authority = try authority()
+        let issued = try authority.issueServerCertificate(dnsNames: dnsNames, ipAddresses: ipAddresses, now: clock.now())
         try Files.write(issued.privateKeyPEM, to: keyPath, secret: true)
-        try Files.write(try issued.certificatePEM + (try authority().certificatePEM), to: certificatePath)
+        try Files.write(try issued.certificatePEM + (try authority.certificatePEM), to: certificatePath)
         try await store.addCertificate(record(issued, kind: .server))
         return [
             ProvisionedFile(what: "server certificate (with the CA after it)", path: certificatePath, created: true),
@@ -197,7 +198,8 @@ public final class Provisioner: Sendable {
     public func issueDeviceIdentity(directory: String) async throws -> (device: Device, files: [ProvisionedFile]) {
         var generator = SystemRandomNumberGenerator()
         let deviceID = generator.next() as UInt64
-        let issued = try authority().issueDeviceCertificate(deviceID: deviceID, now: clock.now())
+        let authority = try authority()
+        let issued = try authority.issueDeviceCertificate(deviceID: deviceID, now: clock.now())
         let record = try record(issued, kind: .device, deviceID: deviceID)
         try await store.addCertificate(record)
         let device = Device(id: deviceID, certificateSerial: record.serial, generation: 1, createdAt: clock.now())
@@ -207,7 +209,7 @@ public final class Provisioner: Sendable {
             productionPort: configuration.network.production.device, sandboxPort: configuration.network.sandbox.device, tokens: [:])
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        try Files.write(try authority().certificatePEM, to: directory + "/ca.pem")
+        try Files.write(try authority.certificatePEM, to: directory + "/ca.pem")
         try Files.write(issued.privateKeyPEM, to: directory + "/key.pem", secret: true)
         try Files.write(try issued.certificatePEM, to: directory + "/cert.pem")
         try Files.write(String(decoding: try encoder.encode(identity), as: UTF8.self) + "\n", to: directory + "/identity.json")
