@@ -213,10 +213,11 @@ public actor DeviceClient {
 
     /// Handles the first frame, which must be a ConnectAck, and starts the keepalive.
     private func accept(connectAck message: DeviceMessage, outbound: NIOAsyncChannelOutboundWriter<DeviceFrame>) throws -> Task<Void, Never> {
-        guard case .connectAck(let status, _, let keepAlive, _, let refused) = message else {
+        guard case .connectAck(let status, _, let keepAlive, _, let refused, let announcedLength) = message else {
             throw DeviceClientError.protocolError(code: DeviceProtocolCode.malformedFrame.rawValue, message: "expected ConnectAck")
         }
         guard status == .ok else { throw DeviceClientError.refused(status.name) }
+        if let announcedLength { tokenLength = Int(announcedLength) }
         if !refused.isEmpty { forget(refused) }
         connections += 1
         writer = outbound
@@ -235,8 +236,8 @@ public actor DeviceClient {
         }
     }
 
-    /// The size token items must have: that of the tokens held, else 32
-    /// (the protocol does not announce it; see docs/device-protocol.md).
+    /// The size token items must have: what the server's ConnectAck says,
+    /// before that the size of the tokens held, else 32.
     private var tokenLength = 32
 
     private func handle(_ message: DeviceMessage, outbound: NIOAsyncChannelOutboundWriter<DeviceFrame>) async throws {

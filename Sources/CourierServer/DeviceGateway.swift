@@ -191,7 +191,8 @@ final class DeviceGateway: Service {
                 case .connect(let tokens, let presentedGeneration):
                     guard let (device, refused) = try await connect(peer: peer, tokens: tokens, generation: presentedGeneration) else {
                         machine.connectRefused()
-                        link.send(.connectAck(status: .certificateRefused, serverTime: now(), keepAlive: 0, maxFrameLength: 0, refusedTokens: []))
+                        link.send(
+                            .connectAck(status: .certificateRefused, serverTime: now(), keepAlive: 0, maxFrameLength: 0, refusedTokens: [], tokenLength: nil))
                         link.outbox.finish()
                         return
                     }
@@ -199,7 +200,8 @@ final class DeviceGateway: Service {
                     link.send(
                         .connectAck(
                             status: .ok, serverTime: now(), keepAlive: UInt16(clamping: configuration.qos.keepAlive),
-                            maxFrameLength: UInt32(configuration.limits.deviceMaxFrameLength), refusedTokens: refused))
+                            maxFrameLength: UInt32(configuration.limits.deviceMaxFrameLength), refusedTokens: refused,
+                            tokenLength: UInt8(tokenLength)))
                     machine.connectAccepted()
                     let newSession = DeviceSession(environment: environment, deviceID: device.id, link: link)
                     session = newSession

@@ -54,7 +54,8 @@ public struct DeviceNotification: Sendable, Hashable {
 /// A typed device-protocol message; converts to and from `DeviceFrame`.
 public enum DeviceMessage: Sendable, Hashable {
     case connect(version: UInt8, tokens: [[UInt8]], keepAlive: UInt16?, generation: UInt32?)
-    case connectAck(status: DeviceProtocolCode, serverTime: UInt64, keepAlive: UInt16, maxFrameLength: UInt32, refusedTokens: [[UInt8]])
+    case connectAck(
+        status: DeviceProtocolCode, serverTime: UInt64, keepAlive: UInt16, maxFrameLength: UInt32, refusedTokens: [[UInt8]], tokenLength: UInt8?)
     case filter(enabledTopicHashes: [[UInt8]])
     case notification(DeviceNotification)
     case ack(id: UUID, status: UInt8)
@@ -81,13 +82,16 @@ public enum DeviceMessage: Sendable, Hashable {
                 keepAlive: try items.optionalInteger(0x03, UInt16.self, "keepalive"),
                 generation: try items.optionalInteger(0x04, UInt32.self, "generation"))
         case DeviceCommand.connectAck:
-            let items = try ItemSet(frame, repeatable: [0x05], known: [0x01, 0x02, 0x03, 0x04, 0x05])
+            let items = try ItemSet(frame, repeatable: [0x05], known: [0x01, 0x02, 0x03, 0x04, 0x05, 0x06])
+            // The server's token length, when it says it, sizes the refused tokens too.
+            let announced = try items.optionalInteger(0x06, UInt8.self, "token length")
             self = .connectAck(
                 status: DeviceProtocolCode(rawValue: try items.integer(0x01, UInt8.self, "status")),
                 serverTime: try items.integer(0x02, UInt64.self, "server time"),
                 keepAlive: try items.integer(0x03, UInt16.self, "keepalive"),
                 maxFrameLength: try items.integer(0x04, UInt32.self, "max frame"),
-                refusedTokens: try items.all(0x05, size: tokenLength, "refused token"))
+                refusedTokens: try items.all(0x05, size: announced.map(Int.init) ?? tokenLength, "refused token"),
+                tokenLength: announced)
         case DeviceCommand.filter:
             let items = try ItemSet(frame, repeatable: [0x01], known: [0x01])
             self = .filter(enabledTopicHashes: try items.all(0x01, size: 20, "enabled topic"))
@@ -157,12 +161,13 @@ public enum DeviceMessage: Sendable, Hashable {
             if let keepAlive { builder.integer(0x03, keepAlive) }
             if let generation { builder.integer(0x04, generation) }
             return builder.frame(DeviceCommand.connect)
-        case .connectAck(let status, let serverTime, let keepAlive, let maxFrameLength, let refusedTokens):
+        case .connectAck(let status, let serverTime, let keepAlive, let maxFrameLength, let refusedTokens, let tokenLength):
             builder.integer(0x01, status.rawValue)
             builder.integer(0x02, serverTime)
             builder.integer(0x03, keepAlive)
             builder.integer(0x04, maxFrameLength)
             for token in refusedTokens { builder.bytes(0x05, token) }
+            if let tokenLength { builder.integer(0x06, tokenLength) }
             return builder.frame(DeviceCommand.connectAck)
         case .filter(let hashes):
             for hash in hashes { builder.bytes(0x01, hash) }

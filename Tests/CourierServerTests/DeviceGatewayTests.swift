@@ -45,6 +45,18 @@ import Testing
         try await server.stop()
     }
 
+    @Test func aFreshDeviceLearnsALongerTokenLengthFromConnectAck() async throws {
+        let server = try await TestServer(tokenLength: 64)
+        let device = try await server.device()
+        let token = try await device.client.register("com.example.demo")
+        #expect(token.count == 64)
+        let (id, result) = await server.push(token)
+        #expect(result == .accepted)
+        #expect(await device.next()?.id == id)
+        await server.disconnect(device)
+        try await server.stop()
+    }
+
     @Test func aResetDeviceGetsNewTokensAndOldOnesAreRefused() async throws {
         let server = try await TestServer()
         let device = try await server.device()

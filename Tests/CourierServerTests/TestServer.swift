@@ -21,11 +21,12 @@ final class TestServer: Sendable {
     static let demoTopics: Set<String> = ["com.example.demo", "com.example.demo.voip", "com.example.demo.complication"]
     static let demoProvider = ProviderIdentity(name: "test provider", teamID: "DEMOTEAM01", topics: demoTopics)
 
-    init(qos: QoSConfiguration = QoSConfiguration(), directory: String? = nil) async throws {
+    init(qos: QoSConfiguration = QoSConfiguration(), tokenLength: Int = 32, directory: String? = nil) async throws {
         let directory = try directory ?? temporaryDirectory()
         self.directory = directory
         var configuration = testConfiguration(directory)
         configuration.qos = qos
+        configuration.limits.tokenLength = tokenLength
         clock = ManualWallClock(Date())
         var logger = Logger(label: "courier-test")
         logger.logLevel = ProcessInfo.processInfo.environment["COURIER_TEST_LOG"] == nil ? .warning : .debug

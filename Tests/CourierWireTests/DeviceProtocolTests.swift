@@ -42,7 +42,8 @@ let sampleID = UUID(uuidString: "123E4567-E89B-12D3-A456-426655440000")!
     static let everyMessage: [DeviceMessage] = [
         .connect(version: 1, tokens: [sampleToken, Array(repeating: 1, count: 32)], keepAlive: 60, generation: 3),
         .connect(version: 1, tokens: [], keepAlive: nil, generation: nil),
-        .connectAck(status: .ok, serverTime: 1_750_000_000_000, keepAlive: 300, maxFrameLength: 16_384, refusedTokens: [sampleToken]),
+        .connectAck(status: .ok, serverTime: 1_750_000_000_000, keepAlive: 300, maxFrameLength: 16_384, refusedTokens: [sampleToken], tokenLength: 32),
+        .connectAck(status: .certificateRefused, serverTime: 1, keepAlive: 0, maxFrameLength: 0, refusedTokens: [], tokenLength: nil),
         .filter(enabledTopicHashes: [Array(repeating: 7, count: 20), Array(repeating: 8, count: 20)]),
         .notification(
             DeviceNotification(
@@ -211,6 +212,14 @@ let sampleID = UUID(uuidString: "123E4567-E89B-12D3-A456-426655440000")!
 
     @Test func unknownCommand() {
         #expect(code { try message(rawFrame(0x42) { _ in }) } == .unknownCommand)
+    }
+
+    @Test func connectAckAnnouncesTheTokenLength() throws {
+        let long = Array(repeating: UInt8(9), count: 64)
+        let frame = DeviceMessage.connectAck(status: .ok, serverTime: 0, keepAlive: 60, maxFrameLength: 16_384, refusedTokens: [long], tokenLength: 64).frame
+        // Read by a device that expects 32-byte tokens: the announced length wins.
+        #expect(try DeviceMessage(frame: frame, tokenLength: 32)
+            == .connectAck(status: .ok, serverTime: 0, keepAlive: 60, maxFrameLength: 16_384, refusedTokens: [long], tokenLength: 64))
     }
 
     @Test func tokenLengthFollowsTheServer() throws {
