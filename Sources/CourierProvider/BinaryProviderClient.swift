@@ -135,7 +135,8 @@ public actor BinaryProviderClient {
         do {
             try await handshake.get()
         } catch {
-            connection.channel.close(promise: nil)
+            // Closing through executeThenClose finishes the channel's writer, as NIO requires.
+            try? await connection.executeThenClose { _, _ in }
             throw BinaryClientError.handshakeFailed("\(host):\(port)")
         }
         generation += 1
