@@ -1,7 +1,7 @@
 /// A failure reason of the HTTP/2 provider API (the seeds' table 8-6), with
 /// its HTTP status. Reasons a newer server may send and this code does not
 /// know are kept as `.unknown`.
-public struct Reason: Sendable, Hashable, CustomStringConvertible {
+public struct Reason: Error, Sendable, Hashable, CustomStringConvertible {
     public enum Known: String, Sendable, Hashable, CaseIterable {
         case badCollapseId = "BadCollapseId"
         case badDeviceToken = "BadDeviceToken"

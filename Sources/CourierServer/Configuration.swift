@@ -100,8 +100,24 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         }
     }
 
+    /// The HTTP/2 provider API's connection settings.
+    public struct HTTP2: Sendable, Hashable, Codable {
+        /// SETTINGS_MAX_CONCURRENT_STREAMS once a connection is
+        /// authenticated (a token connection starts with 1).
+        public var maxConcurrentStreams: Int
+        /// A connection without a request for this long is closed with
+        /// GOAWAY `IdleTimeout` (seconds).
+        public var idleTimeout: Double
+
+        public init(maxConcurrentStreams: Int = 1000, idleTimeout: Double = 3600) {
+            self.maxConcurrentStreams = maxConcurrentStreams
+            self.idleTimeout = idleTimeout
+        }
+    }
+
     public var dataDirectory: String
     public var network: Network
+    public var http2: HTTP2
     public var limits: Limits
     public var paths: Paths
     public var demo: Demo
@@ -111,12 +127,13 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
     public var logLevel: String
 
     public init(
-        dataDirectory: String = "./courier-data", network: Network = Network(), limits: Limits = Limits(), paths: Paths = Paths(),
+        dataDirectory: String = "./courier-data", network: Network = Network(), http2: HTTP2 = HTTP2(), limits: Limits = Limits(), paths: Paths = Paths(),
         demo: Demo = Demo(), qos: QoSConfiguration = QoSConfiguration(), logLevel: String = "info"
     ) {
         self.qos = qos
         self.dataDirectory = dataDirectory
         self.network = network
+        self.http2 = http2
         self.limits = limits
         self.paths = paths
         self.demo = demo
@@ -211,6 +228,10 @@ extension CourierConfiguration {
         for (key, value) in payloadKeys where !(1...65_535).contains(value) {
             throw ConfigurationError("\(source): 'limits.payload.\(key)' must be 1 to 65535")
         }
+        guard (1...1_000_000).contains(http2.maxConcurrentStreams) else {
+            throw ConfigurationError("\(source): 'http2.maxConcurrentStreams' must be 1 to 1000000")
+        }
+        guard http2.idleTimeout > 0 else { throw ConfigurationError("\(source): 'http2.idleTimeout' must be more than 0") }
         guard (1_024...16_777_216).contains(limits.deviceMaxFrameLength) else {
             throw ConfigurationError("\(source): 'limits.deviceMaxFrameLength' must be 1024 to 16777216")
         }

@@ -32,16 +32,19 @@ public struct CourierApplication: Sendable {
     public let ports: BoundPorts
     /// The listeners the services open.
     public let listeners: [(BoundPorts.Listener, Environment)]
+    /// The HTTP/2 provider API of each environment (tests call `sweep`).
+    public let http2Gateways: [Environment: HTTP2Gateway]
 
     /// Prepares the data directory (creating on first start what a
     /// newcomer needs) and builds the services.
     /// With `timers` false the dispatcher's timers run only when a test
     /// calls `dispatcher.tick()` (after moving its clock).
     public static func build(
-        configuration: CourierConfiguration, clock: any WallClock = SystemWallClock(), timers: Bool = true, logger: Logger
+        configuration: CourierConfiguration, clock: any WallClock = SystemWallClock(), timers: Bool = true,
+        wrapStore: (@Sendable (any Store) -> any Store)? = nil, logger: Logger
     ) async throws -> CourierApplication {
         try configuration.validate()
-        let provisioner = try await Provisioner.open(configuration: configuration, clock: clock, logger: logger)
+        let provisioner = try await Provisioner.open(configuration: configuration, clock: clock, wrapStore: wrapStore, logger: logger)
         do {
             let report = try await bootstrap(provisioner)
             let log = DeliveryLogWriter(store: provisioner.store, logger: logger)
@@ -52,7 +55,20 @@ public struct CourierApplication: Sendable {
             let ports = BoundPorts()
             // Shutdown runs in reverse: listeners first, the store last.
             var services: [any Service] = [StoreService(provisioner: provisioner, logger: logger), log]
-            if timers { services.append(DispatcherTimerService(dispatcher: dispatcher, interval: configuration.qos.tickInterval)) }
+            let keys = ProviderKeys(store: provisioner.store)
+            var http2Gateways: [Environment: HTTP2Gateway] = [:]
+            for environment in Environment.allCases {
+                http2Gateways[environment] = try HTTP2Gateway(
+                    environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, keys: keys,
+                    ports: ports, logger: logger)
+            }
+            if timers {
+                services.append(TimerService(interval: configuration.qos.tickInterval) { await dispatcher.tick() })
+                services.append(
+                    TimerService(interval: configuration.qos.tickInterval) { [http2Gateways] in
+                        for gateway in http2Gateways.values { await gateway.sweep() }
+                    })
+            }
             for environment in Environment.allCases {
                 services.append(
                     DeviceGateway(environment: environment, configuration: configuration, tls: tls, dispatcher: dispatcher, ports: ports, logger: logger))
@@ -62,10 +78,11 @@ public struct CourierApplication: Sendable {
                     try BinaryGateway(
                         environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, ports: ports,
                         logger: logger))
+                services.append(http2Gateways[environment]!)
             }
             return CourierApplication(
                 configuration: configuration, provisioner: provisioner, report: report, services: services, dispatcher: dispatcher, ports: ports,
-                listeners: Environment.allCases.flatMap { [(.device, $0), (.feedback, $0), (.binary, $0)] })
+                listeners: Environment.allCases.flatMap { [(.device, $0), (.feedback, $0), (.binary, $0), (.http2, $0)] }, http2Gateways: http2Gateways)
         } catch {
             try? await provisioner.close()
             throw error

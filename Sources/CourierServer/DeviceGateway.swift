@@ -258,16 +258,17 @@ final class DeviceGateway: Service {
     }
 }
 
-/// Runs the dispatcher's timers every `qos.tickInterval` seconds.
-struct DispatcherTimerService: Service {
-    let dispatcher: Dispatcher
+/// Runs a periodic job (the dispatcher's timers, the HTTP/2 gateways'
+/// sweeps) every `interval` seconds until graceful shutdown.
+struct TimerService: Service {
     let interval: Double
+    let tick: @Sendable () async -> Void
 
     func run() async throws {
         await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 try? await Task.sleep(for: .seconds(interval))
-                await dispatcher.tick()
+                await tick()
             }
         }
     }

@@ -82,7 +82,9 @@ struct ServerTLS: Sendable {
     }
 
     /// A server context that asks for a client certificate from the CA.
-    static func context(provisioner: Provisioner, maximumVersion: TLSVersion? = nil, alpn: [String] = []) throws -> NIOSSLContext {
+    static func context(
+        provisioner: Provisioner, maximumVersion: TLSVersion? = nil, alpn: [String] = [], verification: CertificateVerification = .noHostnameVerification
+    ) throws -> NIOSSLContext {
         let chain = try NIOSSLCertificate.fromPEMFile(provisioner.serverCertificatePath)
         let key = try NIOSSLPrivateKey(file: provisioner.serverKeyPath, format: .pem)
         let ca = try NIOSSLCertificate.fromPEMFile(provisioner.caCertificatePath)
@@ -90,7 +92,7 @@ struct ServerTLS: Sendable {
         configuration.minimumTLSVersion = .tlsv12
         configuration.maximumTLSVersion = maximumVersion
         configuration.trustRoots = .certificates(ca)
-        configuration.certificateVerification = .noHostnameVerification
+        configuration.certificateVerification = verification
         configuration.applicationProtocols = alpn
         return try NIOSSLContext(configuration: configuration)
     }

@@ -30,7 +30,12 @@ public final class Provisioner: Sendable {
     }
 
     /// Opens the data directory (creating it) and its SQLite store.
-    public static func open(configuration: CourierConfiguration, clock: any WallClock = SystemWallClock(), logger: Logger) async throws -> Provisioner {
+    /// `wrapStore` puts a layer around the store (tests inject failures
+    /// with it).
+    public static func open(
+        configuration: CourierConfiguration, clock: any WallClock = SystemWallClock(), wrapStore: (@Sendable (any Store) -> any Store)? = nil,
+        logger: Logger
+    ) async throws -> Provisioner {
         let directory = configuration.dataDirectory
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -39,7 +44,7 @@ public final class Provisioner: Sendable {
             throw PKIError(.badFile, "cannot create data directory \(directory): \(error.localizedDescription)")
         }
         let store = try await SQLiteStore.open(path: configuration.resolve(configuration.paths.database), logger: logger)
-        return Provisioner(configuration: configuration, store: store, sqlite: store, clock: clock)
+        return Provisioner(configuration: configuration, store: wrapStore?(store) ?? store, sqlite: store, clock: clock)
     }
 
     public func close() async throws {

@@ -21,17 +21,22 @@ final class TestServer: Sendable {
     static let demoTopics: Set<String> = ["com.example.demo", "com.example.demo.voip", "com.example.demo.complication"]
     static let demoProvider = ProviderIdentity(name: "test provider", teamID: "DEMOTEAM01", topics: demoTopics)
 
-    init(qos: QoSConfiguration = QoSConfiguration(), tokenLength: Int = 32, directory: String? = nil) async throws {
+    init(
+        qos: QoSConfiguration = QoSConfiguration(), tokenLength: Int = 32, directory: String? = nil,
+        configure: (inout CourierConfiguration) -> Void = { _ in }, wrapStore: (@Sendable (any Store) -> any Store)? = nil
+    ) async throws {
         let directory = try directory ?? temporaryDirectory()
         self.directory = directory
         var configuration = testConfiguration(directory)
         configuration.qos = qos
         configuration.limits.tokenLength = tokenLength
+        configure(&configuration)
         clock = ManualWallClock(Date())
         var logger = Logger(label: "courier-test")
         logger.logLevel = ProcessInfo.processInfo.environment["COURIER_TEST_LOG"] == nil ? .warning : .debug
         self.logger = logger
-        application = try await CourierApplication.build(configuration: configuration, clock: clock, timers: false, logger: logger)
+        application = try await CourierApplication.build(
+            configuration: configuration, clock: clock, timers: false, wrapStore: wrapStore, logger: logger)
         group = application.serviceGroup(logger: logger, signals: false)
         let group = self.group
         task = Task { try await group.run() }

@@ -1,0 +1,223 @@
+import CourierCore
+import CourierWire
+import Foundation
+import NIOCore
+import NIOHPACK
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+import NIOTLS
+import Synchronization
+
+/// An answer as the server sent it.
+public struct HTTP2RawResponse: Sendable, Hashable {
+    public var status: Int
+    public var headers: [String: String]
+    public var body: [UInt8]
+
+    public var apnsID: String? { headers["apns-id"] }
+}
+
+/// A GOAWAY the server sent, with its `{"reason": …}` data.
+public struct HTTP2GoAway: Sendable, Hashable {
+    public var errorCode: Int
+    public var lastStreamID: Int
+    public var reason: Reason?
+}
+
+/// Errors of the HTTP/2 provider client.
+public enum HTTP2ClientError: Error, Sendable, Hashable, CustomStringConvertible {
+    case handshakeFailed(String)
+    /// The connection ended before the answer came (a GOAWAY's reason when it said one).
+    case connectionClosed(Reason?)
+    /// The server reset the stream (for instance more streams than it allows).
+    case streamReset(Int)
+
+    public var description: String {
+        switch self {
+        case .handshakeFailed(let endpoint): "the TLS handshake with \(endpoint) failed: the server refused the certificate, or the CA does not match"
+        case .connectionClosed(let reason?): "the server closed the connection (\(reason))"
+        case .connectionClosed(nil): "the server closed the connection"
+        case .streamReset(let code): "the server reset the stream (HTTP/2 error \(code))"
+        }
+    }
+}
+
+/// What the connection's root stream told: SETTINGS values and GOAWAY.
+final class HTTP2ConnectionEvents: ChannelInboundHandler, Sendable {
+    typealias InboundIn = HTTP2Frame
+
+    private struct State {
+        var maxConcurrentStreams: [Int] = []
+        var goAway: HTTP2GoAway?
+        var closed = false
+        var waiters: [CheckedContinuation<HTTP2GoAway?, Never>] = []
+    }
+
+    private let state = Mutex(State())
+
+    var maxConcurrentStreams: [Int] { state.withLock { $0.maxConcurrentStreams } }
+    var goAway: HTTP2GoAway? { state.withLock { $0.goAway } }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        switch frame.payload {
+        case .settings(.settings(let settings)):
+            let values = settings.filter { $0.parameter == .maxConcurrentStreams }.map(\.value)
+            state.withLock { $0.maxConcurrentStreams += values }
+        case .goAway(let lastStreamID, let errorCode, let opaqueData):
+            let reason = opaqueData.flatMap { HTTP2ErrorBody.decode($0.readableBytesView) }.map { Reason(rawValue: $0.reason) }
+            let goAway = HTTP2GoAway(errorCode: Int(errorCode.networkCode), lastStreamID: Int(Int32(lastStreamID)), reason: reason)
+            state.withLock { if $0.goAway == nil { $0.goAway = goAway } }
+        default:
+            break
+        }
+        context.fireChannelRead(data)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        let (waiters, goAway) = state.withLock { state in
+            state.closed = true
+            defer { state.waiters = [] }
+            return (state.waiters, state.goAway)
+        }
+        for waiter in waiters { waiter.resume(returning: goAway) }
+        context.fireChannelInactive()
+    }
+
+    /// Waits until the connection closes; its GOAWAY, if one came.
+    func closed() async -> HTTP2GoAway? {
+        await withCheckedContinuation { continuation in
+            let done = state.withLock { state -> HTTP2GoAway?? in
+                if state.closed { return .some(state.goAway) }
+                state.waiters.append(continuation)
+                return nil
+            }
+            if let done { continuation.resume(returning: done) }
+        }
+    }
+}
+
+/// One HTTP/2 connection to a provider API: TLS with ALPN `h2`, a stream
+/// per request. The client library pools these; tests use one directly
+/// to send any headers they like and to see SETTINGS and GOAWAY.
+public final class HTTP2Connection: Sendable {
+    let channel: any Channel
+    let multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<Void>
+    let events: HTTP2ConnectionEvents
+
+    init(channel: any Channel, multiplexer: NIOHTTP2Handler.AsyncStreamMultiplexer<Void>, events: HTTP2ConnectionEvents) {
+        self.channel = channel
+        self.multiplexer = multiplexer
+        self.events = events
+    }
+
+    /// Connects and completes the TLS handshake. `alpn` empty offers no
+    /// protocol (a client Apple also accepts).
+    public static func connect(
+        host: String, port: Int, tls: TLSConfiguration, serverName: String? = nil, alpn: [String] = ["h2"],
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    ) async throws -> HTTP2Connection {
+        var tls = tls
+        tls.applicationProtocols = alpn
+        let context = try NIOSSLContext(configuration: tls)
+        let events = HTTP2ConnectionEvents()
+        let serverName = serverName ?? (host.first?.isNumber == true ? nil : host)
+        let (channel, multiplexer, handshake) = try await ClientBootstrap(group: group)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
+            .connect(host: host, port: port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let signal = HandshakeSignal(promise: channel.eventLoop.makePromise())
+                    try channel.pipeline.syncOperations.addHandler(try NIOSSLClientHandler(context: context, serverHostname: serverName))
+                    try channel.pipeline.syncOperations.addHandler(signal)
+                    let multiplexer = try channel.pipeline.syncOperations.configureAsyncHTTP2Pipeline(mode: .client) { stream in
+                        stream.eventLoop.makeSucceededVoidFuture()
+                    }
+                    try channel.pipeline.syncOperations.addHandler(events)
+                    return (channel, multiplexer, signal.promise.futureResult)
+                }
+            }
+        do {
+            try await handshake.get()
+        } catch {
+            try? await channel.close()
+            throw HTTP2ClientError.handshakeFailed("\(host):\(port)")
+        }
+        return HTTP2Connection(channel: channel, multiplexer: multiplexer, events: events)
+    }
+
+    /// True until the server said GOAWAY or the connection closed.
+    public var isUsable: Bool { channel.isActive && events.goAway == nil }
+
+    /// Every SETTINGS_MAX_CONCURRENT_STREAMS the server announced, in order.
+    public var announcedMaxConcurrentStreams: [Int] { events.maxConcurrentStreams }
+
+    /// Waits until the connection is closed; the server's GOAWAY if it sent one.
+    public func closed() async -> HTTP2GoAway? { await events.closed() }
+
+    /// Sends one request with exactly these headers (pseudo-headers
+    /// included, in order) and its body; returns the answer.
+    public func request(_ headers: [(name: String, value: String, indexing: HPACKIndexing)], body: [UInt8]?) async throws -> HTTP2RawResponse {
+        let stream: NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>
+        do {
+            stream = try await multiplexer.openStream { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>(wrappingChannelSynchronously: channel)
+                }
+            }
+        } catch {
+            throw HTTP2ClientError.connectionClosed(events.goAway?.reason)
+        }
+        var hpack = HPACKHeaders()
+        for header in headers { hpack.add(name: header.name, value: header.value, indexing: header.indexing) }
+        let goAway = { [events] in events.goAway?.reason }
+        return try await stream.executeThenClose { inbound, outbound in
+            let frameHeaders = hpack
+            // A write that fails may still have an answer behind it (the
+            // server answers a too-large upload early and resets the stream).
+            do {
+                try await outbound.write(.headers(.init(headers: frameHeaders, endStream: body == nil)))
+                if let body {
+                    try await outbound.write(.data(.init(data: .byteBuffer(ByteBuffer(bytes: body)), endStream: true)))
+                }
+            } catch {}
+            var response = HTTP2RawResponse(status: 0, headers: [:], body: [])
+            do {
+                for try await frame in inbound {
+                    switch frame {
+                    case .headers(let received):
+                        for (name, value, _) in received.headers {
+                            if name == ":status" { response.status = Int(value) ?? 0 } else { response.headers[name] = value }
+                        }
+                        if received.endStream { return response }
+                    case .data(let data):
+                        if case .byteBuffer(let buffer) = data.data { response.body += buffer.readableBytesView }
+                        if data.endStream { return response }
+                    case .rstStream(let code):
+                        // An answer followed by a reset (the server stopped a large upload) is still the answer.
+                        if response.status != 0 { return response }
+                        throw HTTP2ClientError.streamReset(Int(code.networkCode))
+                    default:
+                        continue
+                    }
+                }
+            } catch let error as HTTP2ClientError {
+                throw error
+            } catch {
+                if response.status != 0 { return response }
+                throw HTTP2ClientError.connectionClosed(goAway())
+            }
+            if response.status != 0 { return response }
+            throw HTTP2ClientError.connectionClosed(goAway())
+        }
+    }
+
+    /// Sends an HTTP/2 PING and waits for nothing; the server answers it.
+    public func ping() {
+        channel.writeAndFlush(HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: 1), ack: false)), promise: nil)
+    }
+
+    public func close() async {
+        try? await channel.close()
+    }
+}

@@ -1,0 +1,191 @@
+import CourierCore
+import CourierPKI
+import CourierWire
+import Foundation
+import Logging
+import NIOCore
+import NIOHPACK
+import NIOPosix
+import NIOSSL
+
+/// How the provider proves who it is to the HTTP/2 API.
+public enum HTTP2Credentials: Sendable {
+    /// Token trust: JWTs signed with the auth key (`.p8`) for the team.
+    case token(AuthKey, teamID: String)
+    /// Certificate trust: a provider certificate and its key (PEM files).
+    case certificate(certificatePath: String, keyPath: String)
+}
+
+/// One notification for the HTTP/2 API (the seeds' table 8-2).
+public struct HTTP2Push: Sendable, Hashable {
+    public var token: [UInt8]
+    public var payload: [UInt8]
+    /// Nil: the certificate's only topic (certificate trust).
+    public var topic: String?
+    /// Nil: the server makes one.
+    public var id: UUID?
+    /// Nil: not sent; `Date(timeIntervalSince1970: 0)`: deliver now or never.
+    public var expiration: Date?
+    public var priority: Priority?
+    public var collapseID: String?
+    public var pushType: String?
+
+    public init(
+        token: [UInt8], payload: [UInt8], topic: String? = nil, id: UUID? = nil, expiration: Date? = nil, priority: Priority? = nil,
+        collapseID: String? = nil, pushType: String? = nil
+    ) {
+        self.token = token
+        self.payload = payload
+        self.topic = topic
+        self.id = id
+        self.expiration = expiration
+        self.priority = priority
+        self.collapseID = collapseID
+        self.pushType = pushType
+    }
+}
+
+/// The outcome of one push: 200, or a status with its reason.
+public struct HTTP2PushResult: Sendable, Hashable {
+    public var status: Int
+    public var apnsID: String
+    /// Nil when accepted; reasons this library does not know are `.unknown`.
+    public var reason: Reason?
+    /// For 410 Unregistered: when the token stopped being valid.
+    public var timestamp: Date?
+
+    public var isAccepted: Bool { status == 200 }
+}
+
+/// A client of the HTTP/2 provider API (Courier's or Apple's): a small pool
+/// of connections, a JWT made once and renewed while it is between 20 and
+/// 60 minutes old (or a client certificate), `send` returning the apns-id
+/// and the outcome.
+public actor HTTP2ProviderClient {
+    public struct Options: Sendable {
+        public var host: String
+        public var port: Int
+        /// The CA to trust (Courier's `ca.pem`); nil: the system's roots.
+        public var caPath: String?
+        public var serverName: String?
+        /// Connections in the pool; requests go round-robin.
+        public var connections: Int
+        /// A token older than this is replaced (Apple: between 20 and 60 minutes).
+        public var tokenRenewal: TimeInterval
+
+        public init(host: String, port: Int, caPath: String? = nil, serverName: String? = nil, connections: Int = 2, tokenRenewal: TimeInterval = 40 * 60) {
+            self.host = host
+            self.port = port
+            self.caPath = caPath
+            self.serverName = serverName
+            self.connections = max(1, connections)
+            self.tokenRenewal = min(max(tokenRenewal, 20 * 60), 60 * 60)
+        }
+    }
+
+    let options: Options
+    let credentials: HTTP2Credentials
+    let clock: any WallClock
+    let logger: Logger
+    private let tls: TLSConfiguration
+    private var pool: [Int: HTTP2Connection] = [:]
+    private var connecting: [Int: Task<HTTP2Connection, any Error>] = [:]
+    private var next = 0
+    private var token: (compact: String, issuedAt: Date)?
+
+    public init(options: Options, credentials: HTTP2Credentials, clock: any WallClock = SystemWallClock(), logger: Logger) throws {
+        self.options = options
+        self.credentials = credentials
+        self.clock = clock
+        self.logger = logger
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.minimumTLSVersion = .tlsv12
+        if let caPath = options.caPath { tls.trustRoots = .file(caPath) }
+        if case .certificate(let certificatePath, let keyPath) = credentials {
+            tls.certificateChain = try NIOSSLCertificate.fromPEMFile(certificatePath).map { .certificate($0) }
+            tls.privateKey = .privateKey(try NIOSSLPrivateKey(file: keyPath, format: .pem))
+        }
+        self.tls = tls
+    }
+
+    /// Sends one notification. A connection that was closed (GOAWAY) is
+    /// replaced and the request sent once more on the new one.
+    public func send(_ push: HTTP2Push) async throws -> HTTP2PushResult {
+        let headers = requestHeaders(push)
+        var attempt = 0
+        while true {
+            attempt += 1
+            let connection = try await connection()
+            do {
+                let response = try await connection.request(headers, body: push.payload)
+                return Self.result(response, fallbackID: push.id)
+            } catch HTTP2ClientError.connectionClosed(let reason) where attempt < 3 {
+                logger.debug("connection closed, sending again", metadata: ["courier.reason": "\(reason?.rawValue ?? "none")"])
+                forget(connection)
+            }
+        }
+    }
+
+    /// The JWT this client sends now (made or renewed as needed); nil with
+    /// certificate trust.
+    public func currentToken() -> String? {
+        guard case .token(let key, let teamID) = credentials else { return nil }
+        let now = clock.now()
+        if let token, now.timeIntervalSince(token.issuedAt) < options.tokenRenewal { return token.compact }
+        let compact = ProviderToken.make(key: key, teamID: teamID, issuedAt: now)
+        token = (compact, now)
+        return compact
+    }
+
+    public func close() async {
+        for task in connecting.values { task.cancel() }
+        for connection in pool.values { await connection.close() }
+        pool = [:]
+    }
+
+    private func requestHeaders(_ push: HTTP2Push) -> [(name: String, value: String, indexing: HPACKIndexing)] {
+        // Encoded as the seeds ask: the path and the token not indexed.
+        var headers: [(name: String, value: String, indexing: HPACKIndexing)] = [
+            (":method", "POST", .indexable), (":scheme", "https", .indexable), (":path", "/3/device/" + Hex.encode(push.token), .nonIndexable),
+            (":authority", options.serverName ?? options.host, .indexable),
+        ]
+        if let compact = currentToken() { headers.append(("authorization", "bearer " + compact, .nonIndexable)) }
+        if let id = push.id { headers.append(("apns-id", id.uuidString.lowercased(), .nonIndexable)) }
+        if let expiration = push.expiration { headers.append(("apns-expiration", String(Int64(expiration.timeIntervalSince1970)), .nonIndexable)) }
+        if let priority = push.priority { headers.append(("apns-priority", String(priority.rawValue), .indexable)) }
+        if let topic = push.topic { headers.append(("apns-topic", topic, .indexable)) }
+        if let collapseID = push.collapseID { headers.append(("apns-collapse-id", collapseID, .nonIndexable)) }
+        if let pushType = push.pushType { headers.append(("apns-push-type", pushType, .indexable)) }
+        headers.append(("content-length", String(push.payload.count), .indexable))
+        return headers
+    }
+
+    static func result(_ response: HTTP2RawResponse, fallbackID: UUID?) -> HTTP2PushResult {
+        let apnsID = response.apnsID ?? fallbackID?.uuidString.lowercased() ?? ""
+        guard response.status != 200 else { return HTTP2PushResult(status: 200, apnsID: apnsID) }
+        let body = HTTP2ErrorBody.decode(response.body)
+        return HTTP2PushResult(
+            status: response.status, apnsID: apnsID, reason: body.map { Reason(rawValue: $0.reason) },
+            timestamp: body?.timestamp.map { Date(timeIntervalSince1970: Double($0) / 1000) })
+    }
+
+    private func connection() async throws -> HTTP2Connection {
+        let slot = next
+        next = (next + 1) % options.connections
+        if let open = pool[slot], open.isUsable { return open }
+        if let pending = connecting[slot] { return try await pending.value }
+        let (options, tls) = (self.options, self.tls)
+        let task = Task {
+            try await HTTP2Connection.connect(host: options.host, port: options.port, tls: tls, serverName: options.serverName)
+        }
+        connecting[slot] = task
+        defer { connecting[slot] = nil }
+        let connection = try await task.value
+        pool[slot] = connection
+        return connection
+    }
+
+    private func forget(_ connection: HTTP2Connection) {
+        for (slot, open) in pool where open === connection { pool[slot] = nil }
+    }
+}

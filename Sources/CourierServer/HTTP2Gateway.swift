@@ -1,0 +1,486 @@
+import CourierCore
+import CourierPKI
+import CourierWire
+import Foundation
+import Logging
+import NIOCore
+import NIOHPACK
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+import NIOTLS
+import ServiceLifecycle
+import Synchronization
+
+/// How a connection's provider proved who it is.
+enum ProviderTrust: Sendable {
+    /// A client certificate from Courier's CA: topics and environments from it.
+    case certificate(CertificateRecord, ProviderIdentity, defaultTopic: String?)
+    /// A certificate the store knows but that is not a usable provider
+    /// certificate (no topics): every request is `BadCertificate`.
+    case unusableCertificate(CertificateRecord)
+    /// No certificate: each request carries a JWT.
+    case token(TokenTrust)
+
+    var isCertificate: Bool {
+        if case .token = self { return false }
+        return true
+    }
+}
+
+/// What the gateway keeps of one open connection, for sweeps and shutdown.
+final class HTTP2ConnectionHandle: Sendable {
+    let channel: any Channel
+    let trust: ProviderTrust
+    private let lastActivity: Mutex<Date>
+
+    init(channel: any Channel, trust: ProviderTrust, now: Date) {
+        self.channel = channel
+        self.trust = trust
+        lastActivity = Mutex(now)
+    }
+
+    func touch(_ now: Date) { lastActivity.withLock { $0 = now } }
+
+    var idleSince: Date { lastActivity.withLock { $0 } }
+
+    /// Ends the connection: requests that arrive from now on are answered
+    /// with `reason`, those in flight finish, then GOAWAY carries
+    /// `{"reason": …}` and the connection closes.
+    func goAway(_ reason: Reason) {
+        channel.pipeline.fireUserInboundEventTriggered(HTTP2GoAwayRequest(reason: reason))
+    }
+}
+
+struct HTTP2GoAwayRequest: Sendable {
+    var reason: Reason
+}
+
+/// The answer to one request.
+struct HTTP2Answer: Sendable {
+    var status: Int
+    var apnsID: String
+    var body: [UInt8]?
+    /// The connection's first valid provider token: lift the one-stream limit.
+    var liftStreamLimit = false
+
+    static func failure(_ reason: Reason, apnsID: String, timestamp: Date? = nil) -> HTTP2Answer {
+        HTTP2Answer(status: reason.httpStatus, apnsID: apnsID, body: HTTP2ErrorBody(reason: reason, timestamp: timestamp).json)
+    }
+}
+
+/// The HTTP/2 provider API of one environment (seed 003, "Communicating
+/// with APNs"; DESIGN.md §3, §5): TLS 1.2+ with ALPN `h2` (a client that
+/// offers no ALPN speaks HTTP/2 all the same), certificate or token trust,
+/// `POST /3/device/<token>`, every status and reason of docs/protocol.md §2.
+public final class HTTP2Gateway: Service, Sendable {
+    let environment: Environment
+    let configuration: CourierConfiguration
+    let context: NIOSSLContext
+    let authority: ServerTLS
+    let dispatcher: Dispatcher
+    let keys: ProviderKeys
+    let ports: BoundPorts
+    let logger: Logger
+    private let connections = Mutex<(open: [ObjectIdentifier: HTTP2ConnectionHandle], shuttingDown: Bool)>(([:], false))
+
+    init(
+        environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher,
+        keys: ProviderKeys, ports: BoundPorts, logger: Logger
+    ) throws {
+        self.environment = environment
+        self.configuration = configuration
+        self.authority = tls
+        // A certificate is optional here: without one, the provider uses tokens.
+        context = try ServerTLS.context(provisioner: provisioner, alpn: ["h2"], verification: .optionalVerification)
+        self.dispatcher = dispatcher
+        self.keys = keys
+        self.ports = ports
+        var logger = logger
+        logger[metadataKey: "courier.listener"] = "http2.\(environment.rawValue)"
+        self.logger = logger
+    }
+
+    var clock: any WallClock { dispatcher.clock }
+
+    public func run() async throws {
+        let verifier = PeerVerifier(authority: authority.authority, store: dispatcher.store, kind: .provider, logger: logger)
+        let context = self.context
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelOption(.backlog, value: 256)
+            .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
+            .bind(host: configuration.network.host, port: configuration.network.ports(environment).http2) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let box = PeerIdentityBox()
+                    try channel.pipeline.syncOperations.addHandlers([
+                        NIOSSLServerHandler(context: context) { chain, promise in verifier.verify(chain, into: box, promise: promise) },
+                        HTTP2ConnectionSetup(gateway: self, peer: box),
+                    ])
+                    return channel
+                }
+            }
+        ports.set(.http2, environment, server.channel.localAddress?.port ?? 0)
+        logger.info("listening", metadata: ["courier.port": "\(server.channel.localAddress?.port ?? 0)"])
+        try await acceptConnections(on: server) {
+            let open = self.connections.withLock { state in
+                state.shuttingDown = true
+                return Array(state.open.values)
+            }
+            for connection in open { connection.goAway(.shutdown) }
+        } serve: { channel in
+            try? await channel.closeFuture.get()
+        }
+    }
+
+    /// Called once a connection's TLS handshake is done.
+    func register(_ handle: HTTP2ConnectionHandle) {
+        let key = ObjectIdentifier(handle.channel)
+        let shuttingDown = connections.withLock { state in
+            state.open[key] = handle
+            return state.shuttingDown
+        }
+        handle.channel.closeFuture.whenComplete { _ in _ = self.connections.withLock { $0.open.removeValue(forKey: key) } }
+        if shuttingDown { handle.goAway(.shutdown) }
+    }
+
+    var openConnections: Int { connections.withLock { $0.open.count } }
+
+    /// The gateway's timer (every `qos.tickInterval`; tests call it after
+    /// moving the clock): closes connections idle for `http2.idleTimeout`
+    /// with GOAWAY `IdleTimeout`, and those whose certificate or key was
+    /// revoked.
+    public func sweep() async {
+        let now = clock.now()
+        let open = connections.withLock { Array($0.open.values) }
+        for connection in open where now.timeIntervalSince(connection.idleSince) >= configuration.http2.idleTimeout {
+            logger.info("closing an idle connection")
+            connection.goAway(.idleTimeout)
+        }
+        do {
+            let revokedKeys = try await keys.refreshRevocations()
+            for connection in open {
+                switch connection.trust {
+                case .token(let trust):
+                    if let keyID = trust.keyID, revokedKeys.contains(keyID) || keys.isRevoked(keyID) {
+                        logger.info("closing a connection whose auth key was revoked", metadata: ["courier.key": "\(keyID)"])
+                        connection.goAway(.invalidProviderToken)
+                    }
+                case .certificate(let record, _, _), .unusableCertificate(let record):
+                    let current = try await dispatcher.store.certificate(serial: record.serial)
+                    if current == nil || current?.revokedAt != nil {
+                        logger.info("closing a connection whose certificate was revoked", metadata: ["courier.serial": "\(record.serial)"])
+                        connection.goAway(.badCertificate)
+                    }
+                }
+            }
+        } catch {
+            logger.error("store failed while checking revocations", metadata: ["courier.error": "\(error)"])
+        }
+    }
+
+    // MARK: Requests
+
+    /// Answers one request whose headers parsed: trust, topic, header
+    /// values, payload, then the dispatcher (docs/protocol.md §2).
+    func answer(_ head: HTTP2RequestHead, body: ByteBuffer, connection: HTTP2ConnectionHandle) async -> HTTP2Answer {
+        let newID = UUID()
+        let apnsID = head.apnsID ?? newID.uuidString.lowercased()
+        var identity: ProviderIdentity
+        var defaultTopic: String?
+        var liftStreamLimit = false
+        var tokenTrust: TokenTrust?
+        switch connection.trust {
+        case .unusableCertificate:
+            return .failure(.badCertificate, apnsID: apnsID)
+        case .certificate(let record, let certified, let topic):
+            guard record.environments.contains(environment) else { return .failure(.badCertificateEnvironment, apnsID: apnsID) }
+            identity = certified
+            defaultTopic = topic
+        case .token(let trust):
+            switch await trust.authenticate(head.authorization, now: clock.now(), keys: keys) {
+            case .rejected(let reason): return .failure(reason, apnsID: apnsID)
+            case .valid(let valid, let first):
+                identity = valid
+                liftStreamLimit = first
+                tokenTrust = trust
+            }
+        }
+        var answer = await deliver(
+            head, body: body, identity: &identity, defaultTopic: defaultTopic, tokenTrust: tokenTrust, id: newID, apnsID: apnsID)
+        answer.liftStreamLimit = liftStreamLimit
+        return answer
+    }
+
+    private func deliver(
+        _ head: HTTP2RequestHead, body: ByteBuffer, identity: inout ProviderIdentity, defaultTopic: String?, tokenTrust: TokenTrust?, id: UUID,
+        apnsID: String
+    ) async -> HTTP2Answer {
+        guard let topic = head.topic ?? defaultTopic else { return .failure(.missingTopic, apnsID: apnsID) }
+        guard HTTP2RequestHead.isTopic(topic) else { return .failure(.badTopic, apnsID: apnsID) }
+        if !identity.topics.contains(topic), let tokenTrust, let refreshed = await tokenTrust.refreshTopics(keys: keys) {
+            identity = refreshed
+        }
+        guard identity.topics.contains(topic) else { return .failure(.topicDisallowed, apnsID: apnsID) }
+        let fields: HTTP2RequestHead.Fields
+        switch head.fields(tokenLength: configuration.limits.tokenLength, newID: id) {
+        case .failure(let reason): return .failure(reason, apnsID: apnsID)
+        case .success(let checked): fields = checked
+        }
+        let channel: PayloadChannel = Topic(topic).kind == .voip ? .http2VoIP : .http2
+        let summary: PayloadSummary
+        switch PayloadRules.check(body.readableBytesView, priority: fields.priority, channel: channel, limits: configuration.limits.payload) {
+        case .failure(let error): return .failure(error.reason, apnsID: apnsID)
+        case .success(let result): summary = result
+        }
+        let priority = fields.priority.flatMap(Priority.init(rawValue:)) ?? (summary.isSilent ? .conservePower : .immediate)
+        let notification = PushNotification(
+            id: fields.id, token: fields.token, topic: topic, payload: Array(body.readableBytesView), expiration: fields.expiration, priority: priority,
+            collapseID: fields.collapseID, pushType: fields.pushType, isSilent: summary.isSilent)
+        switch await dispatcher.accept(notification, environment: environment, from: identity) {
+        case .accepted: return HTTP2Answer(status: 200, apnsID: apnsID, body: nil)
+        case .rejected(let reason, let timestamp): return .failure(reason, apnsID: apnsID, timestamp: timestamp)
+        }
+    }
+}
+
+/// Waits for the TLS handshake, then decides the connection's trust (a
+/// client certificate, or tokens) and sets up HTTP/2: a token connection
+/// starts with one concurrent stream until a valid token is seen.
+final class HTTP2ConnectionSetup: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = NIOAny
+
+    let gateway: HTTP2Gateway
+    let peer: PeerIdentityBox
+
+    init(gateway: HTTP2Gateway, peer: PeerIdentityBox) {
+        self.gateway = gateway
+        self.peer = peer
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        guard case .handshakeCompleted = event as? TLSUserEvent else {
+            context.fireUserInboundEventTriggered(event)
+            return
+        }
+        let trust: ProviderTrust
+        if let record = peer.record {
+            if let (identity, info) = try? ProviderIdentity.certificate(record), !identity.topics.isEmpty {
+                // The default topic: the only one, when the certificate has one (seeds, table 8-2).
+                trust = .certificate(record, identity, defaultTopic: info.topics.count == 1 ? info.topics.first?.description : nil)
+            } else {
+                trust = .unusableCertificate(record)
+            }
+        } else {
+            trust = .token(TokenTrust())
+        }
+        let options = gateway.configuration.http2
+        let handle = HTTP2ConnectionHandle(channel: context.channel, trust: trust, now: gateway.clock.now())
+        let settings = [
+            HTTP2Setting(parameter: .maxConcurrentStreams, value: trust.isCertificate ? options.maxConcurrentStreams : 1),
+            HTTP2Setting(parameter: .maxHeaderListSize, value: HPACKDecoder.defaultMaxHeaderListSize),
+        ]
+        do {
+            let operations = context.pipeline.syncOperations
+            try operations.addHandler(HTTP2ProviderHandler(gateway: gateway, connection: handle), position: .after(self))
+            try operations.addHandler(NIOHTTP2Handler(mode: .server, initialSettings: settings), position: .after(self))
+            operations.removeHandler(context: context, promise: nil)
+        } catch {
+            context.close(promise: nil)
+            return
+        }
+        gateway.register(handle)
+        context.fireUserInboundEventTriggered(event)
+    }
+}
+
+/// One connection's streams: collects each request's headers and body,
+/// answers the header rows at once and the rest through the gateway, and
+/// writes the answers. Runs on the connection's event loop; it speaks to
+/// the HTTP/2 state machine in frames (no child channel per stream).
+final class HTTP2ProviderHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTP2Frame
+    typealias OutboundOut = HTTP2Frame
+
+    private struct OpenStream {
+        var headers: HPACKHeaders
+        var body: ByteBuffer?
+    }
+
+    let gateway: HTTP2Gateway
+    let connection: HTTP2ConnectionHandle
+    /// The largest body kept; beyond it a request is `PayloadTooLarge`.
+    private let bodyLimit: Int
+    private var streams: [HTTP2StreamID: OpenStream] = [:]
+    private var inFlight = 0
+    private var lastStream = HTTP2StreamID.rootStream
+    private var closing: Reason?
+    private var flushScheduled = false
+    private var streamLimitLifted = false
+    private var context: ChannelHandlerContext?
+
+    init(gateway: HTTP2Gateway, connection: HTTP2ConnectionHandle) {
+        self.gateway = gateway
+        self.connection = connection
+        bodyLimit = max(gateway.configuration.limits.payload.http2, gateway.configuration.limits.payload.http2VoIP)
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+
+    func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.context = nil
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        switch frame.payload {
+        case .headers(let headers):
+            if streams[frame.streamID] == nil {
+                // Trailers on a known stream add nothing; a new stream starts a request.
+                streams[frame.streamID] = OpenStream(headers: headers.headers)
+                lastStream = max(lastStream, frame.streamID)
+                connection.touch(gateway.clock.now())
+            }
+            if headers.endStream { complete(frame.streamID, context: context) }
+        case .data(let data):
+            guard var stream = streams[frame.streamID], case .byteBuffer(var bytes) = data.data else { return }
+            let kept = stream.body?.readableBytes ?? 0
+            if kept + bytes.readableBytes > bodyLimit {
+                // Too large whatever the topic: answer now and stop the upload.
+                streams.removeValue(forKey: frame.streamID)
+                // The reset goes once the answer is out: it would drop the answer's DATA still queued.
+                let written = context.eventLoop.makePromise(of: Void.self)
+                write(.failure(.payloadTooLarge, apnsID: Self.apnsID(in: stream.headers)), on: frame.streamID, context: context, promise: written)
+                let reset = HTTP2Frame(streamID: frame.streamID, payload: .rstStream(.noError))
+                let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+                written.futureResult.whenComplete { _ in
+                    guard let context = bound.value.context else { return }
+                    context.writeAndFlush(bound.value.wrapOutboundOut(reset), promise: nil)
+                }
+                return
+            }
+            if stream.body == nil {
+                stream.body = bytes
+            } else {
+                stream.body!.writeBuffer(&bytes)
+            }
+            streams[frame.streamID] = stream
+            if data.endStream { complete(frame.streamID, context: context) }
+        case .rstStream:
+            streams.removeValue(forKey: frame.streamID)
+        default:
+            // SETTINGS, PING and WINDOW_UPDATE are the HTTP/2 handler's; PRIORITY is ignored.
+            break
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let window = event as? NIOHTTP2WindowUpdatedEvent {
+            replenish(window, context: context)
+        } else if let request = event as? HTTP2GoAwayRequest {
+            if closing == nil { closing = request.reason }
+            if inFlight == 0 { sendGoAway(context: context) }
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // A stream error costs the stream (the HTTP/2 handler reset it); anything else the connection.
+        if let streamError = error as? NIOHTTP2Errors.StreamError {
+            streams.removeValue(forKey: streamError.streamID)
+            return
+        }
+        gateway.logger.debug("HTTP/2 connection failed", metadata: ["courier.error": "\(error)"])
+        context.close(promise: nil)
+    }
+
+    /// The connection window is ours to manage (no child channels): once
+    /// the peer may send less than half of the default window, give back
+    /// what was read — counted by the HTTP/2 handler, so DATA of streams
+    /// already answered counts too.
+    private func replenish(_ event: NIOHTTP2WindowUpdatedEvent, context: ChannelHandlerContext) {
+        guard event.streamID == .rootStream, let window = event.inboundWindowSize, window <= Self.connectionWindow / 2 else { return }
+        let frame = HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: Self.connectionWindow - window))
+        context.write(wrapOutboundOut(frame), promise: nil)
+        scheduleFlush(context: context)
+    }
+
+    private static let connectionWindow = 65_535
+
+    private static func apnsID(in headers: HPACKHeaders) -> String {
+        headers.first(name: "apns-id") ?? UUID().uuidString.lowercased()
+    }
+
+    private func complete(_ streamID: HTTP2StreamID, context: ChannelHandlerContext) {
+        guard let stream = streams.removeValue(forKey: streamID) else { return }
+        if let closing {
+            write(.failure(closing == .idleTimeout ? .shutdown : closing, apnsID: Self.apnsID(in: stream.headers)), on: streamID, context: context)
+            return
+        }
+        let head: HTTP2RequestHead
+        switch HTTP2RequestHead.parse(stream.headers.lazy.map { (name: $0.name, value: $0.value) }) {
+        case .failure(let reason):
+            write(.failure(reason, apnsID: Self.apnsID(in: stream.headers)), on: streamID, context: context)
+            return
+        case .success(let parsed): head = parsed
+        }
+        inFlight += 1
+        let body = stream.body ?? context.channel.allocator.buffer(capacity: 0)
+        let gateway = self.gateway
+        let connection = self.connection
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        Task {
+            let answer = await gateway.answer(head, body: body, connection: connection)
+            handler.eventLoop.execute { handler.value.finish(answer, on: streamID) }
+        }
+    }
+
+    private func finish(_ answer: HTTP2Answer, on streamID: HTTP2StreamID) {
+        inFlight -= 1
+        guard let context else { return }
+        if answer.liftStreamLimit, !streamLimitLifted {
+            streamLimitLifted = true
+            let settings = [HTTP2Setting(parameter: .maxConcurrentStreams, value: gateway.configuration.http2.maxConcurrentStreams)]
+            context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .settings(.settings(settings)))), promise: nil)
+        }
+        write(answer, on: streamID, context: context)
+        if closing != nil, inFlight == 0 { sendGoAway(context: context) }
+    }
+
+    private func write(_ answer: HTTP2Answer, on streamID: HTTP2StreamID, context: ChannelHandlerContext, promise: EventLoopPromise<Void>? = nil) {
+        var headers = HPACKHeaders([(":status", String(answer.status)), ("apns-id", answer.apnsID)])
+        if let body = answer.body {
+            headers.add(name: "content-type", value: "application/json")
+            headers.add(name: "content-length", value: String(body.count))
+            context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers)))), promise: nil)
+            let buffer = context.channel.allocator.buffer(bytes: body)
+            context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .data(.init(data: .byteBuffer(buffer), endStream: true)))), promise: promise)
+        } else {
+            context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers, endStream: true)))), promise: promise)
+        }
+        scheduleFlush(context: context)
+    }
+
+    /// One flush for every answer finished in the same turn of the loop.
+    private func scheduleFlush(context: ChannelHandlerContext) {
+        guard !flushScheduled else { return }
+        flushScheduled = true
+        let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
+        context.eventLoop.execute {
+            handler.value.flushScheduled = false
+            handler.value.context?.flush()
+        }
+    }
+
+    private func sendGoAway(context: ChannelHandlerContext) {
+        guard let closing else { return }
+        let data = context.channel.allocator.buffer(bytes: HTTP2ErrorBody(reason: closing).json)
+        let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: lastStream, errorCode: .noError, opaqueData: data))
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(frame)).whenComplete { _ in channel.close(promise: nil) }
+    }
+}

@@ -1,0 +1,175 @@
+import CourierCore
+import CourierPKI
+import Crypto
+import Foundation
+import Logging
+import Synchronization
+
+/// The auth keys and teams' topics the HTTP/2 API needs, read from the store
+/// once and kept; `refreshRevocations` (the gateway's sweep) drops revoked
+/// keys so that their tokens stop working.
+final class ProviderKeys: Sendable {
+    struct Key: Sendable {
+        var record: AuthKeyRecord
+        var publicKey: P256.Signing.PublicKey
+    }
+
+    private struct State {
+        var keys: [String: Key] = [:]
+        var topics: [String: Set<String>] = [:]
+        var revoked: Set<String> = []
+    }
+
+    private let store: any Store
+    private let state = Mutex(State())
+
+    init(store: any Store) {
+        self.store = store
+    }
+
+    /// The key with this id, unless unknown or revoked.
+    func key(_ id: String) async throws -> Key? {
+        if let cached = state.withLock({ $0.keys[id] }) { return cached }
+        guard let record = try await store.authKey(id: id), record.revokedAt == nil,
+            let publicKey = try? P256.Signing.PublicKey(x963Representation: record.publicKey)
+        else { return nil }
+        let key = Key(record: record, publicKey: publicKey)
+        state.withLock { $0.keys[id] = key }
+        return key
+    }
+
+    func isRevoked(_ id: String) -> Bool { state.withLock { $0.revoked.contains(id) } }
+
+    /// The topics of the team's apps; nil when there is no such team.
+    func topics(team: String, refresh: Bool = false) async throws -> Set<String>? {
+        if !refresh, let cached = state.withLock({ $0.topics[team] }) { return cached }
+        guard try await store.team(id: team) != nil else {
+            state.withLock { _ = $0.topics.removeValue(forKey: team) }
+            return nil
+        }
+        let topics = Set(try await store.apps(teamID: team).flatMap { $0.topics.map(\.description) })
+        state.withLock { $0.topics[team] = topics }
+        return topics
+    }
+
+    /// Reads the revocation state of every key in use; returns the ids
+    /// revoked since the last call.
+    func refreshRevocations() async throws -> Set<String> {
+        let ids = state.withLock { Array($0.keys.keys) }
+        var revoked: Set<String> = []
+        for id in ids {
+            let record = try await store.authKey(id: id)
+            if record == nil || record?.revokedAt != nil { revoked.insert(id) }
+        }
+        state.withLock { state in
+            for id in revoked { state.keys.removeValue(forKey: id) }
+            state.revoked.formUnion(revoked)
+        }
+        return revoked
+    }
+}
+
+/// Token trust on one connection (the seeds' "Provider Authentication
+/// Tokens", DESIGN.md §5): ES256 only, the key by `kid`, `iss` its team, one
+/// team per connection, stale after an hour, replaced at most every 20
+/// minutes. The verified token is kept, so a request that carries it again
+/// costs a string comparison, not a signature check.
+final class TokenTrust: Sendable {
+    /// How long a token is valid after its `iat`.
+    static let lifetime: TimeInterval = 3600
+    /// The shortest time between two tokens on one connection.
+    static let minimumUpdateInterval: TimeInterval = 20 * 60
+    /// How far in the future an `iat` may lie (clocks differ).
+    static let clockSkew: TimeInterval = 300
+
+    private struct Current {
+        var compact: String
+        var token: ProviderToken
+        var installedAt: Date
+        var identity: ProviderIdentity
+    }
+
+    private struct State {
+        var current: Current?
+        var team: String?
+    }
+
+    private let state = Mutex(State())
+
+    /// The key ids this connection's tokens used (a revoked one closes it).
+    var keyID: String? { state.withLock { $0.current?.token.keyID } }
+
+    /// The outcome of one request's `authorization` header.
+    enum Outcome: Sendable {
+        /// Valid; `first` is true for the connection's first valid token.
+        case valid(ProviderIdentity, first: Bool)
+        case rejected(Reason)
+    }
+
+    func authenticate(_ authorization: String?, now: Date, keys: ProviderKeys) async -> Outcome {
+        guard let authorization else { return .rejected(.missingProviderToken) }
+        guard authorization.utf8.count > 7, authorization.prefix(7).lowercased() == "bearer " else { return .rejected(.invalidProviderToken) }
+        let compact = String(authorization.dropFirst(7)).trimmingCharacters(in: .whitespaces)
+        guard !compact.isEmpty else { return .rejected(.missingProviderToken) }
+
+        // The token already verified on this connection: only its age and its key matter.
+        if let current = state.withLock({ $0.current }), current.compact == compact {
+            if keys.isRevoked(current.token.keyID) { return .rejected(.invalidProviderToken) }
+            if now.timeIntervalSince(current.token.issuedAt) > Self.lifetime { return .rejected(.expiredProviderToken) }
+            return .valid(current.identity, first: false)
+        }
+
+        let token: ProviderToken
+        do {
+            token = try ProviderToken(compact: compact)
+        } catch {
+            return .rejected(.invalidProviderToken)
+        }
+        let key: ProviderKeys.Key?
+        let topics: Set<String>?
+        do {
+            key = try await keys.key(token.keyID)
+            topics = key == nil ? nil : try await keys.topics(team: token.teamID)
+        } catch {
+            return .rejected(.serviceUnavailable)
+        }
+        guard let key, key.record.teamID == token.teamID, token.isSigned(by: key.publicKey) else { return .rejected(.invalidProviderToken) }
+        let age = now.timeIntervalSince(token.issuedAt)
+        guard age <= Self.lifetime else { return .rejected(.expiredProviderToken) }
+        guard age >= -Self.clockSkew else { return .rejected(.invalidProviderToken) }
+        guard let topics else { return .rejected(.forbidden) }
+
+        let identity = ProviderIdentity(name: "key \(token.keyID)", teamID: token.teamID, topics: topics)
+        return state.withLock { state -> Outcome in
+            if let team = state.team, team != token.teamID { return .rejected(.invalidProviderToken) }
+            var installedAt = now
+            if let current = state.current {
+                if current.token.hasSameClaims(as: token) {
+                    // The same token signed again: not an update.
+                    installedAt = current.installedAt
+                } else if now.timeIntervalSince(current.installedAt) < Self.minimumUpdateInterval,
+                    now.timeIntervalSince(current.token.issuedAt) <= Self.lifetime
+                {
+                    return .rejected(.tooManyProviderTokenUpdates)
+                }
+            }
+            let first = state.current == nil
+            state.team = token.teamID
+            state.current = Current(compact: compact, token: token, installedAt: installedAt, identity: identity)
+            return .valid(identity, first: first)
+        }
+    }
+
+    /// The connection's team's topics, read again (an app created after the
+    /// token was verified).
+    func refreshTopics(keys: ProviderKeys) async -> ProviderIdentity? {
+        guard let current = state.withLock({ $0.current }),
+            let topics = try? await keys.topics(team: current.token.teamID, refresh: true)
+        else { return nil }
+        return state.withLock { state in
+            guard state.current?.compact == current.compact else { return state.current?.identity }
+            state.current?.identity.topics = topics
+            return state.current?.identity
+        }
+    }
+}

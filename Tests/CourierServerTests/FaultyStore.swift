@@ -1,0 +1,112 @@
+import CourierCore
+import Foundation
+import Synchronization
+
+/// A store that passes everything to a real one, except the failures a
+/// test switches on: a store that fails while holding notifications (500
+/// InternalServerError, binary status 1), one that cannot read
+/// registrations (503 ServiceUnavailable), a team that is gone (403
+/// Forbidden), and held commits (a request kept in flight).
+final class FaultyStore: Store {
+    struct Injected: Error {}
+
+    private struct State {
+        var failStorePending = false
+        var failRegistrationReads = false
+        var missingTeams: Set<String> = []
+        var holdCommits = false
+        var held: [CheckedContinuation<Void, Never>] = []
+        var heldWaiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    let base: any Store
+    private let state = Mutex(State())
+
+    init(_ base: any Store) {
+        self.base = base
+    }
+
+    func failStorePending(_ on: Bool) { state.withLock { $0.failStorePending = on } }
+    func failRegistrationReads(_ on: Bool) { state.withLock { $0.failRegistrationReads = on } }
+    func hideTeam(_ id: String) { _ = state.withLock { $0.missingTeams.insert(id) } }
+
+    /// From now on commits of held notifications wait for `release`.
+    func holdCommits() { state.withLock { $0.holdCommits = true } }
+
+    /// Waits until a commit is being held.
+    func waitUntilHolding() async {
+        await withCheckedContinuation { continuation in
+            let holding = state.withLock { state -> Bool in
+                if !state.held.isEmpty { return true }
+                state.heldWaiters.append(continuation)
+                return false
+            }
+            if holding { continuation.resume() }
+        }
+    }
+
+    func release() {
+        let held = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.holdCommits = false
+            defer { state.held = [] }
+            return state.held
+        }
+        for continuation in held { continuation.resume() }
+    }
+
+    func team(id: String) async throws -> Team? {
+        if state.withLock({ $0.missingTeams.contains(id) }) { return nil }
+        return try await base.team(id: id)
+    }
+
+    func registration(deviceID: UInt64, bundleID: String, environment: Environment) async throws -> AppRegistration? {
+        if state.withLock({ $0.failRegistrationReads }) { throw Injected() }
+        return try await base.registration(deviceID: deviceID, bundleID: bundleID, environment: environment)
+    }
+
+    func storePending(_ notifications: [PendingNotification]) async throws -> [PendingNotification?] {
+        if state.withLock({ $0.failStorePending }) { throw Injected() }
+        await withCheckedContinuation { continuation in
+            let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>]? in
+                guard state.holdCommits else { return nil }
+                state.held.append(continuation)
+                defer { state.heldWaiters = [] }
+                return state.heldWaiters
+            }
+            guard let waiters else { return continuation.resume() }
+            for waiter in waiters { waiter.resume() }
+        }
+        return try await base.storePending(notifications)
+    }
+
+    func schemaVersion() async throws -> Int { try await base.schemaVersion() }
+    func createTeam(_ team: Team) async throws { try await base.createTeam(team) }
+    func teams() async throws -> [Team] { try await base.teams() }
+    func createApp(_ app: App) async throws { try await base.createApp(app) }
+    func app(bundleID: String) async throws -> App? { try await base.app(bundleID: bundleID) }
+    func apps(teamID: String) async throws -> [App] { try await base.apps(teamID: teamID) }
+    func addAuthKey(_ key: AuthKeyRecord) async throws { try await base.addAuthKey(key) }
+    func authKey(id: String) async throws -> AuthKeyRecord? { try await base.authKey(id: id) }
+    func authKeys(teamID: String) async throws -> [AuthKeyRecord] { try await base.authKeys(teamID: teamID) }
+    func revokeAuthKey(id: String, at: Date) async throws -> Bool { try await base.revokeAuthKey(id: id, at: at) }
+    func addCertificate(_ certificate: CertificateRecord) async throws { try await base.addCertificate(certificate) }
+    func certificate(serial: String) async throws -> CertificateRecord? { try await base.certificate(serial: serial) }
+    func certificates(kind: CertificateKind?) async throws -> [CertificateRecord] { try await base.certificates(kind: kind) }
+    func revokeCertificate(serial: String, at: Date) async throws -> Bool { try await base.revokeCertificate(serial: serial, at: at) }
+    func createDevice(_ device: Device) async throws { try await base.createDevice(device) }
+    func device(id: UInt64) async throws -> Device? { try await base.device(id: id) }
+    func setDeviceGeneration(id: UInt64, generation: UInt32) async throws { try await base.setDeviceGeneration(id: id, generation: generation) }
+    func markDeviceSeen(id: UInt64, at: Date) async throws { try await base.markDeviceSeen(id: id, at: at) }
+    func register(_ registration: AppRegistration) async throws { try await base.register(registration) }
+    func registrations(deviceID: UInt64) async throws -> [AppRegistration] { try await base.registrations(deviceID: deviceID) }
+    func unregister(deviceID: UInt64, bundleID: String, environment: Environment, at: Date) async throws -> Bool { try await base.unregister(deviceID: deviceID, bundleID: bundleID, environment: environment, at: at) }
+    func pending(deviceID: UInt64, environment: Environment) async throws -> [PendingNotification] { try await base.pending(deviceID: deviceID, environment: environment) }
+    func removePending(_ references: [PendingReference]) async throws -> [Bool] { try await base.removePending(references) }
+    func removeExpiredPending(before date: Date) async throws -> [PendingNotification] { try await base.removeExpiredPending(before: date) }
+    func removePending(acceptedBefore date: Date) async throws -> [PendingNotification] { try await base.removePending(acceptedBefore: date) }
+    func addFeedback(_ entry: FeedbackEntry) async throws { try await base.addFeedback(entry) }
+    func feedback(environment: Environment, topic: String) async throws -> [FeedbackEntry] { try await base.feedback(environment: environment, topic: topic) }
+    func removeFeedback(_ entries: [FeedbackEntry]) async throws { try await base.removeFeedback(entries) }
+    func appendDeliveryEvents(_ events: [DeliveryEvent]) async throws { try await base.appendDeliveryEvents(events) }
+    func deliveryEvents(notificationID: UUID) async throws -> [DeliveryEvent] { try await base.deliveryEvents(notificationID: notificationID) }
+}
