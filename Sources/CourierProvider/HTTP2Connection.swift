@@ -50,6 +50,7 @@ final class HTTP2ConnectionEvents: ChannelInboundHandler, Sendable {
     private struct State {
         var maxConcurrentStreams: [Int] = []
         var goAway: HTTP2GoAway?
+        var pingAcks = 0
         var closed = false
         var waiters: [CheckedContinuation<HTTP2GoAway?, Never>] = []
     }
@@ -58,6 +59,7 @@ final class HTTP2ConnectionEvents: ChannelInboundHandler, Sendable {
 
     var maxConcurrentStreams: [Int] { state.withLock { $0.maxConcurrentStreams } }
     var goAway: HTTP2GoAway? { state.withLock { $0.goAway } }
+    var pingAcks: Int { state.withLock { $0.pingAcks } }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
@@ -69,6 +71,8 @@ final class HTTP2ConnectionEvents: ChannelInboundHandler, Sendable {
             let reason = opaqueData.flatMap { HTTP2ErrorBody.decode($0.readableBytesView) }.map { Reason(rawValue: $0.reason) }
             let goAway = HTTP2GoAway(errorCode: Int(errorCode.networkCode), lastStreamID: Int(Int32(lastStreamID)), reason: reason)
             state.withLock { if $0.goAway == nil { $0.goAway = goAway } }
+        case .ping(_, ack: true):
+            state.withLock { $0.pingAcks += 1 }
         default:
             break
         }
@@ -212,10 +216,14 @@ public final class HTTP2Connection: Sendable {
         }
     }
 
-    /// Sends an HTTP/2 PING and waits for nothing; the server answers it.
-    public func ping() {
-        channel.writeAndFlush(HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: 1), ack: false)), promise: nil)
+    /// Writes a frame as it is (a PING, a PRIORITY frame): for checking
+    /// how a server takes frames a client rarely sends.
+    public func write(_ frame: HTTP2Frame) async throws {
+        try await channel.writeAndFlush(frame)
     }
+
+    /// How many PING acknowledgements the server sent.
+    public var pingAcknowledgements: Int { events.pingAcks }
 
     public func close() async {
         try? await channel.close()

@@ -32,29 +32,36 @@ enum ProviderTrust: Sendable {
 final class HTTP2ConnectionHandle: Sendable {
     let channel: any Channel
     let trust: ProviderTrust
-    private let lastActivity: Mutex<Date>
+    private let state: Mutex<(lastActivity: Date, closing: Reason?)>
 
     init(channel: any Channel, trust: ProviderTrust, now: Date) {
         self.channel = channel
         self.trust = trust
-        lastActivity = Mutex(now)
+        state = Mutex((now, nil))
     }
 
-    func touch(_ now: Date) { lastActivity.withLock { $0 = now } }
+    func touch(_ now: Date) { state.withLock { $0.lastActivity = now } }
 
-    var idleSince: Date { lastActivity.withLock { $0 } }
+    var idleSince: Date { state.withLock { $0.lastActivity } }
+
+    /// Why the connection is ending, once it is.
+    var closing: Reason? { state.withLock { $0.closing } }
 
     /// Ends the connection: requests that arrive from now on are answered
-    /// with `reason`, those in flight finish, then GOAWAY carries
-    /// `{"reason": …}` and the connection closes.
+    /// with `reason` (an idle connection's with `Shutdown`), those in
+    /// flight finish, then GOAWAY carries `{"reason": …}` and the
+    /// connection closes.
     func goAway(_ reason: Reason) {
-        channel.pipeline.fireUserInboundEventTriggered(HTTP2GoAwayRequest(reason: reason))
+        let first = state.withLock { state in
+            defer { state.closing = state.closing ?? reason }
+            return state.closing == nil
+        }
+        if first { channel.pipeline.fireUserInboundEventTriggered(HTTP2GoAwayRequest()) }
     }
 }
 
-struct HTTP2GoAwayRequest: Sendable {
-    var reason: Reason
-}
+/// Tells a connection's handler that its handle has a closing reason.
+struct HTTP2GoAwayRequest: Sendable {}
 
 /// The answer to one request.
 struct HTTP2Answer: Sendable {
@@ -82,7 +89,13 @@ public final class HTTP2Gateway: Service, Sendable {
     let keys: ProviderKeys
     let ports: BoundPorts
     let logger: Logger
-    private let connections = Mutex<(open: [ObjectIdentifier: HTTP2ConnectionHandle], shuttingDown: Bool)>(([:], false))
+    private struct Connections {
+        var open: [ObjectIdentifier: HTTP2ConnectionHandle] = [:]
+        var shuttingDown = false
+        var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let connections = Mutex(Connections())
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher,
@@ -123,11 +136,13 @@ public final class HTTP2Gateway: Service, Sendable {
         ports.set(.http2, environment, server.channel.localAddress?.port ?? 0)
         logger.info("listening", metadata: ["courier.port": "\(server.channel.localAddress?.port ?? 0)"])
         try await acceptConnections(on: server) {
-            let open = self.connections.withLock { state in
+            let (open, waiters) = self.connections.withLock { state in
                 state.shuttingDown = true
-                return Array(state.open.values)
+                defer { state.shutdownWaiters = [] }
+                return (Array(state.open.values), state.shutdownWaiters)
             }
             for connection in open { connection.goAway(.shutdown) }
+            for waiter in waiters { waiter.resume() }
         } serve: { channel in
             try? await channel.closeFuture.get()
         }
@@ -144,7 +159,17 @@ public final class HTTP2Gateway: Service, Sendable {
         if shuttingDown { handle.goAway(.shutdown) }
     }
 
-    var openConnections: Int { connections.withLock { $0.open.count } }
+    /// Returns once graceful shutdown has reached this gateway (its open
+    /// connections answer `Shutdown` from then on).
+    public func waitUntilShuttingDown() async {
+        await withCheckedContinuation { continuation in
+            let done = connections.withLock { state in
+                if !state.shuttingDown { state.shutdownWaiters.append(continuation) }
+                return state.shuttingDown
+            }
+            if done { continuation.resume() }
+        }
+    }
 
     /// The gateway's timer (every `qos.tickInterval`; tests call it after
     /// moving the clock): closes connections idle for `http2.idleTimeout`
@@ -158,7 +183,7 @@ public final class HTTP2Gateway: Service, Sendable {
             connection.goAway(.idleTimeout)
         }
         do {
-            let revokedKeys = try await keys.refreshRevocations()
+            let revokedKeys = try await keys.refresh()
             for connection in open {
                 switch connection.trust {
                 case .token(let trust):
@@ -314,9 +339,9 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     private var streams: [HTTP2StreamID: OpenStream] = [:]
     private var inFlight = 0
     private var lastStream = HTTP2StreamID.rootStream
-    private var closing: Reason?
     private var flushScheduled = false
     private var streamLimitLifted = false
+    private var goAwaySent = false
     private var context: ChannelHandlerContext?
 
     init(gateway: HTTP2Gateway, connection: HTTP2ConnectionHandle) {
@@ -380,8 +405,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let window = event as? NIOHTTP2WindowUpdatedEvent {
             replenish(window, context: context)
-        } else if let request = event as? HTTP2GoAwayRequest {
-            if closing == nil { closing = request.reason }
+        } else if event is HTTP2GoAwayRequest {
             if inFlight == 0 { sendGoAway(context: context) }
             return
         }
@@ -417,7 +441,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
 
     private func complete(_ streamID: HTTP2StreamID, context: ChannelHandlerContext) {
         guard let stream = streams.removeValue(forKey: streamID) else { return }
-        if let closing {
+        if let closing = connection.closing {
             write(.failure(closing == .idleTimeout ? .shutdown : closing, apnsID: Self.apnsID(in: stream.headers)), on: streamID, context: context)
             return
         }
@@ -448,7 +472,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
             context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .settings(.settings(settings)))), promise: nil)
         }
         write(answer, on: streamID, context: context)
-        if closing != nil, inFlight == 0 { sendGoAway(context: context) }
+        if connection.closing != nil, inFlight == 0 { sendGoAway(context: context) }
     }
 
     private func write(_ answer: HTTP2Answer, on streamID: HTTP2StreamID, context: ChannelHandlerContext, promise: EventLoopPromise<Void>? = nil) {
@@ -477,7 +501,8 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     }
 
     private func sendGoAway(context: ChannelHandlerContext) {
-        guard let closing else { return }
+        guard let closing = connection.closing, !goAwaySent else { return }
+        goAwaySent = true
         let data = context.channel.allocator.buffer(bytes: HTTP2ErrorBody(reason: closing).json)
         let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: lastStream, errorCode: .noError, opaqueData: data))
         let channel = context.channel

@@ -18,6 +18,7 @@ final class ProviderKeys: Sendable {
         var keys: [String: Key] = [:]
         var topics: [String: Set<String>] = [:]
         var revoked: Set<String> = []
+        var removedTeams: Set<String> = []
     }
 
     private let store: any Store
@@ -40,22 +41,31 @@ final class ProviderKeys: Sendable {
 
     func isRevoked(_ id: String) -> Bool { state.withLock { $0.revoked.contains(id) } }
 
+    func isRemoved(team: String) -> Bool { state.withLock { $0.removedTeams.contains(team) } }
+
     /// The topics of the team's apps; nil when there is no such team.
     func topics(team: String, refresh: Bool = false) async throws -> Set<String>? {
         if !refresh, let cached = state.withLock({ $0.topics[team] }) { return cached }
         guard try await store.team(id: team) != nil else {
-            state.withLock { _ = $0.topics.removeValue(forKey: team) }
+            state.withLock { state in
+                state.topics.removeValue(forKey: team)
+                state.removedTeams.insert(team)
+            }
             return nil
         }
         let topics = Set(try await store.apps(teamID: team).flatMap { $0.topics.map(\.description) })
-        state.withLock { $0.topics[team] = topics }
+        state.withLock { state in
+            state.topics[team] = topics
+            state.removedTeams.remove(team)
+        }
         return topics
     }
 
-    /// Reads the revocation state of every key in use; returns the ids
-    /// revoked since the last call.
-    func refreshRevocations() async throws -> Set<String> {
-        let ids = state.withLock { Array($0.keys.keys) }
+    /// Reads again what is kept (the gateway's sweep): keys revoked since,
+    /// teams gone, apps added. Returns the ids of keys revoked since the
+    /// last call.
+    func refresh() async throws -> Set<String> {
+        let (ids, teams) = state.withLock { (Array($0.keys.keys), Array($0.topics.keys)) }
         var revoked: Set<String> = []
         for id in ids {
             let record = try await store.authKey(id: id)
@@ -65,6 +75,7 @@ final class ProviderKeys: Sendable {
             for id in revoked { state.keys.removeValue(forKey: id) }
             state.revoked.formUnion(revoked)
         }
+        for team in teams { _ = try await topics(team: team, refresh: true) }
         return revoked
     }
 }
@@ -115,6 +126,7 @@ final class TokenTrust: Sendable {
         // The token already verified on this connection: only its age and its key matter.
         if let current = state.withLock({ $0.current }), current.compact == compact {
             if keys.isRevoked(current.token.keyID) { return .rejected(.invalidProviderToken) }
+            if keys.isRemoved(team: current.token.teamID) { return .rejected(.forbidden) }
             if now.timeIntervalSince(current.token.issuedAt) > Self.lifetime { return .rejected(.expiredProviderToken) }
             return .valid(current.identity, first: false)
         }

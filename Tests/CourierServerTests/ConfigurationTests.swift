@@ -36,6 +36,7 @@ let everyKeyChanged = CourierConfiguration(
         production: .init(binary: 3195, feedback: 3196, http2: 3197, device: 6223),
         sandbox: .init(binary: 13195, feedback: 13196, http2: 13197, device: 16223),
         adminPort: 9090, serverDNSNames: ["push.example.com"], serverIPAddresses: ["10.0.0.1"]),
+    http2: .init(maxConcurrentStreams: 64, idleTimeout: 600),
     limits: .init(payload: PayloadLimits(binaryLegacy: 300, binaryCommand2: 3000, http2: 5000, http2VoIP: 6000), tokenLength: 64, deviceMaxFrameLength: 32_768),
     paths: .init(database: "db.sqlite", pki: "certs", demo: "example"),
     demo: .init(enabled: false, teamID: "ABCDE12345", teamName: "Other", bundleID: "com.example.other"),

@@ -13,6 +13,7 @@ final class FaultyStore: Store {
     private struct State {
         var failStorePending = false
         var failRegistrationReads = false
+        var failKeyReads = false
         var missingTeams: Set<String> = []
         var holdCommits = false
         var held: [CheckedContinuation<Void, Never>] = []
@@ -28,6 +29,7 @@ final class FaultyStore: Store {
 
     func failStorePending(_ on: Bool) { state.withLock { $0.failStorePending = on } }
     func failRegistrationReads(_ on: Bool) { state.withLock { $0.failRegistrationReads = on } }
+    func failKeyReads(_ on: Bool) { state.withLock { $0.failKeyReads = on } }
     func hideTeam(_ id: String) { _ = state.withLock { $0.missingTeams.insert(id) } }
 
     /// From now on commits of held notifications wait for `release`.
@@ -86,7 +88,10 @@ final class FaultyStore: Store {
     func app(bundleID: String) async throws -> App? { try await base.app(bundleID: bundleID) }
     func apps(teamID: String) async throws -> [App] { try await base.apps(teamID: teamID) }
     func addAuthKey(_ key: AuthKeyRecord) async throws { try await base.addAuthKey(key) }
-    func authKey(id: String) async throws -> AuthKeyRecord? { try await base.authKey(id: id) }
+    func authKey(id: String) async throws -> AuthKeyRecord? {
+        if state.withLock({ $0.failKeyReads }) { throw Injected() }
+        return try await base.authKey(id: id)
+    }
     func authKeys(teamID: String) async throws -> [AuthKeyRecord] { try await base.authKeys(teamID: teamID) }
     func revokeAuthKey(id: String, at: Date) async throws -> Bool { try await base.revokeAuthKey(id: id, at: at) }
     func addCertificate(_ certificate: CertificateRecord) async throws { try await base.addCertificate(certificate) }
