@@ -82,4 +82,11 @@ public struct DeviceIdentityFile: Sendable, Hashable, Codable {
         self.sandboxPort = sandboxPort
         self.tokens = tokens
     }
+
+    /// The file's text: pretty-printed JSON with sorted keys and a final newline.
+    public func encoded() throws -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        return try encoder.encode(self) + Data("\n".utf8)
+    }
 }

@@ -48,10 +48,7 @@ public struct DeviceCredentials: Sendable {
     }
 
     public func save() throws {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        let data = try encoder.encode(file) + Data("\n".utf8)
-        try data.write(to: URL(fileURLWithPath: identityPath), options: .atomic)
+        try file.encoded().write(to: URL(fileURLWithPath: identityPath), options: .atomic)
     }
 }
 

@@ -14,6 +14,8 @@ public struct BootstrapReport: Sendable {
     public var demoCertificateKeyPath: String?
     public var demoAuthKeyPath: String?
     public var demoDeviceDirectory: String?
+    /// The demo device's token for the demo app (production), hex.
+    public var demoDeviceToken: String?
 
     /// True when this start created the data directory's CA.
     public var isFirstStart: Bool { files.contains { $0.what == "CA certificate" && $0.created } }
@@ -46,11 +48,14 @@ public struct CourierApplication: Sendable {
         try configuration.validate()
         let provisioner = try await Provisioner.open(configuration: configuration, clock: clock, wrapStore: wrapStore, logger: logger)
         do {
-            let report = try await bootstrap(provisioner)
+            var report = try await bootstrap(provisioner)
             let log = DeliveryLogWriter(store: provisioner.store, logger: logger)
             var codecs: [Environment: DeviceTokenCodec] = [:]
             for environment in Environment.allCases { codecs[environment] = try provisioner.tokenCodec(environment) }
             let dispatcher = Dispatcher(store: provisioner.store, codecs: codecs, clock: clock, qos: configuration.qos, log: log, logger: logger)
+            if let directory = report.demoDeviceDirectory, let bundleID = report.demoBundleID {
+                report.demoDeviceToken = try await registerDemoApp(bundleID, deviceDirectory: directory, dispatcher: dispatcher)
+            }
             let tls = try ServerTLS(provisioner: provisioner)
             let ports = BoundPorts()
             // Shutdown runs in reverse: listeners first, the store last.
@@ -164,6 +169,24 @@ public struct CourierApplication: Sendable {
         report.demoDeviceDirectory = deviceDirectory
         return report
     }
+}
+
+/// Registers the demo app on the demo device (production) and writes the
+/// token into the device's `identity.json`, so that the start-up banner can
+/// print ready-to-paste push commands. Registering again gives the same
+/// token, so the device finds it valid when it connects.
+private func registerDemoApp(_ bundleID: String, deviceDirectory: String, dispatcher: Dispatcher) async throws -> String? {
+    let path = deviceDirectory + "/identity.json"
+    guard let data = FileManager.default.contents(atPath: path),
+        var identity = try? JSONDecoder().decode(DeviceIdentityFile.self, from: data),
+        let deviceID = UInt64(identity.deviceID, radix: 16)
+    else { return nil }
+    if let token = identity.tokens[Environment.production.rawValue]?[bundleID] { return token }
+    guard let token = try await dispatcher.register(deviceID: deviceID, generation: identity.generation, bundleID: bundleID, environment: .production)
+    else { return nil }
+    identity.tokens[Environment.production.rawValue, default: [:]][bundleID] = Hex.encode(token)
+    try identity.encoded().write(to: URL(fileURLWithPath: path), options: .atomic)
+    return Hex.encode(token)
 }
 
 /// Holds the store open while the service runs and closes it after every

@@ -212,12 +212,10 @@ public final class Provisioner: Sendable {
         let identity = DeviceIdentityFile(
             deviceID: String(deviceID, radix: 16), generation: 1, host: "localhost",
             productionPort: configuration.network.production.device, sandboxPort: configuration.network.sandbox.device, tokens: [:])
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         try Files.write(try authority.certificatePEM, to: directory + "/ca.pem")
         try Files.write(issued.privateKeyPEM, to: directory + "/key.pem", secret: true)
         try Files.write(try issued.certificatePEM, to: directory + "/cert.pem")
-        try Files.write(String(decoding: try encoder.encode(identity), as: UTF8.self) + "\n", to: directory + "/identity.json")
+        try Files.write(String(decoding: try identity.encoded(), as: UTF8.self), to: directory + "/identity.json")
         return (
             device,
             [

@@ -27,6 +27,8 @@ struct Courier: AsyncParsableCommand {
             }
         } catch {
             let code = exitCode(for: error)
+            // A command that printed its outcome and only sets the exit code.
+            if let exit = error as? ExitCode { Foundation.exit(exit.rawValue) }
             let message = fullMessage(for: error)
             if code == .success {
                 if !message.isEmpty { say(message + "\n") }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import CourierCore
+import CourierPKI
 import CourierProvider
 import Foundation
 import Logging
@@ -27,22 +28,31 @@ struct PushCommand: AsyncParsableCommand {
         commandName: "push",
         abstract: "Send one notification.",
         discussion: """
-            With --binary it speaks the legacy binary provider API (command 2 by default) with a provider \
-            certificate. The binary API answers only failures, so the command waits --wait seconds for an error \
-            response and reports "no error response" otherwise.
+            By default it speaks the HTTP/2 provider API, with an auth key (--p8, --key-id, --team-id: token \
+            trust) or a provider certificate (--cert, --key), prints the apns-id and the outcome, and exits non-zero \
+            when the notification is refused. With --binary it speaks the legacy binary provider API (command 2 by \
+            default) with a provider certificate; that API answers only failures, so the command waits --wait \
+            seconds for an error response and reports "no error response" otherwise.
             """)
 
     @Flag(help: "Use the legacy binary provider API.") var binary = false
-    @Option(help: ArgumentHelp("The provider certificate (PEM).", valueName: "file")) var cert: String?
-    @Option(help: ArgumentHelp("The provider key (PEM).", valueName: "file")) var key: String?
+    @Option(help: ArgumentHelp("The team's auth key (AuthKey_<KEYID>.p8): token trust.", valueName: "file")) var p8: String?
+    @Option(name: .customLong("key-id"), help: "The auth key's id (default: from the .p8 file name).") var keyID: String?
+    @Option(name: .customLong("team-id"), help: "The team id the auth key belongs to.") var teamID: String?
+    @Option(help: ArgumentHelp("The provider certificate (PEM): certificate trust.", valueName: "file")) var cert: String?
+    @Option(help: ArgumentHelp("The provider certificate's key (PEM).", valueName: "file")) var key: String?
+    @Option(help: "The topic (apns-topic); with a certificate of one topic it may be left out.") var topic: String?
     @Option(help: ArgumentHelp("The device token in hex.", valueName: "hex")) var token: String
     @Option(help: ArgumentHelp("The payload: JSON, @file or - for standard input.", valueName: "json")) var payload: String
-    @Option(help: "Expiration, seconds since 1970 (0: do not store).") var expiry: UInt32?
+    @Option(name: [.customLong("expiration"), .customLong("expiry")], help: "Expiration, seconds since 1970 (0: do not store).")
+    var expiration: UInt32?
     @Option(help: "Priority, 10 or 5.") var priority: UInt8?
-    @Option(help: "The notification identifier (binary API).") var id: UInt32?
+    @Option(name: .customLong("collapse-id"), help: "Collapse identifier (HTTP/2).") var collapseID: String?
+    @Option(name: .customLong("push-type"), help: "apns-push-type (HTTP/2), e.g. alert or background.") var pushType: String?
+    @Option(help: "The notification id: a UUID for HTTP/2 (apns-id), a number for the binary API.") var id: String?
     @Flag(help: "Use the sandbox environment.") var sandbox = false
     @Option(help: "The server host.") var host: String = "localhost"
-    @Option(help: "The server port (default: 2195 production, 12195 sandbox).") var port: Int?
+    @Option(help: "The server port (default: HTTP/2 2197, sandbox 12197; binary 2195, sandbox 12195).") var port: Int?
     @Option(help: ArgumentHelp("The CA that signed the server certificate (PEM).", valueName: "file")) var ca: String?
     @Option(help: "Binary command: 0, 1 or 2.") var command: UInt8 = 2
     @Option(help: "Seconds to wait for a binary error response.") var wait: Double = 1
@@ -50,12 +60,35 @@ struct PushCommand: AsyncParsableCommand {
     func validate() throws {
         guard let bytes = Hex.decode(token), !bytes.isEmpty else { throw ValidationError("--token '\(token)' is not hexadecimal") }
         if let priority, priority != 5, priority != 10 { throw ValidationError("--priority must be 5 or 10") }
-        guard binary else { throw ValidationError("the HTTP/2 provider API is not in this build yet: use --binary") }
-        guard cert != nil, key != nil else { throw ValidationError("--binary needs --cert and --key") }
-        guard BinaryProviderClient.Command(rawValue: command) != nil else { throw ValidationError("--command must be 0, 1 or 2") }
-        for path in [cert, key, ca].compactMap({ $0 }) where !FileManager.default.fileExists(atPath: path) {
+        for path in [p8, cert, key, ca].compactMap({ $0 }) where !FileManager.default.fileExists(atPath: path) {
             throw ValidationError("no file \(path)")
         }
+        if !payload.hasPrefix("@"), payload != "-" { _ = try readPayload(payload) }
+        if binary {
+            guard cert != nil, key != nil else { throw ValidationError("--binary needs --cert and --key") }
+            guard BinaryProviderClient.Command(rawValue: command) != nil else { throw ValidationError("--command must be 0, 1 or 2") }
+            if let id, UInt32(id) == nil { throw ValidationError("--id must be a number from 0 to 4294967295 with --binary") }
+            return
+        }
+        if let id, UUID(uuidString: id) == nil { throw ValidationError("--id '\(id)' is not a UUID") }
+        switch (p8, cert) {
+        case (nil, nil): throw ValidationError("give --p8 with --team-id (token trust) or --cert with --key (certificate trust)")
+        case (.some, .some): throw ValidationError("give either --p8 or --cert, not both")
+        case (.some, nil):
+            guard teamID != nil else { throw ValidationError("--p8 needs --team-id") }
+            guard resolvedKeyID != nil else { throw ValidationError("--p8 needs --key-id (the file is not named AuthKey_<KEYID>.p8)") }
+        case (nil, .some):
+            guard key != nil else { throw ValidationError("--cert needs --key") }
+        }
+    }
+
+    /// --key-id, or the id in an `AuthKey_<KEYID>.p8` file name.
+    var resolvedKeyID: String? {
+        if let keyID { return keyID }
+        guard let p8 else { return nil }
+        let name = (p8 as NSString).lastPathComponent
+        guard name.hasPrefix("AuthKey_"), name.hasSuffix(".p8") else { return nil }
+        return String(name.dropFirst("AuthKey_".count).dropLast(".p8".count))
     }
 
     func run() async throws {
@@ -63,12 +96,66 @@ struct PushCommand: AsyncParsableCommand {
         let token = Hex.decode(self.token)!
         var logger = Logger(label: "courier-push")
         logger.logLevel = .warning
+        if binary {
+            try await sendBinary(token: token, body: body, logger: logger)
+        } else {
+            try await sendHTTP2(token: token, body: body, logger: logger)
+        }
+    }
+
+    private func sendHTTP2(token: [UInt8], body: [UInt8], logger: Logger) async throws {
+        let credentials: HTTP2Credentials
+        if let p8 {
+            let text: String
+            do {
+                text = try String(contentsOfFile: p8, encoding: .utf8)
+            } catch {
+                throw ValidationError("cannot read \(p8)")
+            }
+            do {
+                credentials = .token(try AuthKey(keyID: resolvedKeyID!, p8PEM: text), teamID: teamID!)
+            } catch {
+                throw ValidationError("\(p8): \(error)")
+            }
+        } else {
+            credentials = .certificate(certificatePath: cert!, keyPath: key!)
+        }
+        let port = self.port ?? (sandbox ? 12197 : 2197)
+        let client: HTTP2ProviderClient
+        do {
+            client = try HTTP2ProviderClient(options: .init(host: host, port: port, caPath: ca, connections: 1), credentials: credentials, logger: logger)
+        } catch {
+            throw ValidationError("\(error)")
+        }
+        let push = HTTP2Push(
+            token: token, payload: body, topic: topic, id: id.flatMap(UUID.init(uuidString:)),
+            expiration: expiration.map { Date(timeIntervalSince1970: TimeInterval($0)) }, priority: priority.flatMap(Priority.init(rawValue:)),
+            collapseID: collapseID, pushType: pushType)
+        let result: HTTP2PushResult
+        do {
+            result = try await client.send(push)
+            await client.close()
+        } catch {
+            await client.close()
+            throw ValidationError("\(error)")
+        }
+        if result.isAccepted {
+            say("apns-id \(result.apnsID): 200 accepted\n")
+            return
+        }
+        var line = "apns-id \(result.apnsID): \(result.status) \(result.reason?.rawValue ?? "(no reason)")"
+        if let timestamp = result.timestamp { line += ", unregistered at \(ISO8601DateFormatter().string(from: timestamp))" }
+        say(line + "\n")
+        throw ExitCode.failure
+    }
+
+    private func sendBinary(token: [UInt8], body: [UInt8], logger: Logger) async throws {
         let port = self.port ?? (sandbox ? 12195 : 2195)
         let client = try BinaryProviderClient(
             host: host, port: port, tls: ProviderTLS(certificatePath: cert!, keyPath: key!, caPath: ca), command: .init(rawValue: command)!, logger: logger)
         let identifier: UInt32
         do {
-            identifier = try await client.send(token: token, payload: body, expiry: expiry, priority: priority, identifier: id)
+            identifier = try await client.send(token: token, payload: body, expiry: expiration, priority: priority, identifier: id.flatMap { UInt32($0) })
         } catch {
             throw ValidationError("\(error)")
         }

@@ -31,7 +31,17 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError("\(error)")
         }
         let banner = Self.describe(application)
-        try await application.serviceGroup(logger: logger, onReady: { ports in say(banner + Self.describe(ports: ports)) }).run()
+        try await application.serviceGroup(
+            logger: logger,
+            onReady: { ports in
+                var text = banner
+                if let port = ports["http2.production"], let demo = DemoCommands.demo(application, port: port) {
+                    text += "Push to the demo device with courier (HTTP/2, token trust):\n" + DemoCommands.courierPush(demo) + "\n"
+                    text += "or with curl and a JWT made by openssl, as Apple documents it (bash):\n" + DemoCommands.curl(demo) + "\n"
+                }
+                say(text + Self.describe(ports: ports))
+            }
+        ).run()
         say("Courier stopped.\n")
     }
 

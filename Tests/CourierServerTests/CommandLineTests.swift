@@ -11,7 +11,7 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
 @Suite struct CommandLineTests {
     @Test(arguments: [
         [], ["serve"], ["pki"], ["pki", "ca"], ["pki", "server-cert"], ["pki", "team"], ["pki", "app"], ["pki", "provider-cert"],
-        ["pki", "auth-key"], ["pki", "device-cert"], ["pki", "revoke"], ["pki", "list"],
+        ["pki", "auth-key"], ["pki", "device-cert"], ["pki", "revoke"], ["pki", "list"], ["push"], ["feedback"], ["device", "run"],
     ])
     func everyCommandExplainsItself(_ command: [String]) throws {
         let result = try courierRun(command + ["--help"])
@@ -32,6 +32,15 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         (["pki", "device-cert", "--out", "dev"], "no CA in"),
         (["serve", "--config", "missing.json"], "cannot read configuration file missing.json"),
         (["frobnicate"], "Unexpected argument 'frobnicate'"),
+        (["push", "--token", "xyz", "--payload", "{}", "--p8", "k.p8"], "--token 'xyz' is not hexadecimal"),
+        (["push", "--token", "00ff", "--payload", "{not json"], "the payload is not a JSON object"),
+        (["push", "--token", "00ff", "--payload", "@missing.json", "--binary", "--cert", "c", "--key", "k"], "no file c"),
+        (["push", "--token", "00ff", "--payload", "{}"], "give --p8 with --team-id (token trust) or --cert with --key (certificate trust)"),
+        (["push", "--token", "00ff", "--payload", "{}", "--p8", "AuthKey_ABCDE12345.p8", "--team-id", "T"], "no file AuthKey_ABCDE12345.p8"),
+        (["push", "--token", "00ff", "--payload", "{}", "--binary"], "--binary needs --cert and --key"),
+        (["push", "--token", "00ff", "--payload", "{}", "--priority", "7", "--p8", "k.p8"], "--priority must be 5 or 10"),
+        (["push", "--token", "00ff", "--payload", "{}", "--id", "12", "--p8", "k.p8"], "no file k.p8"),
+        (["feedback", "--cert", "c.pem", "--key", "k.pem"], "no file c.pem"),
     ])
     func badArgumentsGiveOneLineAndAFailure(_ arguments: [String], _ message: String) throws {
         let directory = try temporaryDirectory()

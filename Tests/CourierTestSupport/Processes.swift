@@ -39,6 +39,17 @@ public func runProgram(_ program: String, _ arguments: [String], input: Data? = 
         stderr: String(decoding: errData.get(), as: UTF8.self))
 }
 
+/// `runProgram` for async tests: the wait happens on a thread of its own,
+/// so that a server running in the same process keeps the concurrency
+/// pool's threads while the program talks to it.
+public func runProgram(_ program: String, _ arguments: [String], input: Data? = nil, directory: String? = nil) async throws -> ProcessResult {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread {
+            continuation.resume(with: Result { try runProgram(program, arguments, input: input, directory: directory) as ProcessResult })
+        }.start()
+    }
+}
+
 final class CollectedData: Sendable {
     private let data = Mutex(Data())
     func set(_ value: Data) { data.withLock { $0 = value } }
