@@ -156,6 +156,10 @@ let package = Package(
             ]
         ),
         .testTarget(
+            name: "CourierProviderTests",
+            dependencies: ["CourierProvider", "CourierPKI", "CourierCore", .product(name: "Logging", package: "swift-log")]
+        ),
+        .testTarget(
             name: "CourierSQLiteTests",
             dependencies: ["CourierSQLite", "CourierStoreConformance"]
         ),
