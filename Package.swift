@@ -161,7 +161,7 @@ let package = Package(
         ),
         .testTarget(
             name: "CourierSQLiteTests",
-            dependencies: ["CourierSQLite", "CourierStoreConformance"]
+            dependencies: ["CourierSQLite", "CourierStoreConformance", .product(name: "SQLiteNIO", package: "sqlite-nio")]
         ),
         .testTarget(
             name: "CourierServerTests",

@@ -21,6 +21,11 @@ extension SQLiteData {
     }
 
     /// Device ids are unsigned 64-bit; SQLite keeps their bit pattern.
+    /// A UUID as its 16 bytes.
+    static func uuid(_ id: UUID) -> SQLiteData {
+        .bytes(withUnsafeBytes(of: id.uuid) { Array($0) })
+    }
+
     static func device(_ id: UInt64) -> SQLiteData {
         .integer(Int(Int64(bitPattern: id)))
     }
@@ -81,6 +86,13 @@ extension SQLiteRow {
         let raw = try text(name)
         guard let uuid = UUID(uuidString: raw) else { throw StoreError(.corrupt, "bad id \(raw)") }
         return uuid
+    }
+
+    /// A UUID stored as its 16 bytes.
+    func uuidBytes(_ name: String) throws -> UUID {
+        let bytes = try self.bytes(name)
+        guard bytes.count == 16 else { throw StoreError(.corrupt, "column \(name) is not a 16-byte id") }
+        return UUID(uuid: bytes.withUnsafeBytes { $0.loadUnaligned(as: uuid_t.self) })
     }
 }
 
@@ -186,7 +198,7 @@ extension DeliveryEvent {
         let rawKind = try row.text("event")
         guard let kind = Kind(rawValue: rawKind) else { throw StoreError(.corrupt, "unknown event \(rawKind)") }
         self.init(
-            notificationID: try row.uuid("notification_id"), kind: kind, at: try row.date("at"),
+            notificationID: try row.uuidBytes("notification_id"), kind: kind, at: try row.date("at"),
             detail: row.optionalText("detail"))
     }
 }

@@ -52,6 +52,8 @@ public final class SQLiteStore: Store {
             _ = try await self.connection.query("PRAGMA synchronous=FULL")
             _ = try await self.connection.query("PRAGMA foreign_keys=ON")
             _ = try await self.connection.query("PRAGMA busy_timeout=5000")
+            // Statement journals in memory, not in a temporary file per statement.
+            _ = try await self.connection.query("PRAGMA temp_store=MEMORY")
             _ = try await self.connection.query(
                 "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)"
             )
@@ -395,18 +397,18 @@ public final class SQLiteStore: Store {
                 binds.reserveCapacity(chunk.count * 4)
                 for event in chunk {
                     binds += [
-                        .text(event.notificationID.uuidString.lowercased()), .text(event.kind.rawValue), .millis(event.at), .optionalText(event.detail),
+                        .uuid(event.notificationID), .text(event.kind.rawValue), .millis(event.at), .optionalText(event.detail),
                     ]
                 }
-                _ = try await self.connection.query("INSERT INTO delivery_log (notification_id, event, at, detail) VALUES \(rows)", binds)
+                _ = try await self.connection.query("INSERT INTO delivery_events (notification_id, event, at, detail) VALUES \(rows)", binds)
             }
         }
     }
 
     public func deliveryEvents(notificationID: UUID) async throws -> [DeliveryEvent] {
         try await query(
-            "SELECT * FROM delivery_log WHERE notification_id = ? ORDER BY seq",
-            [.text(notificationID.uuidString.lowercased())]
+            "SELECT * FROM delivery_events WHERE notification_id = ? ORDER BY seq",
+            [.uuid(notificationID)]
         ).map(DeliveryEvent.init(row:))
     }
 }

@@ -66,9 +66,7 @@ final class BinaryGateway: Service {
         let limits = BinaryDecoderLimits(
             tokenLength: configuration.limits.tokenLength, legacyPayload: configuration.limits.payload.binaryLegacy,
             command2Payload: configuration.limits.payload.binaryCommand2)
-        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .serverChannelOption(.backlog, value: 256)
+        let server = try await listenerBootstrap()
             .bind(host: configuration.network.host, port: configuration.network.ports(environment).binary) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let box = PeerIdentityBox()

@@ -118,10 +118,7 @@ final class DeviceGateway: Service {
         let context = tls.context
         let maxFrame = configuration.limits.deviceMaxFrameLength
         let keepAlive = configuration.qos.keepAlive
-        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .serverChannelOption(.backlog, value: 1024)
-            .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+        let server = try await listenerBootstrap(backlog: 1024)
             .bind(host: configuration.network.host, port: configuration.network.ports(environment).device) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let box = PeerIdentityBox()

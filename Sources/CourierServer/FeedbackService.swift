@@ -36,8 +36,7 @@ final class FeedbackService: Service {
     func run() async throws {
         let verifier = PeerVerifier(authority: authority.authority, store: store, kind: .provider, logger: logger, environment: environment)
         let context = self.context
-        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+        let server = try await listenerBootstrap()
             .bind(host: configuration.network.host, port: configuration.network.ports(environment).feedback) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let box = PeerIdentityBox()

@@ -119,10 +119,7 @@ public final class HTTP2Gateway: Service, Sendable {
     public func run() async throws {
         let verifier = PeerVerifier(authority: authority.authority, store: dispatcher.store, kind: .provider, logger: logger)
         let context = self.context
-        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .serverChannelOption(.backlog, value: 256)
-            .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
+        let server = try await listenerBootstrap()
             .bind(host: configuration.network.host, port: configuration.network.ports(environment).http2) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let box = PeerIdentityBox()
@@ -476,7 +473,10 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     }
 
     private func write(_ answer: HTTP2Answer, on streamID: HTTP2StreamID, context: ChannelHandlerContext, promise: EventLoopPromise<Void>? = nil) {
-        var headers = HPACKHeaders([(":status", String(answer.status)), ("apns-id", answer.apnsID)])
+        // The apns-id differs on every answer: kept out of the HPACK table.
+        var headers = HPACKHeaders()
+        headers.add(name: ":status", value: answer.status == 200 ? "200" : String(answer.status))
+        headers.add(name: "apns-id", value: answer.apnsID, indexing: .nonIndexable)
         if let body = answer.body {
             headers.add(name: "content-type", value: "application/json")
             headers.add(name: "content-length", value: String(body.count))

@@ -1,4 +1,5 @@
 import NIOCore
+import NIOPosix
 import ServiceLifecycle
 
 /// The accept loop every listener shares (swift-nio's structured server
@@ -22,4 +23,13 @@ func acceptConnections<Connection: Sendable>(
         server.channel.close(promise: nil)
         onShutdown()
     }
+}
+
+/// The bootstrap every listener binds with: address reuse, a listen
+/// backlog, and no Nagle delay on the connections (answers are small).
+func listenerBootstrap(backlog: Int32 = 256) -> ServerBootstrap {
+    ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+        .serverChannelOption(.backlog, value: backlog)
+        .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
 }

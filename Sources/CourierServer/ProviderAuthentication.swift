@@ -94,7 +94,8 @@ final class TokenTrust: Sendable {
     static let clockSkew: TimeInterval = 300
 
     private struct Current {
-        var compact: String
+        /// The `authorization` header as sent.
+        var header: String
         var token: ProviderToken
         var installedAt: Date
         var identity: ProviderIdentity
@@ -119,17 +120,16 @@ final class TokenTrust: Sendable {
 
     func authenticate(_ authorization: String?, now: Date, keys: ProviderKeys) async -> Outcome {
         guard let authorization else { return .rejected(.missingProviderToken) }
-        guard authorization.utf8.count > 7, authorization.prefix(7).lowercased() == "bearer " else { return .rejected(.invalidProviderToken) }
-        let compact = String(authorization.dropFirst(7)).trimmingCharacters(in: .whitespaces)
-        guard !compact.isEmpty else { return .rejected(.missingProviderToken) }
 
-        // The token already verified on this connection: only its age and its key matter.
-        if let current = state.withLock({ $0.current }), current.compact == compact {
+        // The header already verified on this connection: only its age and its key matter.
+        if let current = state.withLock({ $0.current }), current.header == authorization {
             if keys.isRevoked(current.token.keyID) { return .rejected(.invalidProviderToken) }
             if keys.isRemoved(team: current.token.teamID) { return .rejected(.forbidden) }
             if now.timeIntervalSince(current.token.issuedAt) > Self.lifetime { return .rejected(.expiredProviderToken) }
             return .valid(current.identity, first: false)
         }
+        guard let compact = Self.bearerToken(authorization) else { return .rejected(.invalidProviderToken) }
+        guard !compact.isEmpty else { return .rejected(.missingProviderToken) }
 
         let token: ProviderToken
         do {
@@ -167,9 +167,21 @@ final class TokenTrust: Sendable {
             }
             let first = state.current == nil
             state.team = token.teamID
-            state.current = Current(compact: compact, token: token, installedAt: installedAt, identity: identity)
+            state.current = Current(header: authorization, token: token, installedAt: installedAt, identity: identity)
             return .valid(identity, first: first)
         }
+    }
+
+    /// The token of a `bearer <token>` header (the scheme in any case,
+    /// spaces around the token ignored); nil for another scheme.
+    static func bearerToken(_ header: String) -> Substring? {
+        let utf8 = header.utf8
+        guard utf8.count >= 6, utf8.prefix(6).lazy.map({ $0 | 0x20 }).elementsEqual("bearer".utf8) else { return nil }
+        let rest = header.utf8.dropFirst(6)
+        guard rest.isEmpty || rest.first == UInt8(ascii: " ") else { return nil }
+        guard let start = rest.firstIndex(where: { $0 != UInt8(ascii: " ") }) else { return "" }
+        let end = rest.lastIndex(where: { $0 != UInt8(ascii: " ") })!
+        return Substring(header.utf8[start...end])
     }
 
     /// The connection's team's topics, read again (an app created after the
@@ -179,7 +191,7 @@ final class TokenTrust: Sendable {
             let topics = try? await keys.topics(team: current.token.teamID, refresh: true)
         else { return nil }
         return state.withLock { state in
-            guard state.current?.compact == current.compact else { return state.current?.identity }
+            guard state.current?.header == current.header else { return state.current?.identity }
             state.current?.identity.topics = topics
             return state.current?.identity
         }

@@ -19,10 +19,9 @@ public struct HTTP2RequestHead: Sendable, Hashable {
     /// The `authorization` header's value.
     public var authorization: String?
 
-    /// Headers that may appear only once (DuplicateHeaders).
-    static let single: Set<String> = [
-        "authorization", "apns-id", "apns-expiration", "apns-priority", "apns-topic", "apns-collapse-id", "apns-push-type",
-    ]
+    init(tokenHex: Substring) {
+        self.tokenHex = tokenHex
+    }
 
     static let devicePrefix = "/3/device/"
 
@@ -31,31 +30,41 @@ public struct HTTP2RequestHead: Sendable, Hashable {
     public static func parse(_ headers: some Sequence<(name: String, value: String)>) -> Result<HTTP2RequestHead, Reason> {
         var method: String?
         var path: String?
-        var values: [String: String] = [:]
+        var head = HTTP2RequestHead(tokenHex: "")
         var duplicated = false
+        /// Sets a header that may appear only once (DuplicateHeaders).
+        func once(_ field: inout String?, _ value: String) {
+            if field != nil { duplicated = true }
+            field = value
+        }
         for (name, value) in headers {
             switch name {
             case ":method": method = value
             case ":path": path = value
-            default:
-                guard single.contains(name) else { continue }
-                if values.updateValue(value, forKey: name) != nil { duplicated = true }
+            case "authorization": once(&head.authorization, value)
+            case "apns-id": once(&head.apnsID, value)
+            case "apns-expiration": once(&head.expiration, value)
+            case "apns-priority": once(&head.priority, value)
+            case "apns-topic": once(&head.topic, value)
+            case "apns-collapse-id": once(&head.collapseID, value)
+            case "apns-push-type": once(&head.pushType, value)
+            default: continue
             }
         }
         guard method == "POST" else { return .failure(.methodNotAllowed) }
         guard let path else { return .failure(.badPath) }
         // A query string is not part of the path.
-        let route = path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)[0]
-        if route == "/3/device" || route == devicePrefix { return .failure(.missingDeviceToken) }
-        guard route.hasPrefix(devicePrefix) else { return .failure(.badPath) }
-        let token = route.dropFirst(devicePrefix.count)
-        guard !token.contains("/") else { return .failure(.badPath) }
+        let route = path.utf8.firstIndex(of: UInt8(ascii: "?")).map { path[..<$0] } ?? path[...]
+        let prefix = devicePrefix.utf8
+        if route.utf8.count <= prefix.count, route.utf8.elementsEqual(prefix.prefix(route.utf8.count)), route.utf8.count >= prefix.count - 1 {
+            return .failure(.missingDeviceToken)
+        }
+        guard route.utf8.starts(with: prefix) else { return .failure(.badPath) }
+        let token = route.dropFirst(prefix.count)
+        guard !token.utf8.contains(UInt8(ascii: "/")) else { return .failure(.badPath) }
         guard !duplicated else { return .failure(.duplicateHeaders) }
-        return .success(
-            HTTP2RequestHead(
-                tokenHex: token, apnsID: values["apns-id"], expiration: values["apns-expiration"], priority: values["apns-priority"],
-                topic: values["apns-topic"], collapseID: values["apns-collapse-id"], pushType: values["apns-push-type"],
-                authorization: values["authorization"]))
+        head.tokenHex = token
+        return .success(head)
     }
 
     /// The checked values of the `apns-*` headers and the token.

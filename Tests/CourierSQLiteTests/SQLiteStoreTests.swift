@@ -1,8 +1,9 @@
 import CourierCore
-import CourierSQLite
+@testable import CourierSQLite
 import CourierStoreConformance
 import Foundation
 import Logging
+import SQLiteNIO
 import Testing
 
 @Suite struct SQLiteStoreTests {
@@ -39,5 +40,31 @@ import Testing
         #expect(try await second.schemaVersion() == version)
         #expect(try await second.team(id: "TEAM000001")?.name == "One")
         try await second.close()
+    }
+
+    /// A version-1 database (delivery log keyed by text ids) is migrated
+    /// to version 2 with its events kept.
+    @Test func theDeliveryLogOfVersion1IsMigrated() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("courier-sqlite-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("store.sqlite").path
+        let id = UUID()
+        let connection = try await SQLiteConnection.open(storage: .file(path: path))
+        _ = try await connection.query("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)")
+        for statement in SQLiteMigrations.all[0].statements { _ = try await connection.query(statement) }
+        _ = try await connection.query("INSERT INTO schema_migrations (version, applied_at) VALUES (1, 0)")
+        _ = try await connection.query(
+            "INSERT INTO delivery_log (notification_id, event, at, detail) VALUES (?, 'accepted', 1000, NULL), (?, 'delivered', 2000, 'x')",
+            [.text(id.uuidString.lowercased()), .text(id.uuidString.lowercased())])
+        try await connection.close()
+
+        let store = try await SQLiteStore.open(path: path, logger: Logger(label: "test"))
+        #expect(try await store.schemaVersion() == 2)
+        let events = try await store.deliveryEvents(notificationID: id)
+        #expect(events.map(\.kind) == [.accepted, .delivered])
+        #expect(events.map(\.at) == [Date(timeIntervalSince1970: 1), Date(timeIntervalSince1970: 2)])
+        #expect(events.last?.detail == "x")
+        try await store.close()
     }
 }

@@ -119,6 +119,21 @@ func nextFailure(_ client: BinaryProviderClient) async -> BinaryPushFailure? {
         try await server.stop()
     }
 
+    /// Status 1: the store failed while holding a notification that had to be stored.
+    @Test func aStoreFailureIsStatus1() async throws {
+        let (server, store) = try await TestServer.withFaultyStore()
+        let device = try await server.device()
+        let token = try await device.client.register("com.example.demo")
+        await server.disconnect(device)
+        let client = try await server.binaryClient()
+        let later = UInt32(server.clock.now().timeIntervalSince1970) + 3600
+        store.failStorePending(true)
+        let failing = try await client.send(token: token, payload: payload, expiry: later)
+        #expect(await nextFailure(client) == BinaryPushFailure(identifier: failing, status: .processingError))
+        await client.close()
+        try await server.stop()
+    }
+
     @Test func gracefulShutdownSendsStatus10WithTheLastAcceptedIdentifier() async throws {
         let server = try await TestServer()
         let device = try await server.device()

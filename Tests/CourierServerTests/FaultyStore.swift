@@ -1,12 +1,26 @@
 import CourierCore
 import Foundation
 import Synchronization
+import Testing
 
 /// A store that passes everything to a real one, except the failures a
 /// test switches on: a store that fails while holding notifications (500
 /// InternalServerError, binary status 1), one that cannot read
 /// registrations (503 ServiceUnavailable), a team that is gone (403
 /// Forbidden), and held commits (a request kept in flight).
+extension TestServer {
+    /// A server whose store is a `FaultyStore` over the real one.
+    static func withFaultyStore() async throws -> (TestServer, FaultyStore) {
+        let faults = Mutex<FaultyStore?>(nil)
+        let server = try await TestServer(wrapStore: { base in
+            let store = FaultyStore(base)
+            faults.withLock { $0 = store }
+            return store
+        })
+        return (server, try #require(faults.withLock { $0 }))
+    }
+}
+
 final class FaultyStore: Store {
     struct Injected: Error {}
 

@@ -394,8 +394,9 @@ extension HTTP2ProtocolTableTests {
 
         // Uninstalled: 410 with the removal time in milliseconds.
         let otherToken = try await device.client.register("com.example.other")
-        server.clock.advance(by: 12.345)
-        let removedAt = server.clock.now()
+        // A whole second, so that the store's milliseconds and the answer's agree exactly.
+        let removedAt = Date(timeIntervalSince1970: (server.clock.now().timeIntervalSince1970 + 12).rounded(.down))
+        server.clock.set(removedAt)
         try await device.client.unregister("com.example.other")
         server.clock.advance(by: 60)
         let (status, reason, response) = try await RawPush(token: otherToken, topic: "com.example.other", authorization: authorization).send(on: connection)
@@ -410,13 +411,7 @@ extension HTTP2ProtocolTableTests {
 
     /// Rows of a failing store: 500, 503, and a team that is gone (403 Forbidden).
     @Test func storeFailureRows() async throws {
-        let faults = Mutex<FaultyStore?>(nil)
-        let server = try await TestServer(wrapStore: { base in
-            let store = FaultyStore(base)
-            faults.withLock { $0 = store }
-            return store
-        })
-        let store = try #require(faults.withLock { $0 })
+        let (server, store) = try await TestServer.withFaultyStore()
         let device = try await server.device()
         let token = try await device.client.register("com.example.demo")
         let key = try server.demoAuthKey()
@@ -475,13 +470,7 @@ extension HTTP2ProtocolTableTests {
     }
 
     @Test func gracefulShutdownFinishesInFlightStreamsThenSaysGoAwayShutdown() async throws {
-        let faults = Mutex<FaultyStore?>(nil)
-        let server = try await TestServer(wrapStore: { base in
-            let store = FaultyStore(base)
-            faults.withLock { $0 = store }
-            return store
-        })
-        let store = try #require(faults.withLock { $0 })
+        let (server, store) = try await TestServer.withFaultyStore()
         let device = try await server.device()
         let token = try await device.client.register("com.example.demo")
         let connection = try await server.http2Connection(certificate: (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem"))

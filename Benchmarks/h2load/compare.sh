@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# HTTP/2 provider API throughput: h2load against Courier (JWT trust, every
+# request checked) and, in the same run, against nginx answering 200 to the
+# same request over TLS and HTTP/2: the ceiling of this machine.
+#
+# usage: Benchmarks/h2load/compare.sh [REQUESTS]        (from the repository)
+# needs: h2load (Debian nghttp2-client), nginx, openssl; a release build:
+#        swift build -c release --product courier
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+requests=${1:-200000}
+courier=${COURIER:-.build/release/courier}
+work=$(mktemp -d)
+trap 'kill $(cat "$work"/*.pid 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
+
+# Courier on fixed ports, without the per-token rate limit (h2load repeats one token).
+cat > "$work/courier.json" <<JSON
+{
+  "network": {
+    "production": { "binary": 42195, "feedback": 42196, "http2": 42197, "device": 45223 },
+    "sandbox": { "binary": 52195, "feedback": 52196, "http2": 52197, "device": 55223 },
+    "adminPort": 0
+  },
+  "qos": { "tokenRateLimit": 1000000000 },
+  "logLevel": "warning"
+}
+JSON
+"$courier" serve --data "$work/data" --config "$work/courier.json" > "$work/courier.log" 2>&1 &
+echo $! > "$work/courier.pid"
+for _ in $(seq 100); do grep -q "Courier is running" "$work/courier.log" && break; sleep 0.1; done
+
+# The demo team's key and the demo device's token, as the banner gives them;
+# the JWT made with openssl as Apple documents it.
+TEAM_ID=$(sed -n 's/^TEAM_ID=//p' "$work/courier.log")
+AUTH_KEY_ID=$(sed -n 's/^AUTH_KEY_ID=//p' "$work/courier.log")
+DEVICE_TOKEN=$(sed -n 's/^DEVICE_TOKEN=//p' "$work/courier.log")
+TOKEN_KEY_FILE_NAME="$work/data/demo/AuthKey_${AUTH_KEY_ID}.p8"
+JWT_HEADER=$(printf '{ "alg": "ES256", "kid": "%s" }' "${AUTH_KEY_ID}" | openssl base64 -e -A | tr -- '+/' '-_' | tr -d =)
+JWT_CLAIMS=$(printf '{ "iss": "%s", "iat": %d }' "${TEAM_ID}" "$(date +%s)" | openssl base64 -e -A | tr -- '+/' '-_' | tr -d =)
+JWT_SIGNED=$(printf "${JWT_HEADER}.${JWT_CLAIMS}" | openssl dgst -binary -sha256 -sign "${TOKEN_KEY_FILE_NAME}" | openssl base64 -e -A | tr -- '+/' '-_' | tr -d =)
+JWT="${JWT_HEADER}.${JWT_CLAIMS}.${JWT_SIGNED}"
+printf '{"aps":{"alert":"benchmark"}}' > "$work/payload.json"
+
+# nginx: TLS 1.3, HTTP/2, 200 for every POST /3/device/..., one worker per core.
+mkdir -p "$work/nginx"
+cat > "$work/nginx.conf" <<CONF
+worker_processes auto;
+pid $work/nginx.pid;
+error_log $work/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx/body;
+  proxy_temp_path $work/nginx/proxy;
+  fastcgi_temp_path $work/nginx/fastcgi;
+  uwsgi_temp_path $work/nginx/uwsgi;
+  scgi_temp_path $work/nginx/scgi;
+  server {
+    listen 127.0.0.1:48443 ssl http2;
+    ssl_certificate $work/data/pki/server.pem;
+    ssl_certificate_key $work/data/pki/server-key.pem;
+    http2_max_concurrent_streams 1000;
+    keepalive_requests 100000000;
+    location /3/device/ { return 200; }
+  }
+}
+CONF
+nginx -c "$work/nginx.conf" -p "$work/nginx"
+
+run() { # name url connections
+  local out
+  local threads=$(( $3 < $(nproc) ? $3 : $(nproc) ))
+  out=$(h2load -n "$requests" -c "$3" -m 100 -t "$threads" -d "$work/payload.json" --log-file "$work/$1-$3.tsv" \
+    -H "apns-topic: com.example.demo" -H "apns-expiration: 0" -H "apns-push-type: alert" \
+    -H "authorization: bearer $JWT" "$2/3/device/$DEVICE_TOKEN")
+  local rps ok percentiles
+  rps=$(echo "$out" | sed -n 's/^finished in .*, \([0-9.]*\) req\/s.*/\1/p')
+  ok=$(echo "$out" | sed -n 's/^status codes: \([0-9]*\) 2xx.*/\1/p')
+  # h2load's log: start (µs), status, µs until the response ended. p50 and p99 from it.
+  percentiles=$(cut -f3 "$work/$1-$3.tsv" | sort -n | awk '{a[NR]=$1} END {printf "p50 %.2f ms, p99 %.2f ms", a[int(NR*0.50)]/1000, a[int(NR*0.99)]/1000}')
+  echo "$1 c=$3 m=100: $rps req/s, $percentiles, 2xx $ok of $requests"
+}
+sleep 0.5
+for c in 1 8; do
+  run courier "https://127.0.0.1:42197" "$c"
+  run nginx "https://127.0.0.1:48443" "$c"
+done
