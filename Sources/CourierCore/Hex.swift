@@ -1,3 +1,5 @@
+import Foundation
+
 /// Hexadecimal text for binary values such as device tokens.
 public enum Hex {
     private static let digits: [UInt8] = Array("0123456789abcdef".utf8)
@@ -37,5 +39,15 @@ public enum Hex {
         case UInt8(ascii: "A")...UInt8(ascii: "F"): character - UInt8(ascii: "A") + 10
         default: nil
         }
+    }
+}
+
+extension UUID {
+    /// The canonical form APNs uses: 8-4-4-4-12 lowercase hex digits.
+    public var lowercasedString: String {
+        let bytes = withUnsafeBytes(of: uuid) { Array($0) }
+        var text = Hex.encode(bytes)
+        for position in [8, 13, 18, 23] { text.insert("-", at: text.index(text.startIndex, offsetBy: position)) }
+        return text
     }
 }

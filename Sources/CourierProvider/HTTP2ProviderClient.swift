@@ -150,7 +150,7 @@ public actor HTTP2ProviderClient {
             (":authority", options.serverName ?? options.host, .indexable),
         ]
         if let compact = currentToken() { headers.append(("authorization", "bearer " + compact, .nonIndexable)) }
-        if let id = push.id { headers.append(("apns-id", id.uuidString.lowercased(), .nonIndexable)) }
+        if let id = push.id { headers.append(("apns-id", id.lowercasedString, .nonIndexable)) }
         if let expiration = push.expiration { headers.append(("apns-expiration", String(Int64(expiration.timeIntervalSince1970)), .nonIndexable)) }
         if let priority = push.priority { headers.append(("apns-priority", String(priority.rawValue), .indexable)) }
         if let topic = push.topic { headers.append(("apns-topic", topic, .indexable)) }
@@ -161,7 +161,7 @@ public actor HTTP2ProviderClient {
     }
 
     static func result(_ response: HTTP2RawResponse, fallbackID: UUID?) -> HTTP2PushResult {
-        let apnsID = response.apnsID ?? fallbackID?.uuidString.lowercased() ?? ""
+        let apnsID = response.apnsID ?? fallbackID?.lowercasedString ?? ""
         guard response.status != 200 else { return HTTP2PushResult(status: 200, apnsID: apnsID) }
         let body = HTTP2ErrorBody.decode(response.body)
         return HTTP2PushResult(

@@ -307,7 +307,7 @@ public final class SQLiteStore: Store {
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                     key + [
-                        .text(n.id.uuidString.lowercased()), .bytes(n.token), .text(n.topic), .bytes(n.payload),
+                        .text(n.id.lowercasedString), .bytes(n.token), .text(n.topic), .bytes(n.payload),
                         .millis(n.expiration), .integer(Int(n.priority.rawValue)), .optionalText(n.collapseID),
                         .optionalText(n.pushType), .millis(pending.acceptedAt),
                     ])
@@ -332,7 +332,7 @@ public final class SQLiteStore: Store {
                     "DELETE FROM pending_notifications WHERE device_id = ? AND bundle_id = ? AND environment = ? AND id = ?",
                     [
                         .device(reference.deviceID), .text(reference.bundleID), .text(reference.environment.rawValue),
-                        .text(reference.id.uuidString.lowercased()),
+                        .text(reference.id.lowercasedString),
                     ])
                 removed.append(try await self.changes() > 0)
             }

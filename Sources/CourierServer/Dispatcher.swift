@@ -123,7 +123,7 @@ public final class Dispatcher: Sendable {
                         let coalesced = old.collapseID != nil && old.collapseID == new.notification.collapseID
                         return DeliveryEvent(
                             notificationID: old.id, kind: coalesced ? .coalesced : .replaced, at: new.acceptedAt,
-                            detail: "by \(new.notification.id.uuidString.lowercased())")
+                            detail: "by \(new.notification.id.lowercasedString)")
                     })
                 return batch.map { _ in () }
             } catch {
@@ -276,7 +276,7 @@ public final class Dispatcher: Sendable {
             return replaced
         }
         if let coalesced {
-            events.append(DeliveryEvent(notificationID: coalesced, kind: .coalesced, at: now, detail: "by \(queued.notification.id.uuidString.lowercased())"))
+            events.append(DeliveryEvent(notificationID: coalesced, kind: .coalesced, at: now, detail: "by \(queued.notification.id.lowercasedString)"))
         }
     }
 

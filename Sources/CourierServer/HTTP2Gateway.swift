@@ -207,7 +207,7 @@ public final class HTTP2Gateway: Service, Sendable {
     /// values, payload, then the dispatcher (docs/protocol.md §2).
     func answer(_ head: HTTP2RequestHead, body: ByteBuffer, connection: HTTP2ConnectionHandle) async -> HTTP2Answer {
         let newID = UUID()
-        let apnsID = head.apnsID ?? newID.uuidString.lowercased()
+        let apnsID = head.apnsID ?? newID.lowercasedString
         var identity: ProviderIdentity
         var defaultTopic: String?
         var liftStreamLimit = false
@@ -433,7 +433,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     private static let connectionWindow = 65_535
 
     private static func apnsID(in headers: HPACKHeaders) -> String {
-        headers.first(name: "apns-id") ?? UUID().uuidString.lowercased()
+        headers.first(name: "apns-id") ?? UUID().lowercasedString
     }
 
     private func complete(_ streamID: HTTP2StreamID, context: ChannelHandlerContext) {
@@ -443,7 +443,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
             return
         }
         let head: HTTP2RequestHead
-        switch HTTP2RequestHead.parse(stream.headers.lazy.map { (name: $0.name, value: $0.value) }) {
+        switch HTTP2RequestHead.parse(stream.headers) {
         case .failure(let reason):
             write(.failure(reason, apnsID: Self.apnsID(in: stream.headers)), on: streamID, context: context)
             return

@@ -1,5 +1,6 @@
 import CourierCore
 import Foundation
+import NIOHPACK
 
 /// The request of the HTTP/2 provider API as its headers give it (the
 /// seeds' tables 8-1 and 8-2, plus `apns-push-type`), before any check that
@@ -27,7 +28,7 @@ public struct HTTP2RequestHead: Sendable, Hashable {
 
     /// Reads the headers of one request. Names are lowercase, as HTTP/2
     /// requires; headers other than table 8-2's are ignored.
-    public static func parse(_ headers: some Sequence<(name: String, value: String)>) -> Result<HTTP2RequestHead, Reason> {
+    public static func parse(_ headers: HPACKHeaders) -> Result<HTTP2RequestHead, Reason> {
         var method: String?
         var path: String?
         var head = HTTP2RequestHead(tokenHex: "")
@@ -37,7 +38,7 @@ public struct HTTP2RequestHead: Sendable, Hashable {
             if field != nil { duplicated = true }
             field = value
         }
-        for (name, value) in headers {
+        for (name, value, _) in headers {
             switch name {
             case ":method": method = value
             case ":path": path = value

@@ -95,7 +95,7 @@ extension DeviceCommand {
             let topic = String(decoding: (try? JSONSerialization.data(withJSONObject: [notification.topic])) ?? Data("[\"\"]".utf8), as: UTF8.self)
                 .dropFirst().dropLast()
             let body = payload ?? "\"\(Data(notification.payload).base64EncodedString())\""
-            return #"{"id":"\#(notification.id.uuidString.lowercased())","topic":\#(topic),"priority":\#(notification.priority),"payload":\#(body)}"#
+            return #"{"id":"\#(notification.id.lowercasedString)","topic":\#(topic),"priority":\#(notification.priority),"payload":\#(body)}"#
         }
     }
 

@@ -39,3 +39,10 @@ import Testing
         #expect(clock.now() == Date(timeIntervalSince1970: 5))
     }
 }
+
+@Test func uuidsAreWrittenInLowercaseCanonicalForm() {
+    for _ in 0..<100 {
+        let id = UUID()
+        #expect(id.lowercasedString == id.uuidString.lowercased())
+    }
+}

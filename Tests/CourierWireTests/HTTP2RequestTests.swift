@@ -1,17 +1,18 @@
 import CourierCore
 import CourierWire
 import Foundation
+import NIOHPACK
 import Testing
 
 /// The header rows of docs/protocol.md §2, without a socket.
 @Suite struct HTTP2RequestTests {
     let token = String(repeating: "ab", count: 32)
 
-    func headers(_ extra: [(String, String)] = [], method: String = "POST", path: String? = nil) -> [(name: String, value: String)] {
-        [(":method", method), (":scheme", "https"), (":path", path ?? "/3/device/" + token), (":authority", "x")] + extra.map { (name: $0.0, value: $0.1) }
+    func headers(_ extra: [(String, String)] = [], method: String = "POST", path: String? = nil) -> HPACKHeaders {
+        HPACKHeaders([(":method", method), (":scheme", "https"), (":path", path ?? "/3/device/" + token), (":authority", "x")] + extra)
     }
 
-    func reason(_ headers: [(name: String, value: String)]) -> String? {
+    func reason(_ headers: HPACKHeaders) -> String? {
         switch HTTP2RequestHead.parse(headers) {
         case .failure(let reason): return reason.rawValue
         case .success(let head):
