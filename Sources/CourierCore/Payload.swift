@@ -124,23 +124,12 @@ public enum PayloadRules {
         guard !payload.isEmpty else { return .failure(.empty) }
         guard payload.count <= limits.limit(for: channel) else { return .failure(.tooLarge) }
         guard payload.last != 0 else { return .failure(.nullTerminated) }
-        let parsed = try? JSONSerialization.jsonObject(with: Data(payload), options: [])
-        guard let object = parsed as? [String: Any] else { return .failure(.notJSONObject) }
-        let summary = PayloadSummary(isSilent: isSilent(object))
-        if summary.isSilent, explicitPriority == .immediate, onlyContentAvailable(object) {
+        guard let aps = PayloadScanner.scan(payload) else { return .failure(.notJSONObject) }
+        // Silent: content-available 1 and nothing the user would see.
+        let summary = PayloadSummary(isSilent: aps.contentAvailable && !aps.visible)
+        if summary.isSilent, explicitPriority == .immediate, aps.keyCount == 1, aps.hasContentAvailable {
             return .failure(.priorityTenSilent)
         }
         return .success(summary)
-    }
-
-    private static func isSilent(_ object: [String: Any]) -> Bool {
-        guard let aps = object["aps"] as? [String: Any] else { return false }
-        guard let available = aps["content-available"] as? NSNumber, available.intValue == 1 else { return false }
-        return aps["alert"] == nil && aps["sound"] == nil && aps["badge"] == nil
-    }
-
-    private static func onlyContentAvailable(_ object: [String: Any]) -> Bool {
-        guard let aps = object["aps"] as? [String: Any] else { return false }
-        return aps.count == 1 && aps["content-available"] != nil
     }
 }

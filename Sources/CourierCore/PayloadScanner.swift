@@ -1,0 +1,297 @@
+/// Reads a payload once, without building any objects, and tells what the
+/// payload rules need: whether it is a JSON object (RFC 8259, UTF-8), and
+/// what its top-level `aps` dictionary holds. Foundation's parser builds a
+/// dictionary of boxed values for every push; this is on the hot path of
+/// every provider interface.
+struct PayloadScanner {
+    /// What the rules learn about `aps`.
+    struct Aps {
+        /// `content-available` is the number 1.
+        var contentAvailable = false
+        /// `alert`, `sound` or `badge` is present.
+        var visible = false
+        /// The number of distinct keys in `aps`.
+        var keyCount = 0
+        /// `content-available` is present, whatever its value.
+        var hasContentAvailable = false
+    }
+
+    private let bytes: UnsafeRawBufferPointer
+    private var index = 0
+    /// Nesting depth limit, as Foundation's parser has one.
+    private static let maximumDepth = 512
+
+    private init(_ bytes: UnsafeRawBufferPointer) {
+        self.bytes = bytes
+    }
+
+    /// The top-level `aps` dictionary's summary (empty when there is none
+    /// or it is not an object); nil when the payload is not a JSON object.
+    static func scan(_ payload: some Collection<UInt8>) -> Aps? {
+        let scanned = payload.withContiguousStorageIfAvailable { buffer in
+            var scanner = PayloadScanner(UnsafeRawBufferPointer(buffer))
+            return scanner.document()
+        }
+        if let scanned { return scanned }
+        return Array(payload).withUnsafeBytes { buffer in
+            var scanner = PayloadScanner(buffer)
+            return scanner.document()
+        }
+    }
+
+    private mutating func document() -> Aps? {
+        skipSpace()
+        guard peek == UInt8(ascii: "{") else { return nil }
+        var aps = Aps()
+        guard object(depth: 1, topLevel: &aps) else { return nil }
+        skipSpace()
+        return index == bytes.count ? aps : nil
+    }
+
+    private var peek: UInt8? { index < bytes.count ? bytes[index] : nil }
+
+    private mutating func skipSpace() {
+        while index < bytes.count {
+            switch bytes[index] {
+            case 0x20, 0x09, 0x0A, 0x0D: index += 1
+            default: return
+            }
+        }
+    }
+
+    private mutating func expect(_ byte: UInt8) -> Bool {
+        guard peek == byte else { return false }
+        index += 1
+        return true
+    }
+
+    private mutating func value(depth: Int) -> Bool {
+        guard depth <= Self.maximumDepth else { return false }
+        skipSpace()
+        switch peek {
+        case UInt8(ascii: "{"):
+            return anyObject(depth: depth + 1)
+        case UInt8(ascii: "["): return array(depth: depth + 1)
+        case UInt8(ascii: "\""): return string() != nil
+        case UInt8(ascii: "t"): return literal("true")
+        case UInt8(ascii: "f"): return literal("false")
+        case UInt8(ascii: "n"): return literal("null")
+        default: return number()
+        }
+    }
+
+    /// The top-level object: records what its `aps` member holds.
+    private mutating func object(depth: Int, topLevel aps: inout Aps) -> Bool {
+        var found = Aps()
+        var sawAps = false
+        guard expect(UInt8(ascii: "{")) else { return false }
+        skipSpace()
+        if expect(UInt8(ascii: "}")) { return true }
+        while true {
+            skipSpace()
+            guard let key = string() else { return false }
+            skipSpace()
+            guard expect(UInt8(ascii: ":")) else { return false }
+            skipSpace()
+            if key.elementsEqual("aps".utf8) {
+                // The last "aps" counts, as with a dictionary.
+                sawAps = true
+                found = Aps()
+                if peek == UInt8(ascii: "{") {
+                    guard apsObject(depth: depth + 1, into: &found) else { return false }
+                } else {
+                    guard value(depth: depth + 1) else { return false }
+                }
+            } else {
+                guard value(depth: depth + 1) else { return false }
+            }
+            skipSpace()
+            if expect(UInt8(ascii: ",")) { continue }
+            guard expect(UInt8(ascii: "}")) else { return false }
+            if sawAps { aps = found }
+            return true
+        }
+    }
+
+    /// Any object below the top level.
+    private mutating func anyObject(depth: Int) -> Bool {
+        guard expect(UInt8(ascii: "{")) else { return false }
+        skipSpace()
+        if expect(UInt8(ascii: "}")) { return true }
+        while true {
+            skipSpace()
+            guard string() != nil else { return false }
+            skipSpace()
+            guard expect(UInt8(ascii: ":")) else { return false }
+            guard value(depth: depth + 1) else { return false }
+            skipSpace()
+            if expect(UInt8(ascii: ",")) { continue }
+            return expect(UInt8(ascii: "}"))
+        }
+    }
+
+    /// The `aps` object: its keys, `content-available`'s value.
+    private mutating func apsObject(depth: Int, into aps: inout Aps) -> Bool {
+        guard expect(UInt8(ascii: "{")) else { return false }
+        var keys: [[UInt8]] = []
+        var contentAvailable = false
+        skipSpace()
+        if !expect(UInt8(ascii: "}")) {
+            while true {
+                skipSpace()
+                guard let key = string() else { return false }
+                skipSpace()
+                guard expect(UInt8(ascii: ":")) else { return false }
+                skipSpace()
+                let name = Array(key)
+                let valueStart = index
+                guard value(depth: depth + 1) else { return false }
+                if name.elementsEqual("content-available".utf8) {
+                    contentAvailable = Self.isNumberOne(UnsafeRawBufferPointer(rebasing: bytes[valueStart..<index]))
+                }
+                if !keys.contains(name) { keys.append(name) }
+                skipSpace()
+                if expect(UInt8(ascii: ",")) { continue }
+                guard expect(UInt8(ascii: "}")) else { return false }
+                break
+            }
+        }
+        aps.keyCount = keys.count
+        aps.contentAvailable = contentAvailable
+        aps.hasContentAvailable = keys.contains { $0.elementsEqual("content-available".utf8) }
+        aps.visible = keys.contains { $0.elementsEqual("alert".utf8) || $0.elementsEqual("sound".utf8) || $0.elementsEqual("badge".utf8) }
+        return true
+    }
+
+    private mutating func array(depth: Int) -> Bool {
+        guard expect(UInt8(ascii: "[")) else { return false }
+        skipSpace()
+        if expect(UInt8(ascii: "]")) { return true }
+        while true {
+            guard value(depth: depth + 1) else { return false }
+            skipSpace()
+            if expect(UInt8(ascii: ",")) { continue }
+            return expect(UInt8(ascii: "]"))
+        }
+    }
+
+    private mutating func literal(_ word: StaticString) -> Bool {
+        let count = word.utf8CodeUnitCount
+        guard bytes.count - index >= count else { return false }
+        for offset in 0..<count where bytes[index + offset] != word.utf8Start[offset] { return false }
+        index += count
+        return true
+    }
+
+    /// A string's decoded bytes (escapes resolved); nil when it is not a
+    /// valid JSON string of valid UTF-8.
+    private mutating func string() -> [UInt8]? {
+        guard expect(UInt8(ascii: "\"")) else { return nil }
+        var out: [UInt8] = []
+        while index < bytes.count {
+            let byte = bytes[index]
+            switch byte {
+            case UInt8(ascii: "\""):
+                index += 1
+                return out
+            case UInt8(ascii: "\\"):
+                index += 1
+                guard let escaped = peek else { return nil }
+                index += 1
+                switch escaped {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): out.append(escaped)
+                case UInt8(ascii: "b"): out.append(0x08)
+                case UInt8(ascii: "f"): out.append(0x0C)
+                case UInt8(ascii: "n"): out.append(0x0A)
+                case UInt8(ascii: "r"): out.append(0x0D)
+                case UInt8(ascii: "t"): out.append(0x09)
+                case UInt8(ascii: "u"):
+                    guard var scalar = hex4() else { return nil }
+                    if (0xD800...0xDBFF).contains(scalar) {
+                        // A high surrogate must be followed by an escaped low one.
+                        guard expect(UInt8(ascii: "\\")), expect(UInt8(ascii: "u")), let low = hex4(), (0xDC00...0xDFFF).contains(low) else { return nil }
+                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                    } else if (0xDC00...0xDFFF).contains(scalar) {
+                        return nil
+                    }
+                    out.append(contentsOf: Unicode.UTF8.encode(Unicode.Scalar(scalar)!)!)
+                default: return nil
+                }
+            case 0x00..<0x20:
+                return nil
+            case 0x00..<0x80:
+                out.append(byte)
+                index += 1
+            default:
+                guard let length = utf8Sequence() else { return nil }
+                out.append(contentsOf: bytes[index..<index + length])
+                index += length
+            }
+        }
+        return nil
+    }
+
+    /// The length of the well-formed UTF-8 sequence at `index` (a lead byte
+    /// of 0x80 or more), or nil.
+    private func utf8Sequence() -> Int? {
+        let lead = bytes[index]
+        let length: Int
+        var lower: UInt8 = 0x80
+        var upper: UInt8 = 0xBF
+        switch lead {
+        case 0xC2...0xDF: length = 2
+        case 0xE0: length = 3; lower = 0xA0
+        case 0xE1...0xEC, 0xEE...0xEF: length = 3
+        case 0xED: length = 3; upper = 0x9F
+        case 0xF0: length = 4; lower = 0x90
+        case 0xF1...0xF3: length = 4
+        case 0xF4: length = 4; upper = 0x8F
+        default: return nil
+        }
+        guard bytes.count - index >= length else { return nil }
+        let second = bytes[index + 1]
+        guard second >= lower, second <= upper else { return nil }
+        for offset in 2..<length where !(0x80...0xBF).contains(bytes[index + offset]) { return nil }
+        return length
+    }
+
+    private mutating func hex4() -> UInt32? {
+        guard bytes.count - index >= 4 else { return nil }
+        var value: UInt32 = 0
+        for _ in 0..<4 {
+            guard let digit = Hex.value(of: bytes[index]) else { return nil }
+            value = value << 4 | UInt32(digit)
+            index += 1
+        }
+        return value
+    }
+
+    /// A number (RFC 8259 grammar).
+    private mutating func number() -> Bool {
+        _ = expect(UInt8(ascii: "-"))
+        guard let first = peek, (0x30...0x39).contains(first) else { return false }
+        index += 1
+        if first != 0x30 { digits() }
+        if expect(UInt8(ascii: ".")) {
+            guard let next = peek, (0x30...0x39).contains(next) else { return false }
+            digits()
+        }
+        if let e = peek, e == UInt8(ascii: "e") || e == UInt8(ascii: "E") {
+            index += 1
+            if let sign = peek, sign == UInt8(ascii: "+") || sign == UInt8(ascii: "-") { index += 1 }
+            guard let next = peek, (0x30...0x39).contains(next) else { return false }
+            digits()
+        }
+        return true
+    }
+
+    /// True when a scanned value is a number equal to 1 (`1`, `1.0`, `10e-1`).
+    private static func isNumberOne(_ text: UnsafeRawBufferPointer) -> Bool {
+        guard let first = text.first, first == UInt8(ascii: "-") || (0x30...0x39).contains(first) else { return false }
+        return Double(String(decoding: text, as: UTF8.self)) == 1
+    }
+
+    private mutating func digits() {
+        while let byte = peek, (0x30...0x39).contains(byte) { index += 1 }
+    }
+}
