@@ -165,41 +165,19 @@ public final class Dispatcher: Sendable {
     func admit(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity) async
         -> (result: AcceptResult, durable: Pending<Void>?)
     {
-        switch admitCached(notification, environment: environment, from: identity) {
-        case .decided(let decided):
-            return decided
-        case .needsStore(let registrationKey):
-            switch await admitFromStore(notification, registrationKey: registrationKey, from: identity) {
-            case .decided(let decided):
-                return decided
-            case .needsStore:
-                // Loaded, cached and active: the cached path decides now (unless
-                // the app was removed in the meantime).
-                if case .decided(let decided) = admitCached(notification, environment: environment, from: identity) { return decided }
-                log.append([DeliveryEvent(notificationID: notification.id, kind: .rejected, at: clock.now(), detail: Reason.serviceUnavailable.rawValue)])
-                return (.rejected(.serviceUnavailable), nil)
-            }
-        }
-    }
-
-    /// What the cached path could decide.
-    enum Admission {
-        case decided((result: AcceptResult, durable: Pending<Void>?))
-        /// The registration is not cached, or the app was removed (a
-        /// feedback entry must be written): the store is needed. Nothing
-        /// was logged.
-        case needsStore(RegistrationKey)
-    }
-
-    /// The store part of `admit`: loads the registration (into the cache)
-    /// and answers the cases that need the store. `.needsStore` when the
-    /// registration is now cached and active.
-    private func admitFromStore(_ notification: PushNotification, registrationKey: RegistrationKey, from identity: ProviderIdentity) async -> Admission {
         let now = clock.now()
-        func reject(_ reason: Reason, timestamp: Date? = nil) -> Admission {
-            log.append([DeliveryEvent(notificationID: notification.id, kind: .rejected, at: now, detail: reason.rawValue)])
-            return .decided((.rejected(reason, timestamp: timestamp), nil))
+        var events: [DeliveryEvent] = []
+        defer { log.append(events) }
+        func reject(_ reason: Reason, timestamp: Date? = nil) -> (AcceptResult, Pending<Void>?) {
+            events.append(DeliveryEvent(notificationID: notification.id, kind: .rejected, at: now, detail: reason.rawValue))
+            return (.rejected(reason, timestamp: timestamp), nil)
         }
+
+        guard identity.topics.contains(notification.topic) else { return reject(.topicDisallowed) }
+        guard case .success(let contents) = codec(environment).open(notification.token) else { return reject(.badDeviceToken) }
+        let bundleID = Topic(notification.topic).bundleID
+        guard contents.belongs(to: bundleID) else { return reject(.deviceTokenNotForTopic) }
+        let registrationKey = RegistrationKey(deviceID: contents.deviceID, bundleID: bundleID, environment: environment)
         let registration: AppRegistration?
         do {
             registration = try await self.registration(registrationKey)
@@ -212,48 +190,23 @@ public final class Dispatcher: Sendable {
         guard registration.active else {
             let removedAt = registration.unregisteredAt ?? now
             do {
-                try await store.addFeedback(
-                    FeedbackEntry(environment: registrationKey.environment, topic: notification.topic, token: notification.token, timestamp: removedAt))
+                try await store.addFeedback(FeedbackEntry(environment: environment, topic: notification.topic, token: notification.token, timestamp: removedAt))
             } catch {
                 logger.error("store failed adding a feedback entry", metadata: ["courier.error": "\(error)"])
             }
             return reject(.unregistered, timestamp: removedAt)
         }
-        return .needsStore(registrationKey)
-    }
-
-    /// `admit` without waiting for anything: decides from the cached
-    /// registration, or says that the store is needed. The HTTP/2 gateway
-    /// answers on its event loop this way when it can.
-    func admitCached(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity) -> Admission {
-        let now = clock.now()
-        var events: [DeliveryEvent] = []
-        defer { log.append(events) }
-        func reject(_ reason: Reason) -> Admission {
-            events.append(DeliveryEvent(notificationID: notification.id, kind: .rejected, at: now, detail: reason.rawValue))
-            return .decided((.rejected(reason, timestamp: nil), nil))
-        }
-
-        guard identity.topics.contains(notification.topic) else { return reject(.topicDisallowed) }
-        guard case .success(let contents) = codec(environment).open(notification.token) else { return reject(.badDeviceToken) }
-        let bundleID = Topic(notification.topic).bundleID
-        guard contents.belongs(to: bundleID) else { return reject(.deviceTokenNotForTopic) }
-        let registrationKey = RegistrationKey(deviceID: contents.deviceID, bundleID: bundleID, environment: environment)
-        guard let registration = state.withLock({ $0.registrations[registrationKey] }) else { return .needsStore(registrationKey) }
-        // A token the device no longer holds (an older generation) is not a device token any more.
-        guard registration.token == notification.token else { return reject(.badDeviceToken) }
-        guard registration.active else { return .needsStore(registrationKey) }
         guard takeTokenRate(notification.token, now: now) else { return reject(.tooManyRequests) }
 
         events.append(DeliveryEvent(notificationID: notification.id, kind: .accepted, at: now))
         if let expiration = notification.expiration, notification.mayBeStored, expiration <= now {
             events.append(DeliveryEvent(notificationID: notification.id, kind: .expired, at: now, detail: "expired before it was accepted"))
-            return .decided((.accepted, nil))
+            return (.accepted, nil)
         }
         let deviceKey = DeviceKey(environment: environment, deviceID: contents.deviceID)
         if notification.isSilent, !takeSilentBudget(deviceKey, now: now) {
             events.append(DeliveryEvent(notificationID: notification.id, kind: .throttled, at: now, detail: "silent budget of \(qos.silentBudgetPerHour) per hour used up"))
-            return .decided((.accepted, nil))
+            return (.accepted, nil)
         }
 
         var durable: Pending<Void>?
@@ -269,14 +222,14 @@ public final class Dispatcher: Sendable {
             if !notification.mayBeStored {
                 events.append(DeliveryEvent(notificationID: notification.id, kind: .expired, at: now, detail: "device offline and expiration 0"))
             }
-            return .decided((.accepted, durable))
+            return (.accepted, durable)
         }
         if notification.priority == .immediate {
             deliver(queued, to: session, now: now, events: &events)
         } else {
             enqueueBurst(queued, for: deviceKey, now: now, events: &events)
         }
-        return .decided((.accepted, durable))
+        return (.accepted, durable)
     }
 
     private func registration(_ key: RegistrationKey) async throws -> AppRegistration? {

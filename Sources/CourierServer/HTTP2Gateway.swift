@@ -203,53 +203,6 @@ public final class HTTP2Gateway: Service, Sendable {
 
     // MARK: Requests
 
-    /// What can be answered without waiting.
-    enum Immediate {
-        case answer(HTTP2Answer)
-        /// Accepted once this commit is durable (500 if it fails).
-        case afterCommit(Pending<Void>, HTTP2Answer)
-        /// Needs the store (a token to verify, a registration to load,
-        /// topics to read again): `answer` does it all.
-        case later
-    }
-
-    /// Answers on the event loop when everything needed is at hand: the
-    /// connection's verified token, the cached registration. Nothing is
-    /// logged or admitted when it returns `.later`.
-    func answerNow(_ head: HTTP2RequestHead, body: ByteBuffer, connection: HTTP2ConnectionHandle) -> Immediate {
-        let newID = UUID()
-        let apnsID = head.apnsID ?? newID.lowercasedString
-        let identity: ProviderIdentity
-        var defaultTopic: String?
-        switch connection.trust {
-        case .unusableCertificate:
-            return .answer(.failure(.badCertificate, apnsID: apnsID))
-        case .certificate(let record, let certified, let topic):
-            guard record.environments.contains(environment) else { return .answer(.failure(.badCertificateEnvironment, apnsID: apnsID)) }
-            identity = certified
-            defaultTopic = topic
-        case .token(let trust):
-            switch trust.authenticateCached(head.authorization, now: clock.now(), keys: keys) {
-            case nil: return .later
-            case .rejected(let reason)?: return .answer(.failure(reason, apnsID: apnsID))
-            case .valid(let valid, _)?: identity = valid
-            }
-        }
-        let notification: PushNotification
-        switch prepare(head, body: body, identity: identity, defaultTopic: defaultTopic, id: newID) {
-        case .failure(.topicDisallowed) where !connection.trust.isCertificate: return .later  // the team may have a new app
-        case .failure(let reason): return .answer(.failure(reason, apnsID: apnsID))
-        case .success(let prepared): notification = prepared
-        }
-        switch dispatcher.admitCached(notification, environment: environment, from: identity) {
-        case .needsStore: return .later
-        case .decided((let result, let durable)):
-            let answer = Self.answer(result, apnsID: apnsID)
-            if let durable { return .afterCommit(durable, answer) }
-            return .answer(answer)
-        }
-    }
-
     /// Answers one request whose headers parsed: trust, topic, header
     /// values, payload, then the dispatcher (docs/protocol.md §2).
     func answer(_ head: HTTP2RequestHead, body: ByteBuffer, connection: HTTP2ConnectionHandle) async -> HTTP2Answer {
@@ -275,51 +228,40 @@ public final class HTTP2Gateway: Service, Sendable {
                 tokenTrust = trust
             }
         }
-        var prepared = prepare(head, body: body, identity: identity, defaultTopic: defaultTopic, id: newID)
-        if case .failure(.topicDisallowed) = prepared, let tokenTrust, let refreshed = await tokenTrust.refreshTopics(keys: keys) {
-            identity = refreshed
-            prepared = prepare(head, body: body, identity: identity, defaultTopic: defaultTopic, id: newID)
-        }
-        var answer: HTTP2Answer
-        switch prepared {
-        case .failure(let reason): answer = .failure(reason, apnsID: apnsID)
-        case .success(let notification):
-            answer = Self.answer(await dispatcher.accept(notification, environment: environment, from: identity), apnsID: apnsID)
-        }
+        var answer = await deliver(
+            head, body: body, identity: &identity, defaultTopic: defaultTopic, tokenTrust: tokenTrust, id: newID, apnsID: apnsID)
         answer.liftStreamLimit = liftStreamLimit
         return answer
     }
 
-    /// The notification a request asks for: topic, header values and
-    /// payload checked, in the order of docs/protocol.md §2.
-    private func prepare(
-        _ head: HTTP2RequestHead, body: ByteBuffer, identity: ProviderIdentity, defaultTopic: String?, id: UUID
-    ) -> Result<PushNotification, Reason> {
-        guard let topic = head.topic ?? defaultTopic else { return .failure(.missingTopic) }
-        guard HTTP2RequestHead.isTopic(topic) else { return .failure(.badTopic) }
-        guard identity.topics.contains(topic) else { return .failure(.topicDisallowed) }
+    private func deliver(
+        _ head: HTTP2RequestHead, body: ByteBuffer, identity: inout ProviderIdentity, defaultTopic: String?, tokenTrust: TokenTrust?, id: UUID,
+        apnsID: String
+    ) async -> HTTP2Answer {
+        guard let topic = head.topic ?? defaultTopic else { return .failure(.missingTopic, apnsID: apnsID) }
+        guard HTTP2RequestHead.isTopic(topic) else { return .failure(.badTopic, apnsID: apnsID) }
+        if !identity.topics.contains(topic), let tokenTrust, let refreshed = await tokenTrust.refreshTopics(keys: keys) {
+            identity = refreshed
+        }
+        guard identity.topics.contains(topic) else { return .failure(.topicDisallowed, apnsID: apnsID) }
         let fields: HTTP2RequestHead.Fields
         switch head.fields(tokenLength: configuration.limits.tokenLength, newID: id) {
-        case .failure(let reason): return .failure(reason)
+        case .failure(let reason): return .failure(reason, apnsID: apnsID)
         case .success(let checked): fields = checked
         }
         let channel: PayloadChannel = Topic(topic).kind == .voip ? .http2VoIP : .http2
         let summary: PayloadSummary
         switch PayloadRules.check(body.readableBytesView, priority: fields.priority, channel: channel, limits: configuration.limits.payload) {
-        case .failure(let error): return .failure(error.reason)
+        case .failure(let error): return .failure(error.reason, apnsID: apnsID)
         case .success(let result): summary = result
         }
         let priority = fields.priority.flatMap(Priority.init(rawValue:)) ?? (summary.isSilent ? .conservePower : .immediate)
-        return .success(
-            PushNotification(
-                id: fields.id, token: fields.token, topic: topic, payload: Array(body.readableBytesView), expiration: fields.expiration,
-                priority: priority, collapseID: fields.collapseID, pushType: fields.pushType, isSilent: summary.isSilent))
-    }
-
-    static func answer(_ result: AcceptResult, apnsID: String) -> HTTP2Answer {
-        switch result {
-        case .accepted: HTTP2Answer(status: 200, apnsID: apnsID, body: nil)
-        case .rejected(let reason, let timestamp): .failure(reason, apnsID: apnsID, timestamp: timestamp)
+        let notification = PushNotification(
+            id: fields.id, token: fields.token, topic: topic, payload: Array(body.readableBytesView), expiration: fields.expiration, priority: priority,
+            collapseID: fields.collapseID, pushType: fields.pushType, isSilent: summary.isSilent)
+        switch await dispatcher.accept(notification, environment: environment, from: identity) {
+        case .accepted: return HTTP2Answer(status: 200, apnsID: apnsID, body: nil)
+        case .rejected(let reason, let timestamp): return .failure(reason, apnsID: apnsID, timestamp: timestamp)
         }
     }
 }
@@ -507,29 +449,13 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
             return
         case .success(let parsed): head = parsed
         }
-        let body = stream.body ?? context.channel.allocator.buffer(capacity: 0)
-        let immediate = gateway.answerNow(head, body: body, connection: connection)
-        if case .answer(let answer) = immediate {
-            write(answer, on: streamID, context: context)
-            return
-        }
         inFlight += 1
+        let body = stream.body ?? context.channel.allocator.buffer(capacity: 0)
         let gateway = self.gateway
         let connection = self.connection
         let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
         Task {
-            let answer: HTTP2Answer
-            switch immediate {
-            case .afterCommit(let durable, let accepted):
-                do {
-                    try await durable.value
-                    answer = accepted
-                } catch {
-                    answer = .failure(.internalServerError, apnsID: accepted.apnsID)
-                }
-            case .answer(let given): answer = given
-            case .later: answer = await gateway.answer(head, body: body, connection: connection)
-            }
+            let answer = await gateway.answer(head, body: body, connection: connection)
             handler.eventLoop.execute { handler.value.finish(answer, on: streamID) }
         }
     }

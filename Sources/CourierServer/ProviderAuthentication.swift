@@ -118,21 +118,16 @@ final class TokenTrust: Sendable {
         case rejected(Reason)
     }
 
-    /// The outcome when it needs no verification: no header, or the
-    /// header already verified on this connection (only its age and its
-    /// key matter then). Nil: `authenticate` must verify it.
-    func authenticateCached(_ authorization: String?, now: Date, keys: ProviderKeys) -> Outcome? {
-        guard let authorization else { return .rejected(.missingProviderToken) }
-        guard let current = state.withLock({ $0.current }), current.header == authorization else { return nil }
-        if keys.isRevoked(current.token.keyID) { return .rejected(.invalidProviderToken) }
-        if keys.isRemoved(team: current.token.teamID) { return .rejected(.forbidden) }
-        if now.timeIntervalSince(current.token.issuedAt) > Self.lifetime { return .rejected(.expiredProviderToken) }
-        return .valid(current.identity, first: false)
-    }
-
     func authenticate(_ authorization: String?, now: Date, keys: ProviderKeys) async -> Outcome {
-        if let cached = authenticateCached(authorization, now: now, keys: keys) { return cached }
         guard let authorization else { return .rejected(.missingProviderToken) }
+
+        // The header already verified on this connection: only its age and its key matter.
+        if let current = state.withLock({ $0.current }), current.header == authorization {
+            if keys.isRevoked(current.token.keyID) { return .rejected(.invalidProviderToken) }
+            if keys.isRemoved(team: current.token.teamID) { return .rejected(.forbidden) }
+            if now.timeIntervalSince(current.token.issuedAt) > Self.lifetime { return .rejected(.expiredProviderToken) }
+            return .valid(current.identity, first: false)
+        }
         guard let compact = Self.bearerToken(authorization) else { return .rejected(.invalidProviderToken) }
         guard !compact.isEmpty else { return .rejected(.missingProviderToken) }
 
