@@ -67,18 +67,38 @@ http {
 CONF
 nginx -c "$work/nginx.conf" -p "$work/nginx"
 
+# CPU time (user + system, clock ticks) of the processes whose pids are given.
+cpu_ticks() {
+  local total=0 pid
+  for pid in "$@"; do
+    total=$(( total + $(awk '{print $14 + $15}' "/proc/$pid/stat") ))
+  done
+  echo "$total"
+}
+server_pids() { # name
+  if [ "$1" = courier ]; then cat "$work/courier.pid"; else pgrep -f "nginx: worker process" | tr '\n' ' '; fi
+}
+
 run() { # name url connections
   local out
   local threads=$(( $3 < $(nproc) ? $3 : $(nproc) ))
+  local pids before after
+  pids=$(server_pids "$1")
+  # shellcheck disable=SC2086
+  before=$(cpu_ticks $pids)
   out=$(h2load -n "$requests" -c "$3" -m 100 -t "$threads" -d "$work/payload.json" --log-file "$work/$1-$3.tsv" \
     -H "apns-topic: com.example.demo" -H "apns-expiration: 0" -H "apns-push-type: alert" \
     -H "authorization: bearer $JWT" "$2/3/device/$DEVICE_TOKEN")
-  local rps ok percentiles
+  # shellcheck disable=SC2086
+  after=$(cpu_ticks $pids)
+  local rps ok percentiles cpu
   rps=$(echo "$out" | sed -n 's/^finished in .*, \([0-9.]*\) req\/s.*/\1/p')
   ok=$(echo "$out" | sed -n 's/^status codes: \([0-9]*\) 2xx.*/\1/p')
   # h2load's log: start (µs), status, µs until the response ended. p50 and p99 from it.
   percentiles=$(cut -f3 "$work/$1-$3.tsv" | sort -n | awk '{a[NR]=$1} END {printf "p50 %.2f ms, p99 %.2f ms", a[int(NR*0.50)]/1000, a[int(NR*0.99)]/1000}')
-  echo "$1 c=$3 m=100: $rps req/s, $percentiles, 2xx $ok of $requests"
+  # The server's CPU time per request, in microseconds (steadier than the rate on a shared machine).
+  cpu=$(awk -v t=$(( after - before )) -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
+  echo "$1 c=$3 m=100: $rps req/s, $percentiles, server CPU $cpu µs/request, 2xx $ok of $requests"
 }
 sleep 0.5
 for c in 1 8; do
