@@ -80,81 +80,87 @@ struct PayloadScanner {
         }
     }
 
-    /// The top-level object: records what its `aps` member holds.
-    private mutating func object(depth: Int, topLevel aps: inout Aps) -> Bool {
-        var found = Aps()
-        var sawAps = false
-        guard expect(UInt8(ascii: "{")) else { return false }
+    /// One step through an object's members.
+    private enum Member {
+        /// A key and its colon were read; the value follows.
+        case key([UInt8])
+        /// The closing brace was read.
+        case end
+        case malformed
+    }
+
+    /// Reads the opening brace, or the comma before the next member (or
+    /// the closing brace), then the member's key and colon.
+    private mutating func nextMember(first: Bool) -> Member {
         skipSpace()
-        if expect(UInt8(ascii: "}")) { return true }
+        if first {
+            guard expect(UInt8(ascii: "{")) else { return .malformed }
+            skipSpace()
+            if expect(UInt8(ascii: "}")) { return .end }
+        } else {
+            if expect(UInt8(ascii: "}")) { return .end }
+            guard expect(UInt8(ascii: ",")) else { return .malformed }
+            skipSpace()
+        }
+        guard let key = string() else { return .malformed }
+        skipSpace()
+        guard expect(UInt8(ascii: ":")) else { return .malformed }
+        skipSpace()
+        return .key(key)
+    }
+
+    /// The top-level object: records what its `aps` member holds (the last
+    /// `aps` counts, as with a dictionary).
+    private mutating func object(depth: Int, topLevel aps: inout Aps) -> Bool {
+        var first = true
         while true {
-            skipSpace()
-            guard let key = string() else { return false }
-            skipSpace()
-            guard expect(UInt8(ascii: ":")) else { return false }
-            skipSpace()
-            if key.elementsEqual("aps".utf8) {
-                // The last "aps" counts, as with a dictionary.
-                sawAps = true
-                found = Aps()
-                if peek == UInt8(ascii: "{") {
-                    guard apsObject(depth: depth + 1, into: &found) else { return false }
+            switch nextMember(first: first) {
+            case .end: return true
+            case .malformed: return false
+            case .key(let key):
+                if key.elementsEqual("aps".utf8) {
+                    aps = Aps()
+                    let valid = peek == UInt8(ascii: "{") ? apsObject(depth: depth + 1, into: &aps) : value(depth: depth + 1)
+                    guard valid else { return false }
                 } else {
                     guard value(depth: depth + 1) else { return false }
                 }
-            } else {
-                guard value(depth: depth + 1) else { return false }
             }
-            skipSpace()
-            if expect(UInt8(ascii: ",")) { continue }
-            guard expect(UInt8(ascii: "}")) else { return false }
-            if sawAps { aps = found }
-            return true
+            first = false
         }
     }
 
     /// Any object below the top level.
     private mutating func anyObject(depth: Int) -> Bool {
-        guard expect(UInt8(ascii: "{")) else { return false }
-        skipSpace()
-        if expect(UInt8(ascii: "}")) { return true }
+        var first = true
         while true {
-            skipSpace()
-            guard string() != nil else { return false }
-            skipSpace()
-            guard expect(UInt8(ascii: ":")) else { return false }
-            guard value(depth: depth + 1) else { return false }
-            skipSpace()
-            if expect(UInt8(ascii: ",")) { continue }
-            return expect(UInt8(ascii: "}"))
+            switch nextMember(first: first) {
+            case .end: return true
+            case .malformed: return false
+            case .key: guard value(depth: depth + 1) else { return false }
+            }
+            first = false
         }
     }
 
     /// The `aps` object: its keys, `content-available`'s value.
     private mutating func apsObject(depth: Int, into aps: inout Aps) -> Bool {
-        guard expect(UInt8(ascii: "{")) else { return false }
         var keys: [[UInt8]] = []
         var contentAvailable = false
-        skipSpace()
-        if !expect(UInt8(ascii: "}")) {
-            while true {
-                skipSpace()
-                guard let key = string() else { return false }
-                skipSpace()
-                guard expect(UInt8(ascii: ":")) else { return false }
-                skipSpace()
-                let name = Array(key)
+        var first = true
+        members: while true {
+            switch nextMember(first: first) {
+            case .end: break members
+            case .malformed: return false
+            case .key(let key):
                 let valueStart = index
                 guard value(depth: depth + 1) else { return false }
-                if name.elementsEqual("content-available".utf8) {
+                if key.elementsEqual("content-available".utf8) {
                     contentAvailable = Self.isNumberOne(UnsafeRawBufferPointer(rebasing: bytes[valueStart..<index]))
                 }
-                if !keys.contains(name) { keys.append(name) }
-                skipSpace()
-                if expect(UInt8(ascii: ",")) { continue }
-                guard expect(UInt8(ascii: "}")) else { return false }
-                break
+                if !keys.contains(key) { keys.append(key) }
             }
+            first = false
         }
         aps.keyCount = keys.count
         aps.contentAvailable = contentAvailable

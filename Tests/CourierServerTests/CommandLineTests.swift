@@ -108,7 +108,13 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         #expect(output.contains("created  \(data)/demo/com.example.demo.pem"))
         #expect(output.contains("Demo: team DEMOTEAM01, app com.example.demo, auth key "))
         #expect(output.contains("courier device run --identity \(data)/demo/device --app com.example.demo"))
-        for listener in ["device.production", "device.sandbox", "binary.production", "binary.sandbox", "feedback.production", "feedback.sandbox"] {
+        #expect(output.contains("swift run courier push --p8 '\(data)/demo/AuthKey_"), "a ready-to-paste courier push")
+        #expect(output.contains("curl -v --cacert '\(data)/pki/ca.pem'"), "a ready-to-paste curl command")
+        #expect(output.contains("openssl dgst -binary -sha256 -sign"))
+        for listener in [
+            "device.production", "device.sandbox", "binary.production", "binary.sandbox", "feedback.production", "feedback.sandbox", "http2.production",
+            "http2.sandbox",
+        ] {
             #expect(output.contains("  \(listener) "), "\(listener) is listening")
         }
         first.signal(SIGTERM)
