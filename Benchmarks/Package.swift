@@ -14,6 +14,7 @@ let package = Package(
         .package(path: "../"),
         .package(url: "https://github.com/ordo-one/benchmark.git", from: "1.38.1", traits: ["MallocInterposer"]),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/apple/swift-crypto.git", "4.0.0"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
     ],
@@ -39,6 +40,10 @@ let package = Package(
                 .product(name: "CourierServer", package: courierPackage),
                 .product(name: "CourierDevice", package: courierPackage),
                 .product(name: "CourierProvider", package: courierPackage),
+                .product(name: "CourierWire", package: courierPackage),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "LoadGenerator"

@@ -14,8 +14,12 @@ import CourierCore
 import CourierDevice
 import CourierProvider
 import CourierServer
+import CourierWire
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
 import Synchronization
 
 struct Arguments {
@@ -103,6 +107,10 @@ struct LoadGenerator {
         logger.logLevel = .error
         if arguments.mode == "binary" {
             try await binaryThroughput(arguments, logger: logger)
+            return
+        }
+        if arguments.mode == "binary-raw" {
+            try await rawBinaryThroughput(arguments, logger: logger)
             return
         }
         var configuration = CourierConfiguration(dataDirectory: arguments.data)
@@ -242,27 +250,11 @@ struct LoadGenerator {
 /// then one bad notification; its error response means every notification
 /// before it was handled.
 func binaryThroughput(_ arguments: Arguments, logger: Logger) async throws {
-    var configuration = CourierConfiguration(dataDirectory: arguments.data)
-    configuration.demo.enabled = false
-    let provisioner = try await Provisioner.open(configuration: configuration, logger: logger)
-    let directory = arguments.data + "/load-binary-device"
-    if !FileManager.default.fileExists(atPath: directory + "/identity.json") {
-        _ = try await provisioner.issueDeviceIdentity(directory: directory)
-    }
-    try await provisioner.close()
-    let device = try DeviceClient(
-        credentials: try DeviceCredentials.load(from: directory), environment: .production,
-        options: .init(host: arguments.host, port: arguments.devicePort, serverName: "localhost"), logger: logger)
-    let running = Task { await device.run() }
-    try await device.waitUntilConnected()
-    let token = try await device.register("com.example.demo")
-    await device.stop()
-    await running.value
-
+    let token = try await offlineDemoToken(arguments, logger: logger)
     let tls = ProviderTLS(
         certificatePath: arguments.data + "/demo/com.example.demo.pem", keyPath: arguments.data + "/demo/com.example.demo-key.pem",
         caPath: arguments.data + "/pki/ca.pem")
-    let payload = Array(#"{"aps":{"alert":"Your order has shipped","badge":1,"sound":"default"},"order":"A-123456"}"#.utf8)
+    let payload = benchmarkPayload
     let perConnection = arguments.count / arguments.connections
     let before = arguments.serverPID.flatMap(residentKiB)
     let start = Date()
@@ -286,5 +278,105 @@ func binaryThroughput(_ arguments: Arguments, logger: Logger) async throws {
     print("binary: \(total) notifications over \(arguments.connections) connection(s) accepted in \(String(format: "%.2f", seconds)) s (\(Int(Double(total) / seconds))/s)")
     if let pid = arguments.serverPID, let before, let after = residentKiB(pid) {
         print("server memory: \(before) KiB before, \(after) KiB after")
+    }
+}
+
+let benchmarkPayload = Array(#"{"aps":{"alert":"Your order has shipped","badge":1,"sound":"default"},"order":"A-123456"}"#.utf8)
+
+/// The demo app's token on a device of its own, registered and then taken
+/// offline (so every push is accepted and dropped as undeliverable).
+func offlineDemoToken(_ arguments: Arguments, logger: Logger) async throws -> [UInt8] {
+    var configuration = CourierConfiguration(dataDirectory: arguments.data)
+    configuration.demo.enabled = false
+    let provisioner = try await Provisioner.open(configuration: configuration, logger: logger)
+    let directory = arguments.data + "/load-binary-device"
+    if !FileManager.default.fileExists(atPath: directory + "/identity.json") {
+        _ = try await provisioner.issueDeviceIdentity(directory: directory)
+    }
+    try await provisioner.close()
+    let device = try DeviceClient(
+        credentials: try DeviceCredentials.load(from: directory), environment: .production,
+        options: .init(host: arguments.host, port: arguments.devicePort, serverName: "localhost"), logger: logger)
+    let running = Task { await device.run() }
+    try await device.waitUntilConnected()
+    let token = try await device.register("com.example.demo")
+    await device.stop()
+    await running.value
+    return token
+}
+
+/// Completes a promise with the first 6 bytes the server sends: the
+/// binary API's error response.
+final class ErrorResponseReader: ChannelInboundHandler, Sendable {
+    typealias InboundIn = ByteBuffer
+    let promise: EventLoopPromise<[UInt8]>
+
+    init(promise: EventLoopPromise<[UInt8]>) {
+        self.promise = promise
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        promise.succeed(Array(unwrapInboundIn(data).readableBytesView))
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        promise.fail(ChannelError.ioOnClosedChannel)
+        context.fireChannelInactive()
+    }
+}
+
+/// The binary gateway with a minimal raw-socket sender: frames encoded
+/// once, written in chunks of 1,000 (batched writes, each awaited, so TCP
+/// back-pressure holds the sender), then one bad frame whose error response
+/// means everything before it was handled. With `--seconds S` it writes for
+/// S seconds instead of `--count` frames and samples the server's memory
+/// every second: a sender faster than the server must not make it grow.
+func rawBinaryThroughput(_ arguments: Arguments, logger: Logger) async throws {
+    let token = try await offlineDemoToken(arguments, logger: logger)
+    var tls = TLSConfiguration.makeClientConfiguration()
+    tls.certificateChain = try NIOSSLCertificate.fromPEMFile(arguments.data + "/demo/com.example.demo.pem").map { .certificate($0) }
+    tls.privateKey = .privateKey(try NIOSSLPrivateKey(file: arguments.data + "/demo/com.example.demo-key.pem", format: .pem))
+    tls.trustRoots = .file(arguments.data + "/pki/ca.pem")
+    let context = try NIOSSLContext(configuration: tls)
+    var chunk = ByteBuffer()
+    let perChunk = 1_000
+    for index in 0..<perChunk {
+        chunk.writeBinaryNotification(token: token, payload: benchmarkPayload, identifier: UInt32(index), expiry: 0, priority: 10)
+    }
+    var bad = ByteBuffer()
+    bad.writeBinaryNotification(token: token.prefix(4), payload: benchmarkPayload, identifier: 0xBAD, expiry: 0, priority: 10)
+    let frameBytes = chunk.readableBytes / perChunk
+
+    let duration = CommandLine.arguments.contains("--seconds") ? arguments.seconds : nil
+    let before = arguments.serverPID.flatMap(residentKiB)
+    var samples: [Int] = []
+    let (channel, answer) = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        .connect(host: arguments.host, port: arguments.binaryPort) { channel in
+            channel.eventLoop.makeCompletedFuture {
+                let reader = ErrorResponseReader(promise: channel.eventLoop.makePromise())
+                try channel.pipeline.syncOperations.addHandler(try NIOSSLClientHandler(context: context, serverHostname: "localhost"))
+                try channel.pipeline.syncOperations.addHandler(reader)
+                return (channel, reader.promise.futureResult)
+            }
+        }
+    let start = Date()
+    var sent = 0
+    var nextSample = start.addingTimeInterval(1)
+    while duration.map({ Date().timeIntervalSince(start) < $0 }) ?? (sent < arguments.count) {
+        try await channel.writeAndFlush(chunk)
+        sent += perChunk
+        if duration != nil, Date() >= nextSample, let pid = arguments.serverPID, let resident = residentKiB(pid) {
+            samples.append(resident)
+            nextSample = nextSample.addingTimeInterval(1)
+        }
+    }
+    let written = Date().timeIntervalSince(start)
+    try await channel.writeAndFlush(bad)
+    let response = try await answer.get()
+    let seconds = Date().timeIntervalSince(start)
+    try? await channel.close()
+    print("binary (raw sender, \(frameBytes)-byte frames, chunks of \(perChunk)): \(sent) notifications written in \(String(format: "%.2f", written)) s, all handled in \(String(format: "%.2f", seconds)) s (\(Int(Double(sent) / seconds))/s); answer \(response)")
+    if let pid = arguments.serverPID, let before, let after = residentKiB(pid) {
+        print("server memory: \(before) KiB before, \(after) KiB after" + (samples.isEmpty ? "" : "; every second while writing: \(samples.map(String.init).joined(separator: " "))"))
     }
 }

@@ -66,6 +66,7 @@ final class BinaryGateway: Service {
         let limits = BinaryDecoderLimits(
             tokenLength: configuration.limits.tokenLength, legacyPayload: configuration.limits.payload.binaryLegacy,
             command2Payload: configuration.limits.payload.binaryCommand2)
+        let timeout = configuration.handshakeTimeout
         let server = try await listenerBootstrap()
             .bind(host: configuration.network.host, port: configuration.network.ports(environment).binary) { channel in
                 channel.eventLoop.makeCompletedFuture {
@@ -73,6 +74,7 @@ final class BinaryGateway: Service {
                     let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
                     try channel.pipeline.syncOperations.addHandlers([
                         NIOSSLServerHandler(context: context) { chain, promise in verifier.verify(chain, into: box, promise: promise) },
+                        HandshakeTimeout(timeout: timeout),
                         handshake,
                         ByteToMessageHandler(BinaryProviderDecoder(limits: limits)),
                     ])

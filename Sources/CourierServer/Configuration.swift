@@ -38,11 +38,16 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         public var serverDNSNames: [String]
         /// IP addresses of the server certificate made on first start.
         public var serverIPAddresses: [String]
+        /// A connection whose TLS handshake has not finished after this
+        /// many seconds is closed.
+        public var handshakeTimeout: Double
 
         public init(
             host: String = "127.0.0.1", production: EnvironmentPorts = .production, sandbox: EnvironmentPorts = .sandbox,
-            adminPort: Int = 8080, serverDNSNames: [String] = ["localhost"], serverIPAddresses: [String] = ["127.0.0.1", "::1"]
+            adminPort: Int = 8080, serverDNSNames: [String] = ["localhost"], serverIPAddresses: [String] = ["127.0.0.1", "::1"],
+            handshakeTimeout: Double = 10
         ) {
+            self.handshakeTimeout = handshakeTimeout
             self.host = host
             self.production = production
             self.sandbox = sandbox
@@ -228,6 +233,7 @@ extension CourierConfiguration {
         for (key, value) in payloadKeys where !(1...65_535).contains(value) {
             throw ConfigurationError("\(source): 'limits.payload.\(key)' must be 1 to 65535")
         }
+        guard network.handshakeTimeout > 0 else { throw ConfigurationError("\(source): 'network.handshakeTimeout' must be more than 0") }
         guard (1...1_000_000).contains(http2.maxConcurrentStreams) else {
             throw ConfigurationError("\(source): 'http2.maxConcurrentStreams' must be 1 to 1000000")
         }

@@ -118,6 +118,7 @@ final class DeviceGateway: Service {
         let context = tls.context
         let maxFrame = configuration.limits.deviceMaxFrameLength
         let keepAlive = configuration.qos.keepAlive
+        let timeout = configuration.handshakeTimeout
         let server = try await listenerBootstrap(backlog: 1024)
             .bind(host: configuration.network.host, port: configuration.network.ports(environment).device) { channel in
                 channel.eventLoop.makeCompletedFuture {
@@ -127,6 +128,7 @@ final class DeviceGateway: Service {
                     }
                     try channel.pipeline.syncOperations.addHandlers([
                         ssl,
+                        HandshakeTimeout(timeout: timeout),
                         ReadTimeoutCloser(timeout: .seconds(Int64(2 * keepAlive))),
                         ByteToMessageHandler(DeviceFrameDecoder(maxFrameLength: maxFrame)),
                         MessageToByteHandler(DeviceFrameEncoder()),

@@ -36,13 +36,14 @@ final class FeedbackService: Service {
     func run() async throws {
         let verifier = PeerVerifier(authority: authority.authority, store: store, kind: .provider, logger: logger, environment: environment)
         let context = self.context
+        let timeout = configuration.handshakeTimeout
         let server = try await listenerBootstrap()
             .bind(host: configuration.network.host, port: configuration.network.ports(environment).feedback) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let box = PeerIdentityBox()
                     let ssl = NIOSSLServerHandler(context: context) { chain, promise in verifier.verify(chain, into: box, promise: promise) }
                     let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
-                    try channel.pipeline.syncOperations.addHandlers([ssl, handshake])
+                    try channel.pipeline.syncOperations.addHandlers([ssl, HandshakeTimeout(timeout: timeout), handshake])
                     return (try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel), box, handshake.promise.futureResult)
                 }
             }

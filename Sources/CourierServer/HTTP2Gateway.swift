@@ -119,12 +119,14 @@ public final class HTTP2Gateway: Service, Sendable {
     public func run() async throws {
         let verifier = PeerVerifier(authority: authority.authority, store: dispatcher.store, kind: .provider, logger: logger)
         let context = self.context
+        let timeout = configuration.handshakeTimeout
         let server = try await listenerBootstrap()
             .bind(host: configuration.network.host, port: configuration.network.ports(environment).http2) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let box = PeerIdentityBox()
                     try channel.pipeline.syncOperations.addHandlers([
                         NIOSSLServerHandler(context: context) { chain, promise in verifier.verify(chain, into: box, promise: promise) },
+                        HandshakeTimeout(timeout: timeout),
                         HTTP2ConnectionSetup(gateway: self, peer: box),
                     ])
                     return channel

@@ -35,7 +35,7 @@ let everyKeyChanged = CourierConfiguration(
         host: "0.0.0.0",
         production: .init(binary: 3195, feedback: 3196, http2: 3197, device: 6223),
         sandbox: .init(binary: 13195, feedback: 13196, http2: 13197, device: 16223),
-        adminPort: 9090, serverDNSNames: ["push.example.com"], serverIPAddresses: ["10.0.0.1"]),
+        adminPort: 9090, serverDNSNames: ["push.example.com"], serverIPAddresses: ["10.0.0.1"], handshakeTimeout: 3),
     http2: .init(maxConcurrentStreams: 64, idleTimeout: 600),
     limits: .init(payload: PayloadLimits(binaryLegacy: 300, binaryCommand2: 3000, http2: 5000, http2VoIP: 6000), tokenLength: 64, deviceMaxFrameLength: 32_768),
     paths: .init(database: "db.sqlite", pki: "certs", demo: "example"),

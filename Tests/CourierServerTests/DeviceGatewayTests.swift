@@ -8,6 +8,7 @@ import Logging
 import NIOCore
 import NIOEmbedded
 import NIOPosix
+import NIOTLS
 import NIOSSL
 import Testing
 
@@ -133,5 +134,24 @@ import Testing
         #expect(channel.isActive, "119 s after the keepalive")
         loop.advanceTime(by: .seconds(1))
         #expect(!channel.isActive, "120 s of silence")
+    }
+
+    @Test func aConnectionThatNeverFinishesItsHandshakeIsClosed() throws {
+        // Every listener has this after its TLS handler; on an embedded loop whose time the test moves.
+        let loop = EmbeddedEventLoop()
+        let silent = EmbeddedChannel(loop: loop)
+        try silent.pipeline.syncOperations.addHandler(HandshakeTimeout(timeout: .seconds(10)))
+        try silent.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        loop.advanceTime(by: .seconds(9))
+        #expect(silent.isActive)
+        loop.advanceTime(by: .seconds(1))
+        #expect(!silent.isActive, "10 s without a finished handshake")
+
+        let prompt = EmbeddedChannel(loop: loop)
+        try prompt.pipeline.syncOperations.addHandler(HandshakeTimeout(timeout: .seconds(10)))
+        try prompt.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        prompt.pipeline.fireUserInboundEventTriggered(TLSUserEvent.handshakeCompleted(negotiatedProtocol: nil))
+        loop.advanceTime(by: .seconds(60))
+        #expect(prompt.isActive, "a finished handshake keeps the connection")
     }
 }
