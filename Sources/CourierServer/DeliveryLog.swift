@@ -7,16 +7,26 @@ import Synchronization
 /// The delivery log's writer: events are appended in order under a lock
 /// (cheap on the hot path) and written to the store in batches by a
 /// background service. `flush()` returns once everything appended before
-/// it is written.
+/// it is written. When the store falls behind, `waitForRoom()` holds the
+/// producers (the provider interfaces stop reading) instead of letting the
+/// backlog grow: back-pressure, not buffering.
 final class DeliveryLogWriter: Service, Sendable {
+    private struct Backlog {
+        var events: [DeliveryEvent] = []
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    /// Events waiting to be written above which producers wait.
+    let highWater: Int
     private let store: any Store
     private let logger: Logger
-    private let buffer = Mutex<[DeliveryEvent]>([])
+    private let buffer = Mutex(Backlog())
     private let gate = SerialGate()
     private let wake: AsyncStream<Void>.Continuation
     private let wakeups: AsyncStream<Void>
 
-    init(store: any Store, logger: Logger) {
+    init(store: any Store, logger: Logger, highWater: Int = 50_000) {
+        self.highWater = highWater
         self.store = store
         self.logger = logger
         (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
@@ -24,15 +34,33 @@ final class DeliveryLogWriter: Service, Sendable {
 
     func append(_ events: [DeliveryEvent]) {
         guard !events.isEmpty else { return }
-        buffer.withLock { $0.append(contentsOf: events) }
+        buffer.withLock { $0.events.append(contentsOf: events) }
         wake.yield()
+    }
+
+    /// Producers waiting for room.
+    var waitingProducers: Int { buffer.withLock { $0.waiters.count } }
+
+    /// Returns at once while the backlog is under `highWater`; otherwise
+    /// once a write has brought it down.
+    func waitForRoom() async {
+        guard buffer.withLock({ $0.events.count >= highWater }) else { return }
+        await withCheckedContinuation { continuation in
+            let room = buffer.withLock { backlog -> Bool in
+                if backlog.events.count < highWater { return true }
+                backlog.waiters.append(continuation)
+                return false
+            }
+            if room { continuation.resume() }
+        }
     }
 
     func flush() async {
         try? await gate.run {
-            let events = self.buffer.withLock { buffer -> [DeliveryEvent] in
-                defer { buffer.removeAll(keepingCapacity: true) }
-                return buffer
+            // The waiters go once this batch is written, if what came meanwhile leaves room.
+            let events = self.buffer.withLock { backlog -> [DeliveryEvent] in
+                defer { backlog.events.removeAll(keepingCapacity: true) }
+                return backlog.events
             }
             guard !events.isEmpty else { return }
             do {
@@ -40,6 +68,12 @@ final class DeliveryLogWriter: Service, Sendable {
             } catch {
                 self.logger.error("delivery log write failed", metadata: ["courier.events": "\(events.count)", "courier.error": "\(error)"])
             }
+            let waiters = self.buffer.withLock { backlog -> [CheckedContinuation<Void, Never>] in
+                guard backlog.events.count < self.highWater else { return [] }
+                defer { backlog.waiters = [] }
+                return backlog.waiters
+            }
+            for waiter in waiters { waiter.resume() }
         }
     }
 

@@ -165,6 +165,8 @@ public final class Dispatcher: Sendable {
     func admit(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity) async
         -> (result: AcceptResult, durable: Pending<Void>?)
     {
+        // A delivery log that cannot keep up holds the providers back.
+        await log.waitForRoom()
         let now = clock.now()
         var events: [DeliveryEvent] = []
         defer { log.append(events) }

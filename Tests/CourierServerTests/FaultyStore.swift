@@ -126,6 +126,40 @@ final class FaultyStore: Store {
     func addFeedback(_ entry: FeedbackEntry) async throws { try await base.addFeedback(entry) }
     func feedback(environment: Environment, topic: String) async throws -> [FeedbackEntry] { try await base.feedback(environment: environment, topic: topic) }
     func removeFeedback(_ entries: [FeedbackEntry]) async throws { try await base.removeFeedback(entries) }
-    func appendDeliveryEvents(_ events: [DeliveryEvent]) async throws { try await base.appendDeliveryEvents(events) }
+    func appendDeliveryEvents(_ events: [DeliveryEvent]) async throws {
+        await logGate.pass()
+        try await base.appendDeliveryEvents(events)
+    }
+
+    /// Holds delivery-log writes while closed.
+    let logGate = Gate()
     func deliveryEvents(notificationID: UUID) async throws -> [DeliveryEvent] { try await base.deliveryEvents(notificationID: notificationID) }
+}
+
+/// A gate async code passes only while it is open.
+final class Gate: Sendable {
+    private let state = Mutex<(open: Bool, waiting: [CheckedContinuation<Void, Never>])>((true, []))
+
+    func close() { state.withLock { $0.open = false } }
+
+    func open() {
+        let waiting = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.open = true
+            defer { state.waiting = [] }
+            return state.waiting
+        }
+        for waiter in waiting { waiter.resume() }
+    }
+
+    var waiting: Int { state.withLock { $0.waiting.count } }
+
+    func pass() async {
+        await withCheckedContinuation { continuation in
+            let open = state.withLock { state -> Bool in
+                if !state.open { state.waiting.append(continuation) }
+                return state.open
+            }
+            if open { continuation.resume() }
+        }
+    }
 }
