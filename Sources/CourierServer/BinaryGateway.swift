@@ -74,7 +74,7 @@ final class BinaryGateway: Service {
                     let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
                     try channel.pipeline.syncOperations.addHandlers([
                         NIOSSLServerHandler(context: context) { chain, promise in verifier.verify(chain, into: box, promise: promise) },
-                        HandshakeTimeout(timeout: timeout),
+                        ConnectionTimeout(.handshake, timeout: timeout),
                         handshake,
                         ByteToMessageHandler(BinaryProviderDecoder(limits: limits)),
                     ])

@@ -29,66 +29,6 @@ final class ChannelDeviceLink: DeviceLink {
     }
 }
 
-/// Closes a connection from which nothing was read for `timeout`: a dead
-/// device (two keepalive intervals without a frame). Time is the event
-/// loop's, so a test can move it.
-public final class ReadTimeoutCloser: ChannelInboundHandler {
-    public typealias InboundIn = NIOAny
-
-    private let timeout: TimeAmount
-    private var lastRead: NIODeadline = .distantPast
-    private var check: Scheduled<Void>?
-
-    public init(timeout: TimeAmount) {
-        self.timeout = timeout
-    }
-
-    public func handlerAdded(context: ChannelHandlerContext) {
-        if context.channel.isActive { start(context) }
-    }
-
-    public func channelActive(context: ChannelHandlerContext) {
-        start(context)
-        context.fireChannelActive()
-    }
-
-    public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        lastRead = context.eventLoop.now
-        context.fireChannelRead(data)
-    }
-
-    public func channelInactive(context: ChannelHandlerContext) {
-        check?.cancel()
-        context.fireChannelInactive()
-    }
-
-    public func handlerRemoved(context: ChannelHandlerContext) {
-        check?.cancel()
-    }
-
-    private func start(_ context: ChannelHandlerContext) {
-        guard check == nil else { return }
-        lastRead = context.eventLoop.now
-        schedule(context, at: lastRead + timeout)
-    }
-
-    private func schedule(_ context: ChannelHandlerContext, at deadline: NIODeadline) {
-        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        check = context.eventLoop.scheduleTask(deadline: deadline) {
-            let (handler, context) = loopBound.value
-            let due = handler.lastRead + handler.timeout
-            if context.eventLoop.now >= due {
-                context.close(promise: nil)
-            } else {
-                handler.schedule(context, at: due)
-            }
-        }
-    }
-}
-
-@available(*, unavailable)
-extension ReadTimeoutCloser: Sendable {}
-
 /// The device gateway of one environment: TLS with device certificates,
 /// the courier device protocol (docs/device-protocol.md), keepalive.
 final class DeviceGateway: Service {
@@ -128,8 +68,8 @@ final class DeviceGateway: Service {
                     }
                     try channel.pipeline.syncOperations.addHandlers([
                         ssl,
-                        HandshakeTimeout(timeout: timeout),
-                        ReadTimeoutCloser(timeout: .seconds(Int64(2 * keepAlive))),
+                        ConnectionTimeout(.handshake, timeout: timeout),
+                        ConnectionTimeout(.silence, timeout: .seconds(Int64(2 * keepAlive))),
                         ByteToMessageHandler(DeviceFrameDecoder(maxFrameLength: maxFrame)),
                         MessageToByteHandler(DeviceFrameEncoder()),
                     ])

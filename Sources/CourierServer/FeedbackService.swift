@@ -43,7 +43,7 @@ final class FeedbackService: Service {
                     let box = PeerIdentityBox()
                     let ssl = NIOSSLServerHandler(context: context) { chain, promise in verifier.verify(chain, into: box, promise: promise) }
                     let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
-                    try channel.pipeline.syncOperations.addHandlers([ssl, HandshakeTimeout(timeout: timeout), handshake])
+                    try channel.pipeline.syncOperations.addHandlers([ssl, ConnectionTimeout(.handshake, timeout: timeout), handshake])
                     return (try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel), box, handshake.promise.futureResult)
                 }
             }

@@ -126,7 +126,7 @@ public final class HTTP2Gateway: Service, Sendable {
                     let box = PeerIdentityBox()
                     try channel.pipeline.syncOperations.addHandlers([
                         NIOSSLServerHandler(context: context) { chain, promise in verifier.verify(chain, into: box, promise: promise) },
-                        HandshakeTimeout(timeout: timeout),
+                        ConnectionTimeout(.handshake, timeout: timeout),
                         HTTP2ConnectionSetup(gateway: self, peer: box),
                     ])
                     return channel

@@ -35,18 +35,29 @@ func listenerBootstrap(backlog: Int32 = 256) -> ServerBootstrap {
         .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
 }
 
-/// Closes a connection whose TLS handshake has not finished within
-/// `timeout`: a client that connects and says nothing must not hold a
-/// socket for ever. Time is the event loop's, so a test can move it. Sits
-/// after the TLS handler, whose handshake event it waits for.
-public final class HandshakeTimeout: ChannelInboundHandler {
+/// Closes a connection when its time is up, on the event loop's clock (a
+/// test can move it):
+/// - `.silence`: nothing was read for `timeout` — a dead device (two
+///   keepalive intervals without a frame);
+/// - `.handshake`: the TLS handshake has not finished within `timeout` — a
+///   client that connects and says nothing must not hold a socket for
+///   ever. Sits after the TLS handler, whose handshake event it waits for.
+public final class ConnectionTimeout: ChannelInboundHandler {
     public typealias InboundIn = NIOAny
 
-    private let timeout: TimeAmount
-    private var deadline: Scheduled<Void>?
-    private var done = false
+    public enum Kind: Sendable {
+        case silence
+        case handshake
+    }
 
-    public init(timeout: TimeAmount) {
+    private let kind: Kind
+    private let timeout: TimeAmount
+    private var lastActivity: NIODeadline = .distantPast
+    private var check: Scheduled<Void>?
+    private var stopped = false
+
+    public init(_ kind: Kind, timeout: TimeAmount) {
+        self.kind = kind
         self.timeout = timeout
     }
 
@@ -59,29 +70,51 @@ public final class HandshakeTimeout: ChannelInboundHandler {
         context.fireChannelActive()
     }
 
+    public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if kind == .silence { lastActivity = context.eventLoop.now }
+        context.fireChannelRead(data)
+    }
+
     public func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if case .handshakeCompleted = event as? TLSUserEvent {
-            done = true
-            deadline?.cancel()
+        if kind == .handshake, case .handshakeCompleted = event as? TLSUserEvent {
+            stopped = true
+            check?.cancel()
         }
         context.fireUserInboundEventTriggered(event)
     }
 
     public func channelInactive(context: ChannelHandlerContext) {
-        deadline?.cancel()
+        check?.cancel()
         context.fireChannelInactive()
     }
 
     public func handlerRemoved(context: ChannelHandlerContext) {
-        deadline?.cancel()
+        check?.cancel()
     }
 
     private func start(_ context: ChannelHandlerContext) {
-        guard deadline == nil, !done else { return }
-        let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
-        deadline = context.eventLoop.scheduleTask(in: timeout) { bound.value.close(promise: nil) }
+        guard check == nil, !stopped else { return }
+        lastActivity = context.eventLoop.now
+        schedule(context, at: lastActivity + timeout)
+    }
+
+    private func schedule(_ context: ChannelHandlerContext, at deadline: NIODeadline) {
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        check = context.eventLoop.scheduleTask(deadline: deadline) {
+            let (handler, context) = loopBound.value
+            guard !handler.stopped else { return }
+            let due = handler.lastActivity + handler.timeout
+            if context.eventLoop.now >= due {
+                context.close(promise: nil)
+            } else {
+                handler.schedule(context, at: due)
+            }
+        }
     }
 }
+
+@available(*, unavailable)
+extension ConnectionTimeout: Sendable {}
 
 extension CourierConfiguration {
     /// The TLS handshake limit as the event loop counts time.

@@ -124,7 +124,7 @@ import Testing
         // The pipeline piece that detects dead devices, on an embedded loop whose time the test moves.
         let loop = EmbeddedEventLoop()
         let channel = EmbeddedChannel(loop: loop)
-        try channel.pipeline.syncOperations.addHandler(ReadTimeoutCloser(timeout: .seconds(120)))
+        try channel.pipeline.syncOperations.addHandler(ConnectionTimeout(.silence, timeout: .seconds(120)))
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         loop.advanceTime(by: .seconds(119))
         #expect(channel.isActive)
@@ -140,7 +140,7 @@ import Testing
         // Every listener has this after its TLS handler; on an embedded loop whose time the test moves.
         let loop = EmbeddedEventLoop()
         let silent = EmbeddedChannel(loop: loop)
-        try silent.pipeline.syncOperations.addHandler(HandshakeTimeout(timeout: .seconds(10)))
+        try silent.pipeline.syncOperations.addHandler(ConnectionTimeout(.handshake, timeout: .seconds(10)))
         try silent.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         loop.advanceTime(by: .seconds(9))
         #expect(silent.isActive)
@@ -148,7 +148,7 @@ import Testing
         #expect(!silent.isActive, "10 s without a finished handshake")
 
         let prompt = EmbeddedChannel(loop: loop)
-        try prompt.pipeline.syncOperations.addHandler(HandshakeTimeout(timeout: .seconds(10)))
+        try prompt.pipeline.syncOperations.addHandler(ConnectionTimeout(.handshake, timeout: .seconds(10)))
         try prompt.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         prompt.pipeline.fireUserInboundEventTriggered(TLSUserEvent.handshakeCompleted(negotiatedProtocol: nil))
         loop.advanceTime(by: .seconds(60))
