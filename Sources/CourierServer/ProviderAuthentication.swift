@@ -108,7 +108,7 @@ final class TokenTrust: Sendable {
 
     private let state = Mutex(State())
 
-    /// The key ids this connection's tokens used (a revoked one closes it).
+    /// The key of the token in use on this connection (revoking it closes the connection).
     var keyID: String? { state.withLock { $0.current?.token.keyID } }
 
     /// The outcome of one request's `authorization` header.
