@@ -175,31 +175,46 @@ public final class HTTP2Gateway: Service, Sendable {
     /// with GOAWAY `IdleTimeout`, and those whose certificate or key was
     /// revoked.
     public func sweep() async {
+        do {
+            try await keys.refresh()
+        } catch {
+            logger.error("store failed while reading auth keys", metadata: ["courier.error": "\(error)"])
+        }
+        await closeIdleAndRevoked()
+    }
+
+    /// The sweep after `keys.refresh()` (the application's timer refreshes
+    /// the keys once for both gateways, which share them).
+    func closeIdleAndRevoked() async {
         let now = clock.now()
         let open = connections.withLock { Array($0.open.values) }
         for connection in open where now.timeIntervalSince(connection.idleSince) >= configuration.http2.idleTimeout {
             logger.info("closing an idle connection")
             connection.goAway(.idleTimeout)
         }
-        do {
-            let revokedKeys = try await keys.refresh()
-            for connection in open {
-                switch connection.trust {
-                case .token(let trust):
-                    if let keyID = trust.keyID, revokedKeys.contains(keyID) || keys.isRevoked(keyID) {
-                        logger.info("closing a connection whose auth key was revoked", metadata: ["courier.key": "\(keyID)"])
-                        connection.goAway(.invalidProviderToken)
-                    }
-                case .certificate(let record, _, _), .unusableCertificate(let record):
-                    let current = try await dispatcher.store.certificate(serial: record.serial)
-                    if current == nil || current?.revokedAt != nil {
-                        logger.info("closing a connection whose certificate was revoked", metadata: ["courier.serial": "\(record.serial)"])
-                        connection.goAway(.badCertificate)
-                    }
+        var certified: [String: [HTTP2ConnectionHandle]] = [:]
+        for connection in open {
+            switch connection.trust {
+            case .token(let trust):
+                if let keyID = trust.keyID, keys.isRevoked(keyID) {
+                    logger.info("closing a connection whose auth key was revoked", metadata: ["courier.key": "\(keyID)"])
+                    connection.goAway(.invalidProviderToken)
                 }
+            case .certificate(let record, _, _), .unusableCertificate(let record):
+                certified[record.serial, default: []].append(connection)
             }
-        } catch {
-            logger.error("store failed while checking revocations", metadata: ["courier.error": "\(error)"])
+        }
+        // Each certificate in use read once, however many connections use it.
+        for (serial, connections) in certified {
+            do {
+                let current = try await dispatcher.store.certificate(serial: serial)
+                guard current == nil || current?.revokedAt != nil else { continue }
+                logger.info("closing connections whose certificate was revoked", metadata: ["courier.serial": "\(serial)"])
+                for connection in connections { connection.goAway(.badCertificate) }
+            } catch {
+                logger.error("store failed while checking revocations", metadata: ["courier.error": "\(error)"])
+                return
+            }
         }
     }
 

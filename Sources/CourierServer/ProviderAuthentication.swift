@@ -61,10 +61,9 @@ final class ProviderKeys: Sendable {
         return topics
     }
 
-    /// Reads again what is kept (the gateway's sweep): keys revoked since,
-    /// teams gone, apps added. Returns the ids of keys revoked since the
-    /// last call.
-    func refresh() async throws -> Set<String> {
+    /// Reads again what is kept (the gateways' sweep): keys revoked since
+    /// (`isRevoked` then says so), teams gone, apps added.
+    func refresh() async throws {
         let (ids, teams) = state.withLock { (Array($0.keys.keys), Array($0.topics.keys)) }
         var revoked: Set<String> = []
         for id in ids {
@@ -76,7 +75,6 @@ final class ProviderKeys: Sendable {
             state.revoked.formUnion(revoked)
         }
         for team in teams { _ = try await topics(team: team, refresh: true) }
-        return revoked
     }
 }
 
