@@ -72,7 +72,7 @@ struct PayloadScanner {
         case UInt8(ascii: "{"):
             return anyObject(depth: depth + 1)
         case UInt8(ascii: "["): return array(depth: depth + 1)
-        case UInt8(ascii: "\""): return string() != nil
+        case UInt8(ascii: "\""): return string(keep: false) != nil
         case UInt8(ascii: "t"): return literal("true")
         case UInt8(ascii: "f"): return literal("false")
         case UInt8(ascii: "n"): return literal("null")
@@ -91,7 +91,7 @@ struct PayloadScanner {
 
     /// Reads the opening brace, or the comma before the next member (or
     /// the closing brace), then the member's key and colon.
-    private mutating func nextMember(first: Bool) -> Member {
+    private mutating func nextMember(first: Bool, keepKey: Bool = true) -> Member {
         skipSpace()
         if first {
             guard expect(UInt8(ascii: "{")) else { return .malformed }
@@ -102,7 +102,7 @@ struct PayloadScanner {
             guard expect(UInt8(ascii: ",")) else { return .malformed }
             skipSpace()
         }
-        guard let key = string() else { return .malformed }
+        guard let key = string(keep: keepKey) else { return .malformed }
         skipSpace()
         guard expect(UInt8(ascii: ":")) else { return .malformed }
         skipSpace()
@@ -134,7 +134,7 @@ struct PayloadScanner {
     private mutating func anyObject(depth: Int) -> Bool {
         var first = true
         while true {
-            switch nextMember(first: first) {
+            switch nextMember(first: first, keepKey: false) {
             case .end: return true
             case .malformed: return false
             case .key: guard value(depth: depth + 1) else { return false }
@@ -189,9 +189,10 @@ struct PayloadScanner {
         return true
     }
 
-    /// A string's decoded bytes (escapes resolved); nil when it is not a
-    /// valid JSON string of valid UTF-8.
-    private mutating func string() -> [UInt8]? {
+    /// A string's decoded bytes (escapes resolved) when `keep` is true, an
+    /// empty array (no allocation) when only its validity matters; nil
+    /// when it is not a valid JSON string of valid UTF-8.
+    private mutating func string(keep: Bool) -> [UInt8]? {
         guard expect(UInt8(ascii: "\"")) else { return nil }
         var out: [UInt8] = []
         while index < bytes.count {
@@ -205,12 +206,12 @@ struct PayloadScanner {
                 guard let escaped = peek else { return nil }
                 index += 1
                 switch escaped {
-                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): out.append(escaped)
-                case UInt8(ascii: "b"): out.append(0x08)
-                case UInt8(ascii: "f"): out.append(0x0C)
-                case UInt8(ascii: "n"): out.append(0x0A)
-                case UInt8(ascii: "r"): out.append(0x0D)
-                case UInt8(ascii: "t"): out.append(0x09)
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): if keep { out.append(escaped) }
+                case UInt8(ascii: "b"): if keep { out.append(0x08) }
+                case UInt8(ascii: "f"): if keep { out.append(0x0C) }
+                case UInt8(ascii: "n"): if keep { out.append(0x0A) }
+                case UInt8(ascii: "r"): if keep { out.append(0x0D) }
+                case UInt8(ascii: "t"): if keep { out.append(0x09) }
                 case UInt8(ascii: "u"):
                     guard var scalar = hex4() else { return nil }
                     if (0xD800...0xDBFF).contains(scalar) {
@@ -220,17 +221,17 @@ struct PayloadScanner {
                     } else if (0xDC00...0xDFFF).contains(scalar) {
                         return nil
                     }
-                    out.append(contentsOf: Unicode.UTF8.encode(Unicode.Scalar(scalar)!)!)
+                    if keep { out.append(contentsOf: Unicode.UTF8.encode(Unicode.Scalar(scalar)!)!) }
                 default: return nil
                 }
             case 0x00..<0x20:
                 return nil
             case 0x00..<0x80:
-                out.append(byte)
+                if keep { out.append(byte) }
                 index += 1
             default:
                 guard let length = utf8Sequence() else { return nil }
-                out.append(contentsOf: bytes[index..<index + length])
+                if keep { out.append(contentsOf: bytes[index..<index + length]) }
                 index += length
             }
         }
