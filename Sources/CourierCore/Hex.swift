@@ -2,7 +2,7 @@ import Foundation
 
 /// Hexadecimal text for binary values such as device tokens.
 public enum Hex {
-    private static let digits: [UInt8] = Array("0123456789abcdef".utf8)
+    fileprivate static let digits: [UInt8] = Array("0123456789abcdef".utf8)
 
     /// Lowercase hex of `bytes`.
     public static func encode<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
@@ -45,9 +45,15 @@ public enum Hex {
 extension UUID {
     /// The canonical form APNs uses: 8-4-4-4-12 lowercase hex digits.
     public var lowercasedString: String {
-        let bytes = withUnsafeBytes(of: uuid) { Array($0) }
-        var text = Hex.encode(bytes)
-        for position in [8, 13, 18, 23] { text.insert("-", at: text.index(text.startIndex, offsetBy: position)) }
-        return text
+        withUnsafeBytes(of: uuid) { bytes in
+            var out: [UInt8] = []
+            out.reserveCapacity(36)
+            for (index, byte) in bytes.enumerated() {
+                if index == 4 || index == 6 || index == 8 || index == 10 { out.append(UInt8(ascii: "-")) }
+                out.append(Hex.digits[Int(byte >> 4)])
+                out.append(Hex.digits[Int(byte & 0x0F)])
+            }
+            return String(decoding: out, as: UTF8.self)
+        }
     }
 }
