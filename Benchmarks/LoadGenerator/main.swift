@@ -165,10 +165,7 @@ struct LoadGenerator {
             print("server memory: \(before) KiB before, \(after) KiB with \(clients.count) idle device connections: \(String(format: "%.1f", perConnection / 1024)) KiB per connection")
         }
 
-        let tls = ProviderTLS(
-            certificatePath: arguments.data + "/demo/com.example.demo.pem", keyPath: arguments.data + "/demo/com.example.demo-key.pem",
-            caPath: arguments.data + "/pki/ca.pem")
-        let provider = try BinaryProviderClient(host: arguments.host, port: arguments.binaryPort, tls: tls, serverName: "localhost", logger: logger)
+        let provider = try BinaryProviderClient(host: arguments.host, port: arguments.binaryPort, tls: demoProviderTLS(arguments), serverName: "localhost", logger: logger)
 
         func payload() -> [UInt8] { Array(#"{"aps":{"alert":"load"},"t":\#(nanoseconds())}"#.utf8) }
 
@@ -251,9 +248,7 @@ struct LoadGenerator {
 /// before it was handled.
 func binaryThroughput(_ arguments: Arguments, logger: Logger) async throws {
     let token = try await offlineDemoToken(arguments, logger: logger)
-    let tls = ProviderTLS(
-        certificatePath: arguments.data + "/demo/com.example.demo.pem", keyPath: arguments.data + "/demo/com.example.demo-key.pem",
-        caPath: arguments.data + "/pki/ca.pem")
+    let tls = demoProviderTLS(arguments)
     let payload = benchmarkPayload
     let perConnection = arguments.count / arguments.connections
     let before = arguments.serverPID.flatMap(residentKiB)
@@ -279,6 +274,13 @@ func binaryThroughput(_ arguments: Arguments, logger: Logger) async throws {
     if let pid = arguments.serverPID, let before, let after = residentKiB(pid) {
         print("server memory: \(before) KiB before, \(after) KiB after")
     }
+}
+
+/// The demo app's provider certificate in the server's data directory.
+func demoProviderTLS(_ arguments: Arguments) -> ProviderTLS {
+    ProviderTLS(
+        certificatePath: arguments.data + "/demo/com.example.demo.pem", keyPath: arguments.data + "/demo/com.example.demo-key.pem",
+        caPath: arguments.data + "/pki/ca.pem")
 }
 
 let benchmarkPayload = Array(#"{"aps":{"alert":"Your order has shipped","badge":1,"sound":"default"},"order":"A-123456"}"#.utf8)
@@ -333,11 +335,7 @@ final class ErrorResponseReader: ChannelInboundHandler, Sendable {
 /// every second: a sender faster than the server must not make it grow.
 func rawBinaryThroughput(_ arguments: Arguments, logger: Logger) async throws {
     let token = try await offlineDemoToken(arguments, logger: logger)
-    var tls = TLSConfiguration.makeClientConfiguration()
-    tls.certificateChain = try NIOSSLCertificate.fromPEMFile(arguments.data + "/demo/com.example.demo.pem").map { .certificate($0) }
-    tls.privateKey = .privateKey(try NIOSSLPrivateKey(file: arguments.data + "/demo/com.example.demo-key.pem", format: .pem))
-    tls.trustRoots = .file(arguments.data + "/pki/ca.pem")
-    let context = try NIOSSLContext(configuration: tls)
+    let context = try NIOSSLContext(configuration: demoProviderTLS(arguments).configuration())
     var chunk = ByteBuffer()
     let perChunk = 1_000
     for index in 0..<perChunk {

@@ -6,26 +6,34 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 
-/// A provider's TLS credentials: its certificate and key, and the CA that
-/// signed the server's certificate.
+/// A provider's TLS credentials: its certificate and key (none with token
+/// trust), and the CA that signed the server's certificate (nil: the
+/// system's roots).
 public struct ProviderTLS: Sendable {
-    public var certificatePath: String
-    public var keyPath: String
+    public var certificatePath: String?
+    public var keyPath: String?
     public var caPath: String?
 
-    public init(certificatePath: String, keyPath: String, caPath: String?) {
+    public init(certificatePath: String?, keyPath: String?, caPath: String?) {
         self.certificatePath = certificatePath
         self.keyPath = keyPath
         self.caPath = caPath
     }
 
-    func context(maximumVersion: TLSVersion? = nil) throws -> NIOSSLContext {
+    /// The client TLS configuration every provider connection starts from.
+    public func configuration(maximumVersion: TLSVersion? = nil) throws -> TLSConfiguration {
         var configuration = TLSConfiguration.makeClientConfiguration()
-        configuration.certificateChain = try NIOSSLCertificate.fromPEMFile(certificatePath).map { .certificate($0) }
-        configuration.privateKey = .privateKey(try NIOSSLPrivateKey(file: keyPath, format: .pem))
+        if let certificatePath, let keyPath {
+            configuration.certificateChain = try NIOSSLCertificate.fromPEMFile(certificatePath).map { .certificate($0) }
+            configuration.privateKey = .privateKey(try NIOSSLPrivateKey(file: keyPath, format: .pem))
+        }
         if let caPath { configuration.trustRoots = .file(caPath) }
         configuration.maximumTLSVersion = maximumVersion
-        return try NIOSSLContext(configuration: configuration)
+        return configuration
+    }
+
+    func context(maximumVersion: TLSVersion? = nil) throws -> NIOSSLContext {
+        try NIOSSLContext(configuration: configuration(maximumVersion: maximumVersion))
     }
 }
 

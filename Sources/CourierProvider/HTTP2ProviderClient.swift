@@ -98,13 +98,13 @@ public actor HTTP2ProviderClient {
         self.credentials = credentials
         self.clock = clock
         self.logger = logger
-        var tls = TLSConfiguration.makeClientConfiguration()
-        tls.minimumTLSVersion = .tlsv12
-        if let caPath = options.caPath { tls.trustRoots = .file(caPath) }
+        var tls: TLSConfiguration
         if case .certificate(let certificatePath, let keyPath) = credentials {
-            tls.certificateChain = try NIOSSLCertificate.fromPEMFile(certificatePath).map { .certificate($0) }
-            tls.privateKey = .privateKey(try NIOSSLPrivateKey(file: keyPath, format: .pem))
+            tls = try ProviderTLS(certificatePath: certificatePath, keyPath: keyPath, caPath: options.caPath).configuration()
+        } else {
+            tls = try ProviderTLS(certificatePath: nil, keyPath: nil, caPath: options.caPath).configuration()
         }
+        tls.minimumTLSVersion = .tlsv12
         self.tls = tls
     }
 

@@ -43,12 +43,7 @@ extension TestServer {
     func http2Connection(
         _ environment: Environment = .production, certificate: (String, String)? = nil, alpn: [String] = ["h2"]
     ) async throws -> HTTP2Connection {
-        var tls = TLSConfiguration.makeClientConfiguration()
-        tls.trustRoots = .file(caPath)
-        if let (certificatePath, keyPath) = certificate {
-            tls.certificateChain = try NIOSSLCertificate.fromPEMFile(certificatePath).map { .certificate($0) }
-            tls.privateKey = .privateKey(try NIOSSLPrivateKey(file: keyPath, format: .pem))
-        }
+        let tls = try ProviderTLS(certificatePath: certificate?.0, keyPath: certificate?.1, caPath: caPath).configuration()
         return try await HTTP2Connection.connect(host: "127.0.0.1", port: await http2Port(environment), tls: tls, serverName: "localhost", alpn: alpn)
     }
 }
