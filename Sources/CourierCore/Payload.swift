@@ -106,6 +106,12 @@ public struct PayloadSummary: Sendable, Hashable {
 
 /// The payload rules shared by every provider interface.
 public enum PayloadRules {
+    /// True when `payload` is a JSON object as the provider interfaces
+    /// read it (RFC 8259, UTF-8): what a command line checks before sending.
+    public static func isJSONObject(_ payload: some Collection<UInt8>) -> Bool {
+        PayloadScanner.scan(payload) != nil
+    }
+
     /// Checks `payload` as received on `channel` with priority `priority`
     /// (nil when the interface carried none; 10 is assumed).
     public static func check(

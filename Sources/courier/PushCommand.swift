@@ -17,9 +17,7 @@ func readPayload(_ argument: String) throws -> [UInt8] {
     } else {
         bytes = Array(argument.utf8)
     }
-    guard (try? JSONSerialization.jsonObject(with: Data(bytes))) is [String: Any] else {
-        throw ValidationError("the payload is not a JSON object")
-    }
+    guard PayloadRules.isJSONObject(bytes) else { throw ValidationError("the payload is not a JSON object") }
     return bytes
 }
 
