@@ -4,7 +4,7 @@ import Foundation
 /// and 9-2, and the app's own keys beside it.
 public struct APSPayload: Sendable, Hashable {
     /// The alert dictionary (table 9-2).
-    public struct Alert: Sendable, Hashable, Encodable {
+    public struct Alert: Sendable, Hashable {
         public var title: String?
         public var body: String?
         public var titleLocKey: String?
@@ -28,14 +28,13 @@ public struct APSPayload: Sendable, Hashable {
             self.launchImage = launchImage
         }
 
-        enum CodingKeys: String, CodingKey {
-            case title, body
-            case titleLocKey = "title-loc-key"
-            case titleLocArgs = "title-loc-args"
-            case actionLocKey = "action-loc-key"
-            case locKey = "loc-key"
-            case locArgs = "loc-args"
-            case launchImage = "launch-image"
+        /// The dictionary, with table 9-2's key names; absent keys left out.
+        var dictionary: [String: Any] {
+            let keys: [(String, Any?)] = [
+                ("title", title), ("body", body), ("title-loc-key", titleLocKey), ("title-loc-args", titleLocArgs),
+                ("action-loc-key", actionLocKey), ("loc-key", locKey), ("loc-args", locArgs), ("launch-image", launchImage),
+            ]
+            return Dictionary(uniqueKeysWithValues: keys.compactMap { key, value in value.map { (key, $0) } })
         }
     }
 
@@ -79,8 +78,7 @@ public struct APSPayload: Sendable, Hashable {
         var aps: [String: Any] = [:]
         switch alert {
         case .text(let text): aps["alert"] = text
-        case .dictionary(let alert):
-            aps["alert"] = try JSONSerialization.jsonObject(with: JSONEncoder().encode(alert))
+        case .dictionary(let alert): aps["alert"] = alert.dictionary
         case nil: break
         }
         if let badge { aps["badge"] = badge }
