@@ -134,5 +134,21 @@ enum SQLiteMigrations {
                 "CREATE INDEX delivery_events_notification ON delivery_events(notification_id)",
             ]
         ),
+        // The delivery log as one row per written batch (packed events and a
+        // Bloom filter of their ids, `DeliveryLogBatch`): appends become
+        // sequential. `delivery_events` keeps what was logged before and is
+        // still read.
+        Migration(
+            version: 3,
+            statements: [
+                """
+                CREATE TABLE delivery_batches (
+                    seq INTEGER PRIMARY KEY,
+                    filter BLOB NOT NULL,
+                    events BLOB NOT NULL
+                )
+                """
+            ]
+        ),
     ]
 }

@@ -387,28 +387,41 @@ public final class SQLiteStore: Store {
 
     // MARK: Delivery log
 
+    /// Events per batch row: a row stays a few hundred kilobytes at most.
+    static let eventsPerBatch = 4096
+
     public func appendDeliveryEvents(_ events: [DeliveryEvent]) async throws {
         guard !events.isEmpty else { return }
-        // Many rows per statement: each statement is a trip to SQLite's thread.
+        let batches = stride(from: 0, to: events.count, by: Self.eventsPerBatch).map {
+            DeliveryLogBatch(events[$0..<min($0 + Self.eventsPerBatch, events.count)])
+        }
         try await transaction {
-            for chunk in stride(from: 0, to: events.count, by: 200).map({ events[$0..<min($0 + 200, events.count)] }) {
-                let rows = Array(repeating: "(?, ?, ?, ?)", count: chunk.count).joined(separator: ", ")
-                var binds: [SQLiteData] = []
-                binds.reserveCapacity(chunk.count * 4)
-                for event in chunk {
-                    binds += [
-                        .uuid(event.notificationID), .text(event.kind.rawValue), .millis(event.at), .optionalText(event.detail),
-                    ]
-                }
-                _ = try await self.connection.query("INSERT INTO delivery_events (notification_id, event, at, detail) VALUES \(rows)", binds)
+            for batch in batches {
+                _ = try await self.connection.query(
+                    "INSERT INTO delivery_batches (filter, events) VALUES (?, ?)", [.bytes(batch.filter), .bytes(batch.events)])
             }
         }
     }
 
     public func deliveryEvents(notificationID: UUID) async throws -> [DeliveryEvent] {
-        try await query(
-            "SELECT * FROM delivery_events WHERE notification_id = ? ORDER BY seq",
-            [.uuid(notificationID)]
-        ).map(DeliveryEvent.init(row:))
+        try await gate.run {
+            // Rows of before migration 3 first (they are older), then the batches whose filter may hold the id.
+            var events = try await self.connection.query(
+                "SELECT * FROM delivery_events WHERE notification_id = ? ORDER BY seq", [.uuid(notificationID)]
+            ).map(DeliveryEvent.init(row:))
+            let candidates = Mutex<[Int]>([])
+            try await self.connection.query("SELECT seq, filter FROM delivery_batches ORDER BY seq", []) { row in
+                guard let seq = row.column("seq")?.integer, let filter = row.column("filter")?.blob else { return }
+                if DeliveryLogBatch.filter(filter.readableBytesView, mayContain: notificationID) {
+                    candidates.withLock { $0.append(seq) }
+                }
+            }
+            for seq in candidates.withLock({ $0 }) {
+                guard let row = try await self.connection.query("SELECT * FROM delivery_batches WHERE seq = ?", [.integer(seq)]).first else { continue }
+                let batch = DeliveryLogBatch(filter: try row.bytes("filter"), events: try row.bytes("events"))
+                events += try batch.decoded().filter { $0.notificationID == notificationID }
+            }
+            return events
+        }
     }
 }

@@ -43,7 +43,8 @@ import Testing
     }
 
     /// A version-1 database (delivery log keyed by text ids) is migrated
-    /// to version 2 with its events kept.
+    /// to the current version with its events kept; events logged after
+    /// the migration (packed batches) follow them.
     @Test func theDeliveryLogOfVersion1IsMigrated() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("courier-sqlite-\(UUID())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -60,11 +61,15 @@ import Testing
         try await connection.close()
 
         let store = try await SQLiteStore.open(path: path, logger: Logger(label: "test"))
-        #expect(try await store.schemaVersion() == 2)
+        #expect(try await store.schemaVersion() == SQLiteMigrations.all.last?.version)
+        try await store.appendDeliveryEvents([
+            DeliveryEvent(notificationID: UUID(), kind: .accepted, at: Date(timeIntervalSince1970: 3)),
+            DeliveryEvent(notificationID: id, kind: .acknowledged, at: Date(timeIntervalSince1970: 3)),
+        ])
         let events = try await store.deliveryEvents(notificationID: id)
-        #expect(events.map(\.kind) == [.accepted, .delivered])
-        #expect(events.map(\.at) == [Date(timeIntervalSince1970: 1), Date(timeIntervalSince1970: 2)])
-        #expect(events.last?.detail == "x")
+        #expect(events.map(\.kind) == [.accepted, .delivered, .acknowledged])
+        #expect(events.map(\.at) == [Date(timeIntervalSince1970: 1), Date(timeIntervalSince1970: 2), Date(timeIntervalSince1970: 3)])
+        #expect(events.map(\.detail) == [nil, "x", nil])
         try await store.close()
     }
 }

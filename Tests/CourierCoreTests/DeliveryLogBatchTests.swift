@@ -1,0 +1,48 @@
+import CourierCore
+import Foundation
+import Testing
+
+@Suite struct DeliveryLogBatchTests {
+    private func at(_ millis: Int64) -> Date { Date(timeIntervalSince1970: Double(millis) / 1000) }
+
+    @Test func eventsComeBackAsTheyWent() throws {
+        let id = UUID()
+        let events = [
+            DeliveryEvent(notificationID: id, kind: .accepted, at: at(1_700_000_000_123)),
+            DeliveryEvent(notificationID: id, kind: .rejected, at: at(1_700_000_000_124), detail: "BadDeviceToken"),
+            DeliveryEvent(notificationID: UUID(), kind: .coalesced, at: at(0), detail: "by é—ü"),
+            DeliveryEvent(notificationID: id, kind: .expired, at: at(-5), detail: ""),
+        ]
+        #expect(try DeliveryLogBatch(events).decoded() == events)
+        #expect(try DeliveryLogBatch([DeliveryEvent]()).decoded() == [])
+    }
+
+    /// Every id of the batch passes its filter; ids not in it rarely do
+    /// (about 1 % by design), random ones and ids counted up alike.
+    @Test(arguments: [false, true]) func theFilterHasNoFalseNegativesAndFewFalsePositives(counted: Bool) {
+        func id(_ n: Int) -> UUID {
+            guard counted else { return UUID() }
+            return UUID(uuidString: String(format: "00000000-0000-0000-0000-%012x", n))!
+        }
+        let members = (0..<2000).map(id)
+        let batch = DeliveryLogBatch(members.map { DeliveryEvent(notificationID: $0, kind: .accepted, at: at(0)) })
+        #expect(members.allSatisfy { DeliveryLogBatch.filter(batch.filter, mayContain: $0) })
+        let strangers = (2000..<22000).map(id)
+        let falsePositives = strangers.filter { DeliveryLogBatch.filter(batch.filter, mayContain: $0) }.count
+        #expect(falsePositives < strangers.count * 3 / 100, "\(falsePositives) false positives in \(strangers.count)")
+    }
+
+    @Test func aDamagedBatchIsAnErrorNotACrash() throws {
+        let packed = DeliveryLogBatch([DeliveryEvent(notificationID: UUID(), kind: .delivered, at: at(1), detail: "x")])
+        for cut in 2..<packed.events.count {
+            #expect(throws: StoreError.self) { try DeliveryLogBatch(filter: packed.filter, events: Array(packed.events.prefix(cut))).decoded() }
+        }
+        var unknownVersion = packed.events
+        unknownVersion[0] = 99
+        #expect(throws: StoreError.self) { try DeliveryLogBatch(filter: packed.filter, events: unknownVersion).decoded() }
+        var unknownKind = packed.events
+        unknownKind[1 + 16 + 8 + 1] = UInt8(ascii: "X")
+        #expect(throws: StoreError.self) { try DeliveryLogBatch(filter: packed.filter, events: unknownKind).decoded() }
+        #expect(DeliveryLogBatch.filter([], mayContain: UUID()) == false)
+    }
+}
