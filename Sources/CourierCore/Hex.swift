@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Hexadecimal text for binary values such as device tokens.
 public enum Hex {
@@ -55,5 +56,40 @@ extension UUID {
             }
             return String(decoding: out, as: UTF8.self)
         }
+    }
+}
+
+extension UUID {
+    private static let notificationIDs = NotificationIDs()
+
+    /// A fresh id for a notification whose provider gave none: a version-4
+    /// UUID whose last 48 bits count up from a random base chosen once per
+    /// process. Unique like random ones, without asking the system for
+    /// randomness (a system call) for each notification.
+    public static func notificationID() -> UUID { notificationIDs.next() }
+}
+
+private final class NotificationIDs: Sendable {
+    private let base: uuid_t
+    private let counter = Atomic<UInt64>(0)
+
+    init() {
+        base = UUID().uuid
+    }
+
+    func next() -> UUID {
+        let count = counter.add(1, ordering: .relaxed).newValue
+        var id = base
+        withUnsafeMutableBytes(of: &id) { bytes in
+            // Bytes 10–15: base + count (mod 2^48); the version and variant bits (bytes 6 and 8) stay the base's.
+            var low: UInt64 = 0
+            for index in 10..<16 { low = low << 8 | UInt64(bytes[index]) }
+            low = (low &+ count) & 0xFFFF_FFFF_FFFF
+            for index in (10..<16).reversed() {
+                bytes[index] = UInt8(truncatingIfNeeded: low)
+                low >>= 8
+            }
+        }
+        return UUID(uuid: id)
     }
 }

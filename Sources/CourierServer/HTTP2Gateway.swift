@@ -223,7 +223,7 @@ public final class HTTP2Gateway: Service, Sendable {
     /// Answers one request whose headers parsed: trust, topic, header
     /// values, payload, then the dispatcher (docs/protocol.md §2).
     func answer(_ head: HTTP2RequestHead, body: ByteBuffer, connection: HTTP2ConnectionHandle) async -> HTTP2Answer {
-        let newID = UUID()
+        let newID = UUID.notificationID()
         let apnsID = head.apnsID ?? newID.lowercasedString
         var identity: ProviderIdentity
         var defaultTopic: String?
@@ -450,7 +450,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     private static let connectionWindow = 65_535
 
     private static func apnsID(in headers: HPACKHeaders) -> String {
-        headers.first(name: "apns-id") ?? UUID().lowercasedString
+        headers.first(name: "apns-id") ?? UUID.notificationID().lowercasedString
     }
 
     private func complete(_ streamID: HTTP2StreamID, context: ChannelHandlerContext) {

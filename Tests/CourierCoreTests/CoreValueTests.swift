@@ -46,3 +46,12 @@ import Testing
         #expect(id.lowercasedString == id.uuidString.lowercased())
     }
 }
+
+@Test func notificationIDsAreUniqueVersion4UUIDs() {
+    let ids = (0..<10_000).map { _ in UUID.notificationID() }
+    #expect(Set(ids).count == ids.count)
+    for id in ids.prefix(100) {
+        #expect(id.uuid.6 >> 4 == 4, "version 4")
+        #expect(id.uuid.8 >> 6 == 0b10, "RFC 4122 variant")
+    }
+}
