@@ -9,22 +9,78 @@ import NIOSSL
 import ServiceLifecycle
 import Synchronization
 
-/// The state of one binary connection that graceful shutdown needs.
+/// The state of one binary connection: which notification was accepted
+/// last (status 10 names it) and whether the connection has answered.
+///
+/// A notification counts as accepted once it and every one before it are
+/// durable. Commits finish in the order they were queued, so the admitted
+/// notifications form segments, each opened by one that waits for its
+/// commit and followed by ones with nothing to commit; a commit that
+/// finishes closes its segment.
 final class BinaryConnectionState: Sendable {
-    private let state = Mutex<(lastAccepted: UInt32, answered: Bool)>((0, false))
+    private struct Segment {
+        /// The notification whose commit opens the segment.
+        var first: UInt32
+        /// The last notification admitted in it.
+        var last: UInt32
+    }
+
+    private struct State {
+        var lastAccepted: UInt32 = 0
+        var answered = false
+        var commitFailed = false
+        /// Segments whose commit is still running, oldest first.
+        var segments: [Segment] = []
+        var head = 0
+    }
+
+    private let state = Mutex(State())
 
     var lastAccepted: UInt32 { state.withLock { $0.lastAccepted } }
 
     /// An error packet or status 10 was sent: nothing more is processed.
     var isAnswered: Bool { state.withLock { $0.answered } }
 
-    func accepted(_ identifier: UInt32) { state.withLock { $0.lastAccepted = identifier } }
-
     /// True the first time: only one error packet per connection.
     func answer() -> Bool {
         state.withLock { state in
             defer { state.answered = true }
             return !state.answered
+        }
+    }
+
+    /// Records an admitted notification; `durable` is its commit, if it
+    /// has one. `failed` runs (once, with the notification's identifier)
+    /// if a commit fails.
+    func admitted(_ identifier: UInt32, durable: Pending<Void>?, failed: @escaping @Sendable (UInt32) -> Void) {
+        guard let durable else {
+            state.withLock { state in
+                if state.head < state.segments.count {
+                    state.segments[state.segments.count - 1].last = identifier
+                } else {
+                    state.lastAccepted = identifier
+                }
+            }
+            return
+        }
+        state.withLock { $0.segments.append(Segment(first: identifier, last: identifier)) }
+        durable.whenResolved { result in
+            let failure = self.state.withLock { state -> UInt32? in
+                let segment = state.segments[state.head]
+                state.head += 1
+                if state.head == state.segments.count {
+                    state.segments.removeAll(keepingCapacity: true)
+                    state.head = 0
+                }
+                guard !state.commitFailed else { return nil }
+                if case .failure = result {
+                    state.commitFailed = true
+                    return segment.first
+                }
+                state.lastAccepted = segment.last
+                return nil
+            }
+            if let failure { failed(failure) }
         }
     }
 }
@@ -113,50 +169,44 @@ final class BinaryGateway: Service {
                 guard let topic = info.bundleID ?? info.topics.first?.description else { return }
                 // Notifications are admitted strictly in order; their commits to the
                 // store run behind (group commit), and one counts as accepted (for
-                // status 10) once it is durable.
-                let (commits, commitSink) = AsyncStream.makeStream(of: (UInt32, Pending<Void>?).self)
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    group.addTask {
-                        for await (identifier, durable) in commits {
-                            do {
-                                try await durable?.value
-                                state.accepted(identifier)
-                            } catch {
-                                try await self.finish(.processingError, identifier, state: state, outbound: outbound, channel: channel)
-                                return
-                            }
-                        }
+                // status 10) once it is durable. A failed commit is answered with
+                // status 1 as soon as it is known.
+                let commitFailure = Mutex<Task<Void, Never>?>(nil)
+                let commitFailed: @Sendable (UInt32) -> Void = { identifier in
+                    commitFailure.withLock {
+                        $0 = Task { try? await self.finish(.processingError, identifier, state: state, outbound: outbound, channel: channel) }
                     }
-                    var failed = false
-                    // Commits finish in order, so the last one done means all are: an error
-                    // response tells the provider everything before it was taken, so it
-                    // waits for that.
-                    var lastDurable: Pending<Void>?
-                    for try await message in inbound {
-                        // After the first bad notification (or status 10) everything is discarded.
-                        if failed || state.isAnswered { continue }
-                        switch message {
-                        case .failure(let failure):
+                }
+                var failed = false
+                // Commits finish in order, so the last one done means all are: an error
+                // response tells the provider everything before it was taken, so it
+                // waits for that.
+                var lastDurable: Pending<Void>?
+                for try await message in inbound {
+                    // After the first bad notification (or status 10) everything is discarded.
+                    if failed || state.isAnswered { continue }
+                    switch message {
+                    case .failure(let failure):
+                        failed = true
+                        _ = try? await lastDurable?.value
+                        logger.info("malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"])
+                        try await finish(failure.answers ? failure.status : nil, failure.identifier, state: state, outbound: outbound, channel: channel)
+                    case .notification(let frame):
+                        switch await admit(frame, topic: topic, identity: identity) {
+                        case .success(let durable):
+                            state.admitted(frame.identifier, durable: durable, failed: commitFailed)
+                            if let durable { lastDurable = durable }
+                        case .failure(let refusal):
                             failed = true
                             _ = try? await lastDurable?.value
-                            logger.info("malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"])
-                            try await finish(failure.answers ? failure.status : nil, failure.identifier, state: state, outbound: outbound, channel: channel)
-                        case .notification(let frame):
-                            switch await admit(frame, topic: topic, identity: identity) {
-                            case .success(let durable):
-                                commitSink.yield((frame.identifier, durable))
-                                if let durable { lastDurable = durable }
-                            case .failure(let refusal):
-                                failed = true
-                                _ = try? await lastDurable?.value
-                                logger.info("refused notification", metadata: ["courier.status": "\(refusal.status)", "courier.identifier": "\(frame.identifier)"])
-                                try await finish(refusal.status, frame.identifier, state: state, outbound: outbound, channel: channel, answers: frame.command != 0)
-                            }
+                            logger.info("refused notification", metadata: ["courier.status": "\(refusal.status)", "courier.identifier": "\(frame.identifier)"])
+                            try await finish(refusal.status, frame.identifier, state: state, outbound: outbound, channel: channel, answers: frame.command != 0)
                         }
                     }
-                    commitSink.finish()
-                    try await group.waitForAll()
                 }
+                // The provider stopped sending: its last commits may still fail (status 1).
+                _ = try? await lastDurable?.value
+                await commitFailure.withLock({ $0 })?.value
             }
         } catch {
             logger.debug("binary connection ended", metadata: ["courier.error": "\(error)"])
@@ -195,7 +245,7 @@ final class BinaryGateway: Service {
         let priority = frame.priority.flatMap(Priority.init(rawValue:)) ?? (summary.isSilent ? .conservePower : .immediate)
         let expiration = frame.expiry.map { Date(timeIntervalSince1970: TimeInterval($0)) }
         let notification = PushNotification(
-            id: UUID(), token: Array(frame.token.readableBytesView), topic: topic, payload: Array(frame.payload.readableBytesView),
+            id: .notificationID(), token: Array(frame.token.readableBytesView), topic: topic, payload: Array(frame.payload.readableBytesView),
             expiration: expiration, priority: priority, isSilent: summary.isSilent)
         let (result, durable) = await dispatcher.admit(notification, environment: environment, from: identity)
         switch result {

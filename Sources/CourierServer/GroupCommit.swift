@@ -1,23 +1,43 @@
 import Synchronization
 
-/// A result that arrives later; any number of tasks may wait for it.
+/// A result that arrives later; any number of tasks may wait for it, and
+/// callbacks may be registered to run when it arrives.
 final class Pending<Value: Sendable>: Sendable {
+    typealias Callback = @Sendable (Result<Value, any Error>) -> Void
+
     private enum State {
-        case waiting([CheckedContinuation<Value, any Error>])
+        case waiting([CheckedContinuation<Value, any Error>], [Callback])
         case done(Result<Value, any Error>)
     }
 
-    private let state = Mutex(State.waiting([]))
+    private let state = Mutex(State.waiting([], []))
 
     init() {}
 
     func resolve(_ result: Result<Value, any Error>) {
-        let waiters = state.withLock { state -> [CheckedContinuation<Value, any Error>] in
-            guard case .waiting(let waiters) = state else { return [] }
+        let (waiters, callbacks) = state.withLock { state -> ([CheckedContinuation<Value, any Error>], [Callback]) in
+            guard case .waiting(let waiters, let callbacks) = state else { return ([], []) }
             state = .done(result)
-            return waiters
+            return (waiters, callbacks)
         }
+        for callback in callbacks { callback(result) }
         for waiter in waiters { waiter.resume(with: result) }
+    }
+
+    /// Runs `body` with the result once it is known: at once (on this
+    /// thread) when it is, otherwise on the thread that resolves it.
+    func whenResolved(_ body: @escaping Callback) {
+        let done = state.withLock { state -> Result<Value, any Error>? in
+            switch state {
+            case .waiting(let waiters, var callbacks):
+                callbacks.append(body)
+                state = .waiting(waiters, callbacks)
+                return nil
+            case .done(let result):
+                return result
+            }
+        }
+        if let done { body(done) }
     }
 
     var value: Value {
@@ -25,9 +45,9 @@ final class Pending<Value: Sendable>: Sendable {
             try await withCheckedThrowingContinuation { continuation in
                 let done = state.withLock { state -> Result<Value, any Error>? in
                     switch state {
-                    case .waiting(var waiters):
+                    case .waiting(var waiters, let callbacks):
                         waiters.append(continuation)
-                        state = .waiting(waiters)
+                        state = .waiting(waiters, callbacks)
                         return nil
                     case .done(let result):
                         return result
