@@ -22,6 +22,59 @@ struct RegistrationKey: Hashable, Sendable {
     var environment: Environment
 }
 
+/// A device token (with its environment) as a dictionary key: hashed in
+/// one pass over its bytes rather than byte by byte.
+struct TokenKey: Hashable, Sendable {
+    var environment: Environment
+    var bytes: [UInt8]
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(environment)
+        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+    }
+}
+
+/// Tokens already opened and apps' token hashes: a token's contents
+/// depend only on its bytes and the environment's key, so opening each
+/// once (four AES blocks) is enough. Bounded: emptied when full.
+final class TokenCache: Sendable {
+    static let capacity = 100_000
+    private struct Entries {
+        var opened: [TokenKey: DeviceTokenContents] = [:]
+        var appHashes: [String: UInt64] = [:]
+    }
+    private let entries = Mutex(Entries())
+    private let codecs: [Environment: DeviceTokenCodec]
+
+    init(codecs: [Environment: DeviceTokenCodec]) {
+        self.codecs = codecs
+    }
+
+    func open(_ token: [UInt8], environment: Environment) -> Result<DeviceTokenContents, DeviceTokenError> {
+        let key = TokenKey(environment: environment, bytes: token)
+        if let known = entries.withLock({ $0.opened[key] }) { return .success(known) }
+        let result = codecs[environment]!.open(token)
+        if case .success(let contents) = result {
+            entries.withLock { entries in
+                if entries.opened.count >= Self.capacity { entries.opened.removeAll() }
+                entries.opened[key] = contents
+            }
+        }
+        return result
+    }
+
+    /// `DeviceTokenContents.belongs(to:)` without hashing the bundle id each time.
+    func contents(_ contents: DeviceTokenContents, belongTo bundleID: String) -> Bool {
+        if let hash = entries.withLock({ $0.appHashes[bundleID] }) { return hash == contents.appHash }
+        let hash = DeviceTokenContents.appHash(of: bundleID)
+        entries.withLock { entries in
+            if entries.appHashes.count >= Self.capacity { entries.appHashes.removeAll() }
+            entries.appHashes[bundleID] = hash
+        }
+        return hash == contents.appHash
+    }
+}
+
 /// One connected device, as the dispatcher sees it.
 public final class DeviceSession: Sendable {
     let key: DeviceKey
@@ -92,8 +145,10 @@ public final class Dispatcher: Sendable {
         var registrations: [RegistrationKey: AppRegistration] = [:]
         var bursts: [DeviceKey: Burst] = [:]
         var silent: [DeviceKey: Window] = [:]
-        var tokenRates: [[UInt8]: Window] = [:]
+        var tokenRates: [TokenKey: Window] = [:]
         var offlineWaiters: [DeviceKey: [CheckedContinuation<Void, Never>]] = [:]
+        /// When the rate windows were last pruned.
+        var pruned: Date?
     }
 
     let store: any Store
@@ -101,14 +156,16 @@ public final class Dispatcher: Sendable {
     let qos: QoSConfiguration
     let log: DeliveryLogWriter
     private let codecs: [Environment: DeviceTokenCodec]
+    private let tokens: TokenCache
     private let logger: Logger
-    private let state = Mutex(State())
+    let state = Mutex(State())
     private let pendingWriter: GroupCommit<PendingNotification, Void>
     private let acknowledger: GroupCommit<PendingReference, Bool>
 
     init(store: any Store, codecs: [Environment: DeviceTokenCodec], clock: any WallClock, qos: QoSConfiguration, log: DeliveryLogWriter, logger: Logger) {
         self.store = store
         self.codecs = codecs
+        tokens = TokenCache(codecs: codecs)
         self.clock = clock
         self.qos = qos
         self.log = log
@@ -116,7 +173,7 @@ public final class Dispatcher: Sendable {
         // One transaction per batch; the batch's replaced notifications (or its failure) go to the log here.
         pendingWriter = GroupCommit { [logger] batch in
             do {
-                let replaced = try await store.storePending(batch)
+                let replaced = try await Self.storeLatest(batch, in: store)
                 log.append(
                     zip(batch, replaced).compactMap { new, old in
                         guard let old = old?.notification else { return nil }
@@ -138,6 +195,32 @@ public final class Dispatcher: Sendable {
     }
 
     func codec(_ environment: Environment) -> DeviceTokenCodec { codecs[environment]! }
+
+    /// Stores a batch of notifications to hold, as if one after the other:
+    /// only the last of a (device, app) in the batch is written (the ones
+    /// before it would be replaced in the same transaction), and each is
+    /// reported replacing the one before it. One result per notification.
+    static func storeLatest(_ batch: [PendingNotification], in store: any Store) async throws -> [PendingNotification?] {
+        func key(_ pending: PendingNotification) -> RegistrationKey {
+            RegistrationKey(deviceID: pending.deviceID, bundleID: pending.bundleID, environment: pending.environment)
+        }
+        var last: [RegistrationKey: Int] = [:]
+        for (index, pending) in batch.enumerated() { last[key(pending)] = index }
+        guard last.count < batch.count else { return try await store.storePending(batch) }
+        let written = batch.indices.filter { last[key(batch[$0])] == $0 }
+        let replacedInStore = try await store.storePending(written.map { batch[$0] })
+        var before: [RegistrationKey: PendingNotification?] = [:]
+        for (index, replaced) in zip(written, replacedInStore) { before[key(batch[index])] = replaced }
+        // `before` starts as what the store held; each notification then replaces its predecessor.
+        var replaced: [PendingNotification?] = []
+        var current: [RegistrationKey: PendingNotification] = [:]
+        for pending in batch {
+            let k = key(pending)
+            replaced.append(current[k] ?? before[k].flatMap { $0 })
+            current[k] = pending
+        }
+        return replaced
+    }
 
     // MARK: Accepting notifications
 
@@ -176,9 +259,9 @@ public final class Dispatcher: Sendable {
         }
 
         guard identity.topics.contains(notification.topic) else { return reject(.topicDisallowed) }
-        guard case .success(let contents) = codec(environment).open(notification.token) else { return reject(.badDeviceToken) }
+        guard case .success(let contents) = tokens.open(notification.token, environment: environment) else { return reject(.badDeviceToken) }
         let bundleID = Topic(notification.topic).bundleID
-        guard contents.belongs(to: bundleID) else { return reject(.deviceTokenNotForTopic) }
+        guard tokens.contents(contents, belongTo: bundleID) else { return reject(.deviceTokenNotForTopic) }
         let registrationKey = RegistrationKey(deviceID: contents.deviceID, bundleID: bundleID, environment: environment)
         let registration: AppRegistration?
         do {
@@ -198,7 +281,7 @@ public final class Dispatcher: Sendable {
             }
             return reject(.unregistered, timestamp: removedAt)
         }
-        guard takeTokenRate(notification.token, now: now) else { return reject(.tooManyRequests) }
+        guard takeTokenRate(TokenKey(environment: environment, bytes: notification.token), now: now) else { return reject(.tooManyRequests) }
 
         events.append(DeliveryEvent(notificationID: notification.id, kind: .accepted, at: now))
         if let expiration = notification.expiration, notification.mayBeStored, expiration <= now {
@@ -241,7 +324,7 @@ public final class Dispatcher: Sendable {
         return loaded
     }
 
-    private func takeTokenRate(_ token: [UInt8], now: Date) -> Bool {
+    private func takeTokenRate(_ token: TokenKey, now: Date) -> Bool {
         state.withLock { state in
             var window = state.tokenRates[token] ?? Window(start: now, count: 0)
             if now.timeIntervalSince(window.start) >= qos.tokenRateWindow { window = Window(start: now, count: 0) }
@@ -414,11 +497,17 @@ public final class Dispatcher: Sendable {
 
     /// Runs the timers at the clock's present time: priority-5 bursts whose
     /// window passed go out, expired and over-retention notifications are
-    /// dropped.
+    /// dropped, and (once a minute) the rate windows of tokens and devices
+    /// that went quiet are forgotten.
     public func tick() async {
         let now = clock.now()
         var events: [DeliveryEvent] = []
         let due: [(DeviceSession?, [Queued])] = state.withLock { state in
+            if now.timeIntervalSince(state.pruned ?? .distantPast) >= 60 {
+                state.pruned = now
+                state.tokenRates = state.tokenRates.filter { now.timeIntervalSince($0.value.start) < qos.tokenRateWindow }
+                state.silent = state.silent.filter { now.timeIntervalSince($0.value.start) < 3600 }
+            }
             var due: [(DeviceSession?, [Queued])] = []
             for (key, burst) in state.bursts where now.timeIntervalSince(burst.since) >= qos.burstWindow {
                 due.append((state.sessions[key], burst.queue))

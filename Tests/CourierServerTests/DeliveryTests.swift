@@ -1,7 +1,7 @@
 import CourierCore
 import CourierDevice
 import CourierPKI
-import CourierServer
+@testable import CourierServer
 import CourierWire
 import Foundation
 import Testing
@@ -273,6 +273,12 @@ import Testing
         #expect(try await server.events(id) == [.rejected])
         server.clock.advance(by: 60)
         #expect(await server.push(token).1 == .accepted)
+        // A token that went quiet is forgotten at the next prune (once a minute), not kept forever.
+        await server.dispatcher.tick()
+        #expect(server.dispatcher.state.withLock { $0.tokenRates.count } == 1, "its window is still open")
+        server.clock.advance(by: 60)
+        await server.dispatcher.tick()
+        #expect(server.dispatcher.state.withLock { $0.tokenRates.isEmpty })
         await server.disconnect(device)
         try await server.stop()
     }
