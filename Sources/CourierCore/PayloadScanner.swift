@@ -72,7 +72,7 @@ struct PayloadScanner {
         case UInt8(ascii: "{"):
             return anyObject(depth: depth + 1)
         case UInt8(ascii: "["): return array(depth: depth + 1)
-        case UInt8(ascii: "\""): return string(keep: false) != nil
+        case UInt8(ascii: "\""): return string() != nil
         case UInt8(ascii: "t"): return literal("true")
         case UInt8(ascii: "f"): return literal("false")
         case UInt8(ascii: "n"): return literal("null")
@@ -80,10 +80,17 @@ struct PayloadScanner {
         }
     }
 
+    /// An object key: where it stands in the payload when it has no
+    /// escapes (the usual case, no copy), its decoded bytes otherwise.
+    private enum Key {
+        case raw(Range<Int>)
+        case decoded([UInt8])
+    }
+
     /// One step through an object's members.
     private enum Member {
         /// A key and its colon were read; the value follows.
-        case key([UInt8])
+        case key(Key)
         /// The closing brace was read.
         case end
         case malformed
@@ -91,7 +98,7 @@ struct PayloadScanner {
 
     /// Reads the opening brace, or the comma before the next member (or
     /// the closing brace), then the member's key and colon.
-    private mutating func nextMember(first: Bool, keepKey: Bool = true) -> Member {
+    private mutating func nextMember(first: Bool) -> Member {
         skipSpace()
         if first {
             guard expect(UInt8(ascii: "{")) else { return .malformed }
@@ -102,7 +109,7 @@ struct PayloadScanner {
             guard expect(UInt8(ascii: ",")) else { return .malformed }
             skipSpace()
         }
-        guard let key = string(keep: keepKey) else { return .malformed }
+        guard let key = string() else { return .malformed }
         skipSpace()
         guard expect(UInt8(ascii: ":")) else { return .malformed }
         skipSpace()
@@ -118,7 +125,7 @@ struct PayloadScanner {
             case .end: return true
             case .malformed: return false
             case .key(let key):
-                if key.elementsEqual("aps".utf8) {
+                if equal(key, "aps") {
                     aps = Aps()
                     let valid = peek == UInt8(ascii: "{") ? apsObject(depth: depth + 1, into: &aps) : value(depth: depth + 1)
                     guard valid else { return false }
@@ -134,7 +141,7 @@ struct PayloadScanner {
     private mutating func anyObject(depth: Int) -> Bool {
         var first = true
         while true {
-            switch nextMember(first: first, keepKey: false) {
+            switch nextMember(first: first) {
             case .end: return true
             case .malformed: return false
             case .key: guard value(depth: depth + 1) else { return false }
@@ -145,7 +152,7 @@ struct PayloadScanner {
 
     /// The `aps` object: its keys, `content-available`'s value.
     private mutating func apsObject(depth: Int, into aps: inout Aps) -> Bool {
-        var keys: [[UInt8]] = []
+        var keys: [Key] = []
         var contentAvailable = false
         var first = true
         members: while true {
@@ -155,18 +162,42 @@ struct PayloadScanner {
             case .key(let key):
                 let valueStart = index
                 guard value(depth: depth + 1) else { return false }
-                if key.elementsEqual("content-available".utf8) {
+                if equal(key, "content-available") {
                     contentAvailable = Self.isNumberOne(UnsafeRawBufferPointer(rebasing: bytes[valueStart..<index]))
                 }
-                if !keys.contains(key) { keys.append(key) }
+                if !keys.contains(where: { equal($0, key) }) { keys.append(key) }
             }
             first = false
         }
         aps.keyCount = keys.count
         aps.contentAvailable = contentAvailable
-        aps.hasContentAvailable = keys.contains { $0.elementsEqual("content-available".utf8) }
-        aps.visible = keys.contains { $0.elementsEqual("alert".utf8) || $0.elementsEqual("sound".utf8) || $0.elementsEqual("badge".utf8) }
+        aps.hasContentAvailable = keys.contains { equal($0, "content-available") }
+        aps.visible = keys.contains { equal($0, "alert") || equal($0, "sound") || equal($0, "badge") }
         return true
+    }
+
+    private func keyBytes(_ key: Key) -> UnsafeRawBufferPointer {
+        switch key {
+        case .raw(let range): UnsafeRawBufferPointer(rebasing: bytes[range])
+        case .decoded: UnsafeRawBufferPointer(start: nil, count: 0)
+        }
+    }
+
+    private func equal(_ key: Key, _ text: StaticString) -> Bool {
+        let expected = UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)
+        switch key {
+        case .raw: return keyBytes(key).elementsEqual(expected)
+        case .decoded(let decoded): return decoded.elementsEqual(expected)
+        }
+    }
+
+    private func equal(_ left: Key, _ right: Key) -> Bool {
+        switch (left, right) {
+        case (.raw, .raw): keyBytes(left).elementsEqual(keyBytes(right))
+        case (.raw, .decoded(let decoded)): keyBytes(left).elementsEqual(decoded)
+        case (.decoded(let decoded), .raw): decoded.elementsEqual(keyBytes(right))
+        case (.decoded(let one), .decoded(let other)): one == other
+        }
     }
 
     private mutating func array(depth: Int) -> Bool {
@@ -189,29 +220,52 @@ struct PayloadScanner {
         return true
     }
 
-    /// A string's decoded bytes (escapes resolved) when `keep` is true, an
-    /// empty array (no allocation) when only its validity matters; nil
-    /// when it is not a valid JSON string of valid UTF-8.
-    private mutating func string(keep: Bool) -> [UInt8]? {
+    /// A string (its opening quote at `index`) when it is a valid JSON
+    /// string of valid UTF-8: where its contents stand when it has no
+    /// escapes, its decoded bytes when it has; nil otherwise.
+    private mutating func string() -> Key? {
         guard expect(UInt8(ascii: "\"")) else { return nil }
-        var out: [UInt8] = []
+        let start = index
+        // The plain run: no escape, nothing to copy.
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") {
+                index += 1
+                return .raw(start..<index - 1)
+            }
+            if byte == UInt8(ascii: "\\") { break }
+            if byte < 0x20 { return nil }
+            if byte < 0x80 {
+                index += 1
+            } else {
+                guard let length = utf8Sequence() else { return nil }
+                index += length
+            }
+        }
+        guard index < bytes.count else { return nil }
+        return escapedString(decodedSoFar: Array(bytes[start..<index]))
+    }
+
+    /// The rest of a string from its first backslash, decoded.
+    private mutating func escapedString(decodedSoFar: [UInt8]) -> Key? {
+        var out = decodedSoFar
         while index < bytes.count {
             let byte = bytes[index]
             switch byte {
             case UInt8(ascii: "\""):
                 index += 1
-                return out
+                return .decoded(out)
             case UInt8(ascii: "\\"):
                 index += 1
                 guard let escaped = peek else { return nil }
                 index += 1
                 switch escaped {
-                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): if keep { out.append(escaped) }
-                case UInt8(ascii: "b"): if keep { out.append(0x08) }
-                case UInt8(ascii: "f"): if keep { out.append(0x0C) }
-                case UInt8(ascii: "n"): if keep { out.append(0x0A) }
-                case UInt8(ascii: "r"): if keep { out.append(0x0D) }
-                case UInt8(ascii: "t"): if keep { out.append(0x09) }
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): out.append(escaped)
+                case UInt8(ascii: "b"): out.append(0x08)
+                case UInt8(ascii: "f"): out.append(0x0C)
+                case UInt8(ascii: "n"): out.append(0x0A)
+                case UInt8(ascii: "r"): out.append(0x0D)
+                case UInt8(ascii: "t"): out.append(0x09)
                 case UInt8(ascii: "u"):
                     guard var scalar = hex4() else { return nil }
                     if (0xD800...0xDBFF).contains(scalar) {
@@ -221,17 +275,17 @@ struct PayloadScanner {
                     } else if (0xDC00...0xDFFF).contains(scalar) {
                         return nil
                     }
-                    if keep { out.append(contentsOf: Unicode.UTF8.encode(Unicode.Scalar(scalar)!)!) }
+                    out.append(contentsOf: Unicode.UTF8.encode(Unicode.Scalar(scalar)!)!)
                 default: return nil
                 }
             case 0x00..<0x20:
                 return nil
             case 0x00..<0x80:
-                if keep { out.append(byte) }
+                out.append(byte)
                 index += 1
             default:
                 guard let length = utf8Sequence() else { return nil }
-                if keep { out.append(contentsOf: bytes[index..<index + length]) }
+                out.append(contentsOf: bytes[index..<index + length])
                 index += length
             }
         }

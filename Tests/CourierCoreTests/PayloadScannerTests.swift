@@ -21,6 +21,9 @@ import Testing
         #"{"aps":{}}"#,
         #"{"aps":{"content-available":1},"aps":{"alert":"x"}}"#,
         #"{"a":-0,"b":0.0e+1,"c":1E-2}"#,
+        // Escaped keys: the same keys as the plain ones, duplicates counted once.
+        #"{"a\u0070s":{"content-\u0061vailable":1,"content-available":1,"b\/adge":2}}"#,
+        #"{"aps":{"al\u0065rt":"x","alert":"y","sound":"s"},"\u0061ps":{"badge":1}}"#,
     ]
 
     /// What the rules need, as Foundation's dictionary shows it.
