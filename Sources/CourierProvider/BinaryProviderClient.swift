@@ -85,7 +85,7 @@ public actor BinaryProviderClient {
     private var generation = 0
     private var reader: Task<Void, Never>?
     /// Frames sent on the current connection, oldest first, for resending.
-    private var sent: [(identifier: UInt32, frame: ByteBuffer)] = []
+    private var sent = CircularBuffer<(identifier: UInt32, frame: ByteBuffer)>()
     private var nextIdentifier: UInt32 = 1
     private var failureSink: AsyncStream<BinaryPushFailure>.Continuation
     /// Every error response, as the server sends it (status 10 included,
@@ -124,7 +124,8 @@ public actor BinaryProviderClient {
     private func write(_ frame: ByteBuffer, identifier: UInt32) async throws {
         let writer = try await connected()
         sent.append((identifier, frame))
-        if sent.count > resendWindow { sent.removeFirst(sent.count - resendWindow) }
+        // A ring: dropping the oldest is O(1), not a shift of the whole window.
+        while sent.count > resendWindow { sent.removeFirst() }
         try await writer.write(frame)
     }
 
@@ -205,7 +206,7 @@ public actor BinaryProviderClient {
         reported.append(failure)
         failureSink.yield(failure)
         // Status 10 names the last accepted notification; an error names the bad one. Either way, what follows is resent.
-        let resend = index.map { Array(sent[($0 + 1)...]) } ?? (response.status == .shutdown ? sent : [])
+        let resend = index.map { Array(sent[sent.index(after: $0)...]) } ?? (response.status == .shutdown ? Array(sent) : [])
         sent.removeAll()
         logger.info("binary error response", metadata: ["courier.status": "\(response.status)", "courier.resend": "\(resend.count)"])
         for (identifier, frame) in resend {
