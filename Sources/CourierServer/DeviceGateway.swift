@@ -9,22 +9,26 @@ import NIOSSL
 import ServiceLifecycle
 import Synchronization
 
-/// Sends a device's frames through its connection's writer task, in order.
+/// Sends a device's frames straight into its channel: written and flushed
+/// on the channel's event loop in the order they are sent, with no writer
+/// task or queue of its own per connection.
 final class ChannelDeviceLink: DeviceLink {
-    let outbox: AsyncStream<DeviceMessage>.Continuation
     let channel: any Channel
 
-    init(outbox: AsyncStream<DeviceMessage>.Continuation, channel: any Channel) {
-        self.outbox = outbox
+    init(channel: any Channel) {
         self.channel = channel
     }
 
     func send(_ message: DeviceMessage) {
-        outbox.yield(message)
+        channel.writeAndFlush(message.frame, promise: nil)
+    }
+
+    /// Sends a last frame and waits until it is written (or the write failed).
+    func sendLast(_ message: DeviceMessage) async {
+        try? await channel.writeAndFlush(message.frame)
     }
 
     func close() {
-        outbox.finish()
         channel.close(promise: nil)
     }
 }
@@ -92,17 +96,8 @@ final class DeviceGateway: Service {
         open.withLock { $0[id] = channel }
         defer { _ = open.withLock { $0.removeValue(forKey: id) } }
         do {
-            try await connection.executeThenClose { inbound, outbound in
-                let (outbox, continuation) = AsyncStream.makeStream(of: DeviceMessage.self)
-                let link = ChannelDeviceLink(outbox: continuation, channel: channel)
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    group.addTask {
-                        for await message in outbox { try await outbound.write(message.frame) }
-                    }
-                    await self.read(inbound, link: link, peer: peer)
-                    continuation.finish()
-                    try await group.waitForAll()
-                }
+            try await connection.executeThenClose { inbound, _ in
+                await self.read(inbound, link: ChannelDeviceLink(channel: channel), peer: peer)
             }
         } catch {
             logger.debug("device connection ended", metadata: ["courier.error": "\(error)"])
@@ -122,17 +117,16 @@ final class DeviceGateway: Service {
                 do {
                     message = try DeviceMessage(frame: frame, tokenLength: tokenLength)
                 } catch let error as DeviceProtocolError {
-                    return fail(error, link: link)
+                    return await fail(error, link: link)
                 }
                 switch machine.receive(message) {
                 case .fail(let error):
-                    return fail(error, link: link)
+                    return await fail(error, link: link)
                 case .connect(let tokens, let presentedGeneration):
                     guard let (device, refused) = try await connect(peer: peer, tokens: tokens, generation: presentedGeneration) else {
                         machine.connectRefused()
-                        link.send(
+                        await link.sendLast(
                             .connectAck(status: .certificateRefused, serverTime: now(), keepAlive: 0, maxFrameLength: 0, refusedTokens: [], tokenLength: nil))
-                        link.outbox.finish()
                         return
                     }
                     generation = device.generation
@@ -161,19 +155,18 @@ final class DeviceGateway: Service {
                 }
             }
         } catch let error as DeviceProtocolError {
-            fail(error, link: link)
+            await fail(error, link: link)
         } catch let error as StoreError {
             logger.error("store failed serving a device", metadata: ["courier.error": "\(error)"])
-            fail(DeviceProtocolError(.internal, "the server's store failed; try again later"), link: link)
+            await fail(DeviceProtocolError(.internal, "the server's store failed; try again later"), link: link)
         } catch {
             logger.debug("device connection ended", metadata: ["courier.error": "\(error)"])
         }
     }
 
-    private func fail(_ error: DeviceProtocolError, link: ChannelDeviceLink) {
+    private func fail(_ error: DeviceProtocolError, link: ChannelDeviceLink) async {
         logger.info("device protocol error", metadata: ["courier.code": "\(error.code.name)", "courier.detail": "\(error.message)"])
-        link.send(.error(code: error.code, message: error.message))
-        link.outbox.finish()
+        await link.sendLast(.error(code: error.code, message: error.message))
     }
 
     private func now() -> UInt64 { UInt64(max(0, dispatcher.clock.now().timeIntervalSince1970 * 1000)) }
