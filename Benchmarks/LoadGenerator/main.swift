@@ -10,6 +10,7 @@
 //   3. delivery as fast as one binary connection sends (saturation);
 //   4. the durable path: pushes that may be stored, to the same devices while
 //      they are offline, and how fast they drain when the devices reconnect.
+import ArgumentParser
 import CourierCore
 import CourierDevice
 import CourierProvider
@@ -22,40 +23,31 @@ import NIOPosix
 import NIOSSL
 import Synchronization
 
-struct Arguments {
-    var data = "./courier-data"
-    var devices = 1000
-    var serverPID: Int32?
-    var rate = 10_000
-    var seconds = 5.0
-    var devicePort = 5223
-    var binaryPort = 2195
-    var host = "127.0.0.1"
-    /// "delivery" (devices and pushes) or "binary" (the binary gateway's acceptance rate).
-    var mode = "delivery"
-    var connections = 1
-    var count = 200_000
+struct Arguments: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "courier-load", abstract: "Load for a running courier serve: devices and pushes, or the binary gateway's acceptance rate.")
 
-    init() {
-        var iterator = CommandLine.arguments.dropFirst().makeIterator()
-        while let flag = iterator.next() {
-            guard let value = iterator.next() else { fatalError("\(flag) needs a value") }
-            switch flag {
-            case "--data": data = value
-            case "--devices": devices = Int(value)!
-            case "--server-pid": serverPID = Int32(value)!
-            case "--rate": rate = Int(value)!
-            case "--seconds": seconds = Double(value)!
-            case "--device-port": devicePort = Int(value)!
-            case "--binary-port": binaryPort = Int(value)!
-            case "--host": host = value
-            case "--mode": mode = value
-            case "--connections": connections = Int(value)!
-            case "--count": count = Int(value)!
-            default: fatalError("unknown option \(flag)")
-            }
-        }
-    }
+    @Option(help: "The running server's data directory (identities are made in it).")
+    var data = "./courier-data"
+    @Option(help: "Device connections (delivery mode).")
+    var devices = 1000
+    @Option(name: .customLong("server-pid"), help: "The server's process id, to sample its memory and CPU.")
+    var serverPID: Int32?
+    @Option(help: "Notifications per second in the fixed-rate phase (delivery mode).")
+    var rate = 10_000
+    @Option(help: "Length of the fixed-rate phase (default 5), or of a binary-raw run instead of --count.")
+    var seconds: Double?
+    @Option(name: .customLong("device-port"))
+    var devicePort = 5223
+    @Option(name: .customLong("binary-port"))
+    var binaryPort = 2195
+    @Option
+    var host = "127.0.0.1"
+    @Option(help: "delivery (devices and pushes), binary (the provider library) or binary-raw (pre-encoded frames).")
+    var mode = "delivery"
+    @Option(help: "Provider connections (binary mode).")
+    var connections = 1
+    @Option(help: "Notifications to send (binary modes).")
+    var count = 200_000
 }
 
 func residentKiB(_ pid: Int32) -> Int? {
@@ -102,7 +94,7 @@ final class Collector: Sendable {
 @main
 struct LoadGenerator {
     static func main() async throws {
-        let arguments = Arguments()
+        let arguments = Arguments.parseOrExit()
         var logger = Logger(label: "courier-load")
         logger.logLevel = .error
         if arguments.mode == "binary" {
@@ -184,7 +176,7 @@ struct LoadGenerator {
 
         // 2. A fixed rate, in-memory path (expiration 0, devices online).
         do {
-            let total = Int(Double(arguments.rate) * arguments.seconds)
+            let total = Int(Double(arguments.rate) * (arguments.seconds ?? 5))
             let start = Date()
             for index in 0..<total {
                 let due = start.addingTimeInterval(Double(index) / Double(arguments.rate))
@@ -345,7 +337,7 @@ func rawBinaryThroughput(_ arguments: Arguments, logger: Logger) async throws {
     bad.writeBinaryNotification(token: token.prefix(4), payload: benchmarkPayload, identifier: 0xBAD, expiry: 0, priority: 10)
     let frameBytes = chunk.readableBytes / perChunk
 
-    let duration = CommandLine.arguments.contains("--seconds") ? arguments.seconds : nil
+    let duration = arguments.seconds
     let before = arguments.serverPID.flatMap(residentKiB)
     var samples: [Int] = []
     let (channel, answer) = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
