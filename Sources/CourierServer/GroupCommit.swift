@@ -1,27 +1,26 @@
 import Synchronization
 
-/// A result that arrives later; any number of tasks may wait for it, and
-/// callbacks may be registered to run when it arrives.
+/// A result that arrives later: callbacks registered before it arrives run
+/// when it does, and any number of tasks may await it.
 final class Pending<Value: Sendable>: Sendable {
     typealias Callback = @Sendable (Result<Value, any Error>) -> Void
 
     private enum State {
-        case waiting([CheckedContinuation<Value, any Error>], [Callback])
+        case waiting([Callback])
         case done(Result<Value, any Error>)
     }
 
-    private let state = Mutex(State.waiting([], []))
+    private let state = Mutex(State.waiting([]))
 
     init() {}
 
     func resolve(_ result: Result<Value, any Error>) {
-        let (waiters, callbacks) = state.withLock { state -> ([CheckedContinuation<Value, any Error>], [Callback]) in
-            guard case .waiting(let waiters, let callbacks) = state else { return ([], []) }
+        let callbacks = state.withLock { state -> [Callback] in
+            guard case .waiting(let callbacks) = state else { return [] }
             state = .done(result)
-            return (waiters, callbacks)
+            return callbacks
         }
         for callback in callbacks { callback(result) }
-        for waiter in waiters { waiter.resume(with: result) }
     }
 
     /// Runs `body` with the result once it is known: at once (on this
@@ -29,9 +28,9 @@ final class Pending<Value: Sendable>: Sendable {
     func whenResolved(_ body: @escaping Callback) {
         let done = state.withLock { state -> Result<Value, any Error>? in
             switch state {
-            case .waiting(let waiters, var callbacks):
+            case .waiting(var callbacks):
                 callbacks.append(body)
-                state = .waiting(waiters, callbacks)
+                state = .waiting(callbacks)
                 return nil
             case .done(let result):
                 return result
@@ -43,17 +42,7 @@ final class Pending<Value: Sendable>: Sendable {
     var value: Value {
         get async throws {
             try await withCheckedThrowingContinuation { continuation in
-                let done = state.withLock { state -> Result<Value, any Error>? in
-                    switch state {
-                    case .waiting(var waiters, let callbacks):
-                        waiters.append(continuation)
-                        state = .waiting(waiters, callbacks)
-                        return nil
-                    case .done(let result):
-                        return result
-                    }
-                }
-                if let done { continuation.resume(with: done) }
+                whenResolved { continuation.resume(with: $0) }
             }
         }
     }
