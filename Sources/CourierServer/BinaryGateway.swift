@@ -30,8 +30,7 @@ final class BinaryConnectionState: Sendable {
         var answered = false
         var commitFailed = false
         /// Segments whose commit is still running, oldest first.
-        var segments: [Segment] = []
-        var head = 0
+        var segments = CircularBuffer<Segment>()
     }
 
     private let state = Mutex(State())
@@ -55,10 +54,10 @@ final class BinaryConnectionState: Sendable {
     func admitted(_ identifier: UInt32, durable: Pending<Void>?, failed: @escaping @Sendable (UInt32) -> Void) {
         guard let durable else {
             state.withLock { state in
-                if state.head < state.segments.count {
-                    state.segments[state.segments.count - 1].last = identifier
-                } else {
+                if state.segments.isEmpty {
                     state.lastAccepted = identifier
+                } else {
+                    state.segments[state.segments.index(before: state.segments.endIndex)].last = identifier
                 }
             }
             return
@@ -66,12 +65,7 @@ final class BinaryConnectionState: Sendable {
         state.withLock { $0.segments.append(Segment(first: identifier, last: identifier)) }
         durable.whenResolved { result in
             let failure = self.state.withLock { state -> UInt32? in
-                let segment = state.segments[state.head]
-                state.head += 1
-                if state.head == state.segments.count {
-                    state.segments.removeAll(keepingCapacity: true)
-                    state.head = 0
-                }
+                let segment = state.segments.removeFirst()
                 guard !state.commitFailed else { return nil }
                 if case .failure = result {
                     state.commitFailed = true
