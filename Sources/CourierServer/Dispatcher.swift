@@ -151,6 +151,9 @@ public final class Dispatcher: Sendable {
         var pruned: Date?
     }
 
+    /// The silent-push budget's window.
+    static let silentWindow: TimeInterval = 3600
+
     let store: any Store
     let clock: any WallClock
     let qos: QoSConfiguration
@@ -206,20 +209,14 @@ public final class Dispatcher: Sendable {
         }
         var last: [RegistrationKey: Int] = [:]
         for (index, pending) in batch.enumerated() { last[key(pending)] = index }
-        guard last.count < batch.count else { return try await store.storePending(batch) }
         let written = batch.indices.filter { last[key(batch[$0])] == $0 }
-        let replacedInStore = try await store.storePending(written.map { batch[$0] })
-        var before: [RegistrationKey: PendingNotification?] = [:]
-        for (index, replaced) in zip(written, replacedInStore) { before[key(batch[index])] = replaced }
-        // `before` starts as what the store held; each notification then replaces its predecessor.
-        var replaced: [PendingNotification?] = []
-        var current: [RegistrationKey: PendingNotification] = [:]
-        for pending in batch {
-            let k = key(pending)
-            replaced.append(current[k] ?? before[k].flatMap { $0 })
-            current[k] = pending
+        // What each (device, app) held before: the store's answer, then each notification of the batch in turn.
+        var held: [RegistrationKey: PendingNotification?] = [:]
+        for (index, replaced) in zip(written, try await store.storePending(written.map { batch[$0] })) { held[key(batch[index])] = replaced }
+        return batch.map { pending in
+            defer { held[key(pending)] = pending }
+            return held[key(pending)] ?? nil
         }
-        return replaced
     }
 
     // MARK: Accepting notifications
@@ -338,7 +335,7 @@ public final class Dispatcher: Sendable {
     private func takeSilentBudget(_ key: DeviceKey, now: Date) -> Bool {
         state.withLock { state in
             var window = state.silent[key] ?? Window(start: now, count: 0)
-            if now.timeIntervalSince(window.start) >= 3600 { window = Window(start: now, count: 0) }
+            if now.timeIntervalSince(window.start) >= Self.silentWindow { window = Window(start: now, count: 0) }
             guard window.count < qos.silentBudgetPerHour else { return false }
             window.count += 1
             state.silent[key] = window
@@ -506,7 +503,7 @@ public final class Dispatcher: Sendable {
             if now.timeIntervalSince(state.pruned ?? .distantPast) >= 60 {
                 state.pruned = now
                 state.tokenRates = state.tokenRates.filter { now.timeIntervalSince($0.value.start) < qos.tokenRateWindow }
-                state.silent = state.silent.filter { now.timeIntervalSince($0.value.start) < 3600 }
+                state.silent = state.silent.filter { now.timeIntervalSince($0.value.start) < Self.silentWindow }
             }
             var due: [(DeviceSession?, [Queued])] = []
             for (key, burst) in state.bursts where now.timeIntervalSince(burst.since) >= qos.burstWindow {
