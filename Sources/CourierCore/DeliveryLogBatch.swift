@@ -50,13 +50,12 @@ public struct DeliveryLogBatch: Sendable, Hashable {
     }
 
     /// False when the batch certainly holds no event of `id`.
-    public static func filter(_ filter: some Collection<UInt8>, mayContain id: UUID) -> Bool {
-        let bytes = Array(filter)
-        let bits = bytes.count * 8
+    public static func filter(_ filter: [UInt8], mayContain id: UUID) -> Bool {
+        let bits = filter.count * 8
         guard bits > 0 else { return false }
         var all = true
         probe(id, bits: bits) { bit in
-            if bytes[bit >> 3] & (1 << UInt8(bit & 7)) == 0 { all = false }
+            if filter[bit >> 3] & (1 << UInt8(bit & 7)) == 0 { all = false }
         }
         return all
     }
