@@ -122,12 +122,11 @@ final class BinaryGateway: Service {
                 channel.eventLoop.makeCompletedFuture {
                     let box = PeerIdentityBox()
                     let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
-                    try channel.pipeline.syncOperations.addHandlers([
-                        NIOSSLServerHandler(context: context) { chain, promise in verifier.verify(chain, into: box, promise: promise) },
-                        ConnectionTimeout(.handshake, timeout: timeout),
-                        handshake,
-                        ByteToMessageHandler(BinaryProviderDecoder(limits: limits)),
-                    ])
+                    try channel.pipeline.syncOperations.addHandlers(
+                        verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
+                            handshake,
+                            ByteToMessageHandler(BinaryProviderDecoder(limits: limits)),
+                        ])
                     return (try NIOAsyncChannel<BinaryProviderInbound, ByteBuffer>(wrappingChannelSynchronously: channel), box, handshake.promise.futureResult)
                 }
             }

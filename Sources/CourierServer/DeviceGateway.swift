@@ -67,16 +67,12 @@ final class DeviceGateway: Service {
             .bind(host: configuration.network.host, port: configuration.network.ports(environment).device) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let box = PeerIdentityBox()
-                    let ssl = NIOSSLServerHandler(context: context) { chain, promise in
-                        verifier.verify(chain, into: box, promise: promise)
-                    }
-                    try channel.pipeline.syncOperations.addHandlers([
-                        ssl,
-                        ConnectionTimeout(.handshake, timeout: timeout),
-                        ConnectionTimeout(.silence, timeout: .seconds(Int64(2 * keepAlive))),
-                        ByteToMessageHandler(DeviceFrameDecoder(maxFrameLength: maxFrame)),
-                        MessageToByteHandler(DeviceFrameEncoder()),
-                    ])
+                    try channel.pipeline.syncOperations.addHandlers(
+                        verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
+                            ConnectionTimeout(.silence, timeout: .seconds(Int64(2 * keepAlive))),
+                            ByteToMessageHandler(DeviceFrameDecoder(maxFrameLength: maxFrame)),
+                            MessageToByteHandler(DeviceFrameEncoder()),
+                        ])
                     let connection = try NIOAsyncChannel<DeviceFrame, DeviceFrame>(wrappingChannelSynchronously: channel)
                     return (connection, box)
                 }

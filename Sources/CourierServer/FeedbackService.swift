@@ -41,9 +41,9 @@ final class FeedbackService: Service {
             .bind(host: configuration.network.host, port: configuration.network.ports(environment).feedback) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let box = PeerIdentityBox()
-                    let ssl = NIOSSLServerHandler(context: context) { chain, promise in verifier.verify(chain, into: box, promise: promise) }
                     let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
-                    try channel.pipeline.syncOperations.addHandlers([ssl, ConnectionTimeout(.handshake, timeout: timeout), handshake])
+                    try channel.pipeline.syncOperations.addHandlers(
+                        verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [handshake])
                     return (try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel), box, handshake.promise.futureResult)
                 }
             }

@@ -124,11 +124,10 @@ public final class HTTP2Gateway: Service, Sendable {
             .bind(host: configuration.network.host, port: configuration.network.ports(environment).http2) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let box = PeerIdentityBox()
-                    try channel.pipeline.syncOperations.addHandlers([
-                        NIOSSLServerHandler(context: context) { chain, promise in verifier.verify(chain, into: box, promise: promise) },
-                        ConnectionTimeout(.handshake, timeout: timeout),
-                        HTTP2ConnectionSetup(gateway: self, peer: box),
-                    ])
+                    try channel.pipeline.syncOperations.addHandlers(
+                        verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
+                            HTTP2ConnectionSetup(gateway: self, peer: box),
+                        ])
                     return channel
                 }
             }

@@ -29,6 +29,16 @@ struct PeerVerifier: Sendable {
     /// the certificate must carry.
     var environment: Environment? = nil
 
+    /// The handlers every listener's connection starts with: TLS whose
+    /// peer certificate this verifier checks (the identity into `box`),
+    /// then the close of a handshake not done within `handshakeTimeout`.
+    func tlsHandlers(context: NIOSSLContext, box: PeerIdentityBox, handshakeTimeout: TimeAmount) -> [any ChannelHandler] {
+        [
+            NIOSSLServerHandler(context: context) { chain, promise in verify(chain, into: box, promise: promise) },
+            ConnectionTimeout(.handshake, timeout: handshakeTimeout),
+        ]
+    }
+
     func verify(_ chain: [NIOSSLCertificate], into box: PeerIdentityBox, promise: EventLoopPromise<NIOSSLVerificationResult>) {
         let certificates: [Certificate]
         do {
