@@ -35,6 +35,11 @@ final class ChannelDeviceLink: DeviceLink {
 
 /// The device gateway of one environment: TLS with device certificates,
 /// the courier device protocol (docs/device-protocol.md), keepalive.
+///
+/// A connection has no task of its own while it is idle: its frames are
+/// handled by a `DeviceConnection`, whose task runs only while there are
+/// frames to handle (see there). Ten thousand idle devices are ten
+/// thousand channels, not ten thousand suspended tasks.
 final class DeviceGateway: Service {
     let environment: Environment
     let configuration: CourierConfiguration
@@ -43,7 +48,7 @@ final class DeviceGateway: Service {
     let store: any Store
     let ports: BoundPorts
     let logger: Logger
-    private let open = Mutex<[ObjectIdentifier: any Channel]>([:])
+    private let open = OpenConnections()
 
     init(environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, dispatcher: Dispatcher, ports: BoundPorts, logger: Logger) {
         self.environment = environment
@@ -64,105 +69,112 @@ final class DeviceGateway: Service {
         let keepAlive = configuration.qos.keepAlive
         let timeout = configuration.handshakeTimeout
         let server = try await listenerBootstrap(backlog: 1024)
-            .bind(host: configuration.network.host, port: configuration.network.ports(environment).device) { channel in
+            .childChannelOption(.allocator, value: PageBufferAllocator.allocator)
+            .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let box = PeerIdentityBox()
+                    let connection = DeviceConnection(gateway: self, link: ChannelDeviceLink(channel: channel), peer: box)
+                    // However the channel ends (even before its handlers are
+                    // in place, or refused during shutdown), its connection
+                    // hears of it last.
+                    channel.closeFuture.whenComplete { _ in connection.enqueue(.closed) }
+                    try self.open.add(channel)
                     try channel.pipeline.syncOperations.addHandlers(
                         verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
                             ConnectionTimeout(.silence, timeout: .seconds(Int64(2 * keepAlive))),
                             ByteToMessageHandler(DeviceFrameDecoder(maxFrameLength: maxFrame)),
                             MessageToByteHandler(DeviceFrameEncoder()),
+                            DeviceConnectionHandler(connection),
                         ])
-                    let connection = try NIOAsyncChannel<DeviceFrame, DeviceFrame>(wrappingChannelSynchronously: channel)
-                    return (connection, box)
                 }
             }
-        ports.set(.device, environment, server.channel.localAddress?.port ?? 0)
-        logger.info("listening", metadata: ["courier.port": "\(server.channel.localAddress?.port ?? 0)"])
-        try await acceptConnections(on: server) {
-            for channel in self.open.withLock({ Array($0.values) }) { channel.close(promise: nil) }
-        } serve: { connection, box in
-            await self.serve(connection, peer: box)
+            .bind(host: configuration.network.host, port: configuration.network.ports(environment).device)
+            .get()
+        ports.set(.device, environment, server.localAddress?.port ?? 0)
+        logger.info("listening", metadata: ["courier.port": "\(server.localAddress?.port ?? 0)"])
+        await withGracefulShutdownHandler {
+            try? await server.closeFuture.get()
+        } onGracefulShutdown: {
+            server.close(promise: nil)
+            self.open.closeAll()
         }
+        // Every connection's last frames are handled (and the dispatcher
+        // told it went offline) before the gateway stops.
+        open.closeAll()
+        await open.waitUntilEmpty()
     }
 
-    private func serve(_ connection: NIOAsyncChannel<DeviceFrame, DeviceFrame>, peer: PeerIdentityBox) async {
-        let channel = connection.channel
-        let id = ObjectIdentifier(channel)
-        open.withLock { $0[id] = channel }
-        defer { _ = open.withLock { $0.removeValue(forKey: id) } }
-        do {
-            try await connection.executeThenClose { inbound, _ in
-                await self.read(inbound, link: ChannelDeviceLink(channel: channel), peer: peer)
-            }
-        } catch {
-            logger.debug("device connection ended", metadata: ["courier.error": "\(error)"])
-        }
+    /// A connection was closed and its last frame handled.
+    fileprivate func ended(_ channel: any Channel) {
+        open.remove(channel)
     }
 
-    /// Reads the device's frames until it leaves or breaks the protocol.
-    private func read(_ inbound: NIOAsyncChannelInboundStream<DeviceFrame>, link: ChannelDeviceLink, peer: PeerIdentityBox) async {
-        var machine = DeviceConnectionStateMachine()
-        var session: DeviceSession?
-        var generation: UInt32 = 0
+    /// Handles one frame of a connection; false once the connection is
+    /// over (an error frame sent, or a refused connect).
+    fileprivate func handle(_ frame: DeviceFrame, _ conversation: inout DeviceConversation, link: ChannelDeviceLink, peer: PeerIdentityBox) async -> Bool {
         let tokenLength = configuration.limits.tokenLength
-        defer { if let session { dispatcher.disconnected(session) } }
         do {
-            for try await frame in inbound {
-                let message: DeviceMessage
-                do {
-                    message = try DeviceMessage(frame: frame, tokenLength: tokenLength)
-                } catch let error as DeviceProtocolError {
-                    return await fail(error, link: link)
-                }
-                switch machine.receive(message) {
-                case .fail(let error):
-                    return await fail(error, link: link)
-                case .connect(let tokens, let presentedGeneration):
-                    guard let (device, refused) = try await connect(peer: peer, tokens: tokens, generation: presentedGeneration) else {
-                        machine.connectRefused()
-                        await link.sendLast(
-                            .connectAck(status: .certificateRefused, serverTime: now(), keepAlive: 0, maxFrameLength: 0, refusedTokens: [], tokenLength: nil))
-                        return
-                    }
-                    generation = device.generation
-                    link.send(
-                        .connectAck(
-                            status: .ok, serverTime: now(), keepAlive: UInt16(clamping: configuration.qos.keepAlive),
-                            maxFrameLength: UInt32(configuration.limits.deviceMaxFrameLength), refusedTokens: refused,
-                            tokenLength: UInt8(tokenLength)))
-                    machine.connectAccepted()
-                    let newSession = DeviceSession(environment: environment, deviceID: device.id, link: link)
-                    session = newSession
-                    await dispatcher.connected(newSession)
-                case .requestToken(let bundleID, let requestID):
-                    let token = try await dispatcher.register(deviceID: session!.deviceID, generation: generation, bundleID: bundleID, environment: environment)
-                    link.send(.appTokenResponse(requestID: requestID, bundleID: bundleID, token: token, status: token == nil ? .unknownApp : .ok))
-                case .unregister(let bundleID, let requestID):
-                    let done = try await dispatcher.unregister(deviceID: session!.deviceID, bundleID: bundleID, environment: environment)
-                    link.send(.unregisterAck(requestID: requestID, status: done ? .ok : .unknownApp))
-                case .acknowledge(_, let idBytes):
-                    let id = idBytes.withUnsafeBytes { UUID(uuid: $0.loadUnaligned(as: uuid_t.self)) }
-                    await dispatcher.acknowledged(id, by: session!)
-                case .filter(let hashes):
-                    await dispatcher.filter(hashes, for: session!)
-                case .keepAlive:
-                    link.send(.keepAliveAck)
-                }
+            let message: DeviceMessage
+            do {
+                message = try DeviceMessage(frame: frame, tokenLength: tokenLength)
+            } catch let error as DeviceProtocolError {
+                await fail(error, link: link)
+                return false
             }
-        } catch let error as DeviceProtocolError {
-            await fail(error, link: link)
+            switch conversation.machine.receive(message) {
+            case .fail(let error):
+                await fail(error, link: link)
+                return false
+            case .connect(let tokens, let presentedGeneration):
+                guard let (device, refused) = try await connect(peer: peer, tokens: tokens, generation: presentedGeneration) else {
+                    conversation.machine.connectRefused()
+                    await link.sendLast(
+                        .connectAck(status: .certificateRefused, serverTime: now(), keepAlive: 0, maxFrameLength: 0, refusedTokens: [], tokenLength: nil))
+                    link.close()
+                    return false
+                }
+                conversation.generation = device.generation
+                link.send(
+                    .connectAck(
+                        status: .ok, serverTime: now(), keepAlive: UInt16(clamping: configuration.qos.keepAlive),
+                        maxFrameLength: UInt32(configuration.limits.deviceMaxFrameLength), refusedTokens: refused,
+                        tokenLength: UInt8(tokenLength)))
+                conversation.machine.connectAccepted()
+                let session = DeviceSession(environment: environment, deviceID: device.id, link: link)
+                conversation.session = session
+                await dispatcher.connected(session)
+            case .requestToken(let bundleID, let requestID):
+                let token = try await dispatcher.register(
+                    deviceID: conversation.session!.deviceID, generation: conversation.generation, bundleID: bundleID, environment: environment)
+                link.send(.appTokenResponse(requestID: requestID, bundleID: bundleID, token: token, status: token == nil ? .unknownApp : .ok))
+            case .unregister(let bundleID, let requestID):
+                let done = try await dispatcher.unregister(deviceID: conversation.session!.deviceID, bundleID: bundleID, environment: environment)
+                link.send(.unregisterAck(requestID: requestID, status: done ? .ok : .unknownApp))
+            case .acknowledge(_, let idBytes):
+                let id = idBytes.withUnsafeBytes { UUID(uuid: $0.loadUnaligned(as: uuid_t.self)) }
+                await dispatcher.acknowledged(id, by: conversation.session!)
+            case .filter(let hashes):
+                await dispatcher.filter(hashes, for: conversation.session!)
+            case .keepAlive:
+                link.send(.keepAliveAck)
+            }
+            return true
         } catch let error as StoreError {
             logger.error("store failed serving a device", metadata: ["courier.error": "\(error)"])
             await fail(DeviceProtocolError(.internal, "the server's store failed; try again later"), link: link)
+            return false
         } catch {
             logger.debug("device connection ended", metadata: ["courier.error": "\(error)"])
+            link.close()
+            return false
         }
     }
 
-    private func fail(_ error: DeviceProtocolError, link: ChannelDeviceLink) async {
+    /// Sends the Error frame and closes.
+    fileprivate func fail(_ error: DeviceProtocolError, link: ChannelDeviceLink) async {
         logger.info("device protocol error", metadata: ["courier.code": "\(error.code.name)", "courier.detail": "\(error.message)"])
         await link.sendLast(.error(code: error.code, message: error.message))
+        link.close()
     }
 
     private func now() -> UInt64 { UInt64(max(0, dispatcher.clock.now().timeIntervalSince1970 * 1000)) }
@@ -183,6 +195,195 @@ final class DeviceGateway: Service {
             return contents.deviceID != deviceID || contents.generation != device.generation
         }
         return (device, refused)
+    }
+}
+
+/// What one device connection has said so far.
+struct DeviceConversation {
+    var machine = DeviceConnectionStateMachine()
+    var session: DeviceSession?
+    var generation: UInt32 = 0
+    /// An error frame was sent or the connect refused: later frames are
+    /// not handled.
+    var over = false
+}
+
+/// One device connection's frames, handled in arrival order by a task
+/// that exists only while there are frames waiting: the first frame into
+/// an empty inbox starts it, and it ends when the inbox is empty again.
+/// The conversation lives in the inbox's lock while no task runs.
+final class DeviceConnection: Sendable {
+    enum Item {
+        case frame(DeviceFrame)
+        /// The frame decoder or the channel failed.
+        case failed(any Error)
+        /// The channel closed: the last item.
+        case closed
+    }
+
+    /// Frames waiting before reads pause, and the count at which they resume.
+    static let pauseAt = 64
+    static let resumeAt = 16
+
+    private struct Inbox {
+        var items = CircularBuffer<Item>(initialCapacity: 2)
+        var running = false
+        var paused = false
+        var conversation = DeviceConversation()
+    }
+
+    private let gateway: DeviceGateway
+    private let link: ChannelDeviceLink
+    private let peer: PeerIdentityBox
+    private let inbox = Mutex(Inbox())
+
+    init(gateway: DeviceGateway, link: ChannelDeviceLink, peer: PeerIdentityBox) {
+        self.gateway = gateway
+        self.link = link
+        self.peer = peer
+    }
+
+    func enqueue(_ item: Item) {
+        let start = inbox.withLock { inbox -> Bool in
+            inbox.items.append(item)
+            guard !inbox.running else { return false }
+            inbox.running = true
+            return true
+        }
+        if start { Task { await self.work() } }
+    }
+
+    /// True when the channel should read no more for now (too many frames
+    /// wait); the task asks for a read again once it caught up.
+    func shouldPauseReading() -> Bool {
+        inbox.withLock { inbox in
+            if inbox.items.count >= Self.pauseAt { inbox.paused = true }
+            return inbox.paused
+        }
+    }
+
+    private func work() async {
+        var conversation = inbox.withLock { $0.conversation }
+        while true {
+            let (next, resume) = inbox.withLock { inbox -> (Item?, Bool) in
+                guard let item = inbox.items.popFirst() else {
+                    inbox.conversation = conversation
+                    inbox.running = false
+                    return (nil, false)
+                }
+                let resume = inbox.paused && inbox.items.count <= Self.resumeAt
+                if resume { inbox.paused = false }
+                return (item, resume)
+            }
+            if resume { link.channel.read() }
+            guard let next else { return }
+            await handle(next, &conversation)
+        }
+    }
+
+    private func handle(_ item: Item, _ conversation: inout DeviceConversation) async {
+        switch item {
+        case .frame(let frame):
+            guard !conversation.over else { return }
+            conversation.over = await !gateway.handle(frame, &conversation, link: link, peer: peer)
+        case .failed(let error):
+            guard !conversation.over else { return }
+            conversation.over = true
+            if let error = error as? DeviceProtocolError {
+                await gateway.fail(error, link: link)
+            } else {
+                gateway.logger.debug("device connection ended", metadata: ["courier.error": "\(error)"])
+                link.close()
+            }
+        case .closed:
+            conversation.over = true
+            if let session = conversation.session {
+                gateway.dispatcher.disconnected(session)
+                conversation.session = nil
+            }
+            gateway.ended(link.channel)
+        }
+    }
+}
+
+/// The last handler of a device connection: hands its frames and a
+/// failure to the connection's `DeviceConnection`, and holds back reads
+/// while too many frames wait.
+final class DeviceConnectionHandler: ChannelDuplexHandler {
+    typealias InboundIn = DeviceFrame
+    typealias OutboundIn = DeviceFrame
+
+    private let connection: DeviceConnection
+
+    init(_ connection: DeviceConnection) {
+        self.connection = connection
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        connection.enqueue(.frame(unwrapInboundIn(data)))
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        connection.enqueue(.failed(error))
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if !connection.shouldPauseReading() { context.read() }
+    }
+}
+
+@available(*, unavailable)
+extension DeviceConnectionHandler: Sendable {}
+
+/// The channels of a gateway that are open or whose last frames are still
+/// being handled, so that shutdown can close them and wait for them.
+final class OpenConnections: Sendable {
+    private struct State {
+        var channels: [ObjectIdentifier: any Channel] = [:]
+        var waiters: [CheckedContinuation<Void, Never>] = []
+        /// `closeAll` was called: a channel accepted from now on is refused.
+        var closing = false
+    }
+
+    private let state = Mutex(State())
+
+    /// Throws once `closeAll` was called (the channel is then refused).
+    func add(_ channel: any Channel) throws {
+        try state.withLock { state in
+            state.channels[ObjectIdentifier(channel)] = channel
+            if state.closing { throw ChannelError.ioOnClosedChannel }
+        }
+    }
+
+    func remove(_ channel: any Channel) {
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.channels.removeValue(forKey: ObjectIdentifier(channel))
+            guard state.channels.isEmpty else { return [] }
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    func closeAll() {
+        let channels = state.withLock { state in
+            state.closing = true
+            return Array(state.channels.values)
+        }
+        for channel in channels { channel.close(promise: nil) }
+    }
+
+    func waitUntilEmpty() async {
+        await withCheckedContinuation { continuation in
+            let empty = state.withLock { state -> Bool in
+                guard state.channels.isEmpty else {
+                    state.waiters.append(continuation)
+                    return false
+                }
+                return true
+            }
+            if empty { continuation.resume() }
+        }
     }
 }
 

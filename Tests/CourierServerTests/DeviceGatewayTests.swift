@@ -79,18 +79,18 @@ import Testing
         try await server.stop()
     }
 
-    @Test func protocolErrorsAreAnsweredWithAnErrorFrame() async throws {
-        let server = try await TestServer()
-        let path = server.directory + "/raw-device"
+    /// A raw TLS connection to the device gateway with a new device's
+    /// certificate: frames in and out, no client library.
+    func rawConnection(_ server: TestServer) async throws -> NIOAsyncChannel<DeviceFrame, DeviceFrame> {
+        let path = server.directory + "/raw-device-\(UUID().uuidString)"
         _ = try await server.application.provisioner.issueDeviceIdentity(directory: path)
         let port = await server.devicePort()
-        // A raw TLS connection that sends Ack before Connect.
         var configuration = TLSConfiguration.makeClientConfiguration()
         configuration.trustRoots = .file(path + "/ca.pem")
         configuration.certificateChain = try NIOSSLCertificate.fromPEMFile(path + "/cert.pem").map { .certificate($0) }
         configuration.privateKey = .privateKey(try NIOSSLPrivateKey(file: path + "/key.pem", format: .pem))
         let context = try NIOSSLContext(configuration: configuration)
-        let connection = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        return try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connect(host: "127.0.0.1", port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandlers([
@@ -101,6 +101,12 @@ import Testing
                     return try NIOAsyncChannel<DeviceFrame, DeviceFrame>(wrappingChannelSynchronously: channel)
                 }
             }
+    }
+
+    @Test func protocolErrorsAreAnsweredWithAnErrorFrame() async throws {
+        let server = try await TestServer()
+        // A raw TLS connection that sends Ack before Connect.
+        let connection = try await rawConnection(server)
         let answers = try await connection.executeThenClose { inbound, outbound in
             try await outbound.write(DeviceMessage.ack(id: UUID(), status: 0).frame)
             var messages: [DeviceMessage] = []
@@ -117,6 +123,84 @@ import Testing
             return
         }
         #expect(code == .notConnected)
+        try await server.stop()
+    }
+
+    /// Frames sent back to back, many more than the gateway lets wait
+    /// before it stops reading, are all answered, in order; and shutting
+    /// the server down with the device still connected closes it.
+    @Test func pipelinedFramesAreAnsweredInOrderAndShutdownClosesTheConnection() async throws {
+        let server = try await TestServer()
+        let connection = try await rawConnection(server)
+        let keepAlives = 300
+        try await connection.executeThenClose { inbound, outbound in
+            var frames = [DeviceMessage.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: nil).frame]
+            frames += Array(repeating: DeviceMessage.keepAlive.frame, count: keepAlives)
+            frames.append(DeviceMessage.appTokenRequest(bundleID: "com.example.demo", requestID: 7).frame)
+            try await outbound.write(contentsOf: frames)
+            var answers: [DeviceMessage] = []
+            var iterator = inbound.makeAsyncIterator()
+            while answers.count < keepAlives + 3, let frame = try await iterator.next() {
+                answers.append(try DeviceMessage(frame: frame))
+            }
+            guard case .connectAck(let status, _, _, _, _, _) = answers.first else {
+                Issue.record("expected ConnectAck first, got \(answers.first.map { "\($0)" } ?? "nothing")")
+                return
+            }
+            #expect(status == .ok)
+            // NoStorage follows the connect; then the answers in the order asked.
+            #expect(answers.dropFirst().first == .noStorage)
+            #expect(answers.dropFirst(2).prefix(keepAlives).allSatisfy { $0 == .keepAliveAck })
+            guard case .appTokenResponse(let requestID, _, let token, let tokenStatus) = answers.last else {
+                Issue.record("expected AppTokenResponse last, got \(answers.last.map { "\($0)" } ?? "nothing")")
+                return
+            }
+            #expect(requestID == 7 && tokenStatus == .ok && token?.count == 32)
+
+            try await server.stop()
+            var after: [DeviceFrame] = []
+            do {
+                while let frame = try await iterator.next() { after.append(frame) }
+            } catch {
+                // Closed by the server.
+            }
+            #expect(after.isEmpty)
+        }
+    }
+
+    /// A device that sends far more than the gateway lets wait while its
+    /// frames cannot be handled (the store is slow): the gateway stops
+    /// reading, starts again once it caught up, and every frame is
+    /// handled in order. (Were reading never started again, the answers
+    /// after the acknowledgements would not come and the test would run
+    /// into its time limit.)
+    @Test func aDeviceThatSendsFasterThanItsFramesAreHandledIsReadAgainOnceTheyAre() async throws {
+        let (server, store) = try await TestServer.withFaultyStore()
+        let connection = try await rawConnection(server)
+        store.appGate.close()
+        try await connection.executeThenClose { inbound, outbound in
+            var iterator = inbound.makeAsyncIterator()
+            try await outbound.write(DeviceMessage.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: nil).frame)
+            // The token request waits for the store; 20,000 acknowledgements
+            // (about 560 KB, more than one read cycle takes) queue behind it.
+            var frames = [DeviceMessage.appTokenRequest(bundleID: "com.example.demo", requestID: 1).frame]
+            frames += (0..<20_000).map { _ in DeviceMessage.ack(id: UUID(), status: 0).frame }
+            frames += [DeviceMessage.appTokenRequest(bundleID: "com.example.demo", requestID: 2).frame, DeviceMessage.keepAlive.frame]
+            try await outbound.write(contentsOf: frames)
+            while store.appGate.waiting == 0 { await Task.yield() }
+            store.appGate.open()
+            var answers: [DeviceMessage] = []
+            while answers.count < 5, let frame = try await iterator.next() { answers.append(try DeviceMessage(frame: frame)) }
+            #expect(answers.count == 5)
+            guard answers.count == 5, case .connectAck = answers[0], case .appTokenResponse(1, _, _, .ok) = answers[2],
+                case .appTokenResponse(2, _, _, .ok) = answers[3]
+            else {
+                Issue.record("unexpected answers \(answers)")
+                return
+            }
+            #expect(answers[1] == .noStorage)
+            #expect(answers[4] == .keepAliveAck)
+        }
         try await server.stop()
     }
 

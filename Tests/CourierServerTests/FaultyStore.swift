@@ -99,7 +99,13 @@ final class FaultyStore: Store {
     func createTeam(_ team: Team) async throws { try await base.createTeam(team) }
     func teams() async throws -> [Team] { try await base.teams() }
     func createApp(_ app: App) async throws { try await base.createApp(app) }
-    func app(bundleID: String) async throws -> App? { try await base.app(bundleID: bundleID) }
+    func app(bundleID: String) async throws -> App? {
+        await appGate.pass()
+        return try await base.app(bundleID: bundleID)
+    }
+
+    /// Holds app lookups (a device's token request) while closed.
+    let appGate = Gate()
     func apps(teamID: String) async throws -> [App] { try await base.apps(teamID: teamID) }
     func addAuthKey(_ key: AuthKeyRecord) async throws { try await base.addAuthKey(key) }
     func authKey(id: String) async throws -> AuthKeyRecord? {
