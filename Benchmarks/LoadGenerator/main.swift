@@ -48,6 +48,8 @@ struct Arguments: ParsableCommand {
     var connections = 1
     @Option(help: "Notifications to send (binary modes).")
     var count = 200_000
+    @Option(name: .customLong("connect-wave"), help: "Devices that connect at a time at the start, each wave connected before the next (0: all at once).")
+    var connectWave = 0
 }
 
 func residentKiB(_ pid: Int32) -> Int? {
@@ -128,10 +130,14 @@ struct LoadGenerator {
         let collector = Collector()
         let connectStart = Date()
         /// Starts a device per identity; each records and acknowledges what it gets.
-        func startDevices() throws -> ([DeviceClient], [Task<Void, Never>]) {
+        /// With `wave` > 0, that many at a time, each wave connected before the next starts.
+        func startDevices(wave: Int = 0) async throws -> ([DeviceClient], [Task<Void, Never>]) {
             var clients: [DeviceClient] = []
             var runners: [Task<Void, Never>] = []
             for directory in directories {
+                if wave > 0, clients.count % wave == 0 {
+                    for client in clients.suffix(wave) { try await client.waitUntilConnected() }
+                }
                 let client = try DeviceClient(
                     credentials: try DeviceCredentials.load(from: directory), environment: .production,
                     options: .init(host: arguments.host, port: arguments.devicePort, serverName: "localhost"), logger: logger)
@@ -147,7 +153,7 @@ struct LoadGenerator {
             return (clients, runners)
         }
         var tokens: [[UInt8]] = []
-        var (clients, runners) = try startDevices()
+        var (clients, runners) = try await startDevices(wave: arguments.connectWave)
         for client in clients { try await client.waitUntilConnected() }
         for client in clients { tokens.append(try await client.register("com.example.demo")) }
         let connectSeconds = Date().timeIntervalSince(connectStart)
@@ -223,7 +229,7 @@ struct LoadGenerator {
         // Drain: the devices reconnect and receive what was held.
         let drainStart = Date()
         let again: [DeviceClient]
-        (again, runners) = try startDevices()
+        (again, runners) = try await startDevices()
         await waitFor(again.count, limit: 120)
         let drainSeconds = Date().timeIntervalSince(drainStart)
         print("drain: \(collector.count) held notifications reached \(again.count) reconnecting devices in \(String(format: "%.2f", drainSeconds)) s (\(Int(Double(collector.count) / drainSeconds))/s, connections included)")
