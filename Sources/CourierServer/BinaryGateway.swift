@@ -117,19 +117,21 @@ final class BinaryGateway: Service {
             tokenLength: configuration.limits.tokenLength, legacyPayload: configuration.limits.payload.binaryLegacy,
             command2Payload: configuration.limits.payload.binaryCommand2)
         let timeout = configuration.handshakeTimeout
-        let server = try await listenerBootstrap()
-            .bind(host: configuration.network.host, port: configuration.network.ports(environment).binary) { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    let box = PeerIdentityBox()
-                    let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
-                    try channel.pipeline.syncOperations.addHandlers(
-                        verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
-                            handshake,
-                            ByteToMessageHandler(BinaryProviderDecoder(limits: limits)),
-                        ])
-                    return (try NIOAsyncChannel<BinaryProviderInbound, ByteBuffer>(wrappingChannelSynchronously: channel), box, handshake.promise.futureResult)
+        let server = try await bindListener(.binary, environment, configuration.network) { host, port in
+            try await listenerBootstrap()
+                .bind(host: host, port: port) { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        let box = PeerIdentityBox()
+                        let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
+                        try channel.pipeline.syncOperations.addHandlers(
+                            verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
+                                handshake,
+                                ByteToMessageHandler(BinaryProviderDecoder(limits: limits)),
+                            ])
+                        return (try NIOAsyncChannel<BinaryProviderInbound, ByteBuffer>(wrappingChannelSynchronously: channel), box, handshake.promise.futureResult)
+                    }
                 }
-            }
+        }
         ports.set(.binary, environment, server.channel.localAddress?.port ?? 0)
         logger.info("listening", metadata: ["courier.port": "\(server.channel.localAddress?.port ?? 0)"])
         try await acceptConnections(on: server) {

@@ -108,7 +108,9 @@ public struct CourierApplication: Sendable {
         if let onReady { all.append(ReadinessService(ports: ports, listeners: listeners, announce: onReady)) }
         return ServiceGroup(
             configuration: ServiceGroupConfiguration(
-                services: all.map { ServiceGroupConfiguration.ServiceConfiguration(service: $0) },
+                // A service that fails (a port already taken) stops the
+                // others in order, as SIGTERM does: the store closes last.
+                services: all.map { ServiceGroupConfiguration.ServiceConfiguration(service: $0, failureTerminationBehavior: .gracefullyShutdownGroup) },
                 gracefulShutdownSignals: signals ? [.sigterm, .sigint] : [],
                 logger: logger))
     }
@@ -216,7 +218,13 @@ struct ReadinessService: Service {
     let announce: @Sendable ([String: Int]) -> Void
 
     func run() async throws {
-        for (listener, environment) in listeners { _ = await ports.port(listener, environment) }
+        // A listener that fails to bind never reports its port: the wait
+        // ends with the group's shutdown.
+        let ready: Bool? = try? await cancelWhenGracefulShutdown {
+            for (listener, environment) in listeners { _ = try await ports.port(listener, environment) }
+            return true
+        }
+        guard ready == true else { return }
         announce(ports.all)
         try? await gracefulShutdown()
     }

@@ -68,32 +68,38 @@ final class DeviceGateway: Service {
         let maxFrame = configuration.limits.deviceMaxFrameLength
         let keepAlive = configuration.qos.keepAlive
         let timeout = configuration.handshakeTimeout
-        let server = try await listenerBootstrap(backlog: 1024)
-            .childChannelOption(.allocator, value: PageBufferAllocator.allocator)
-            .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    let box = PeerIdentityBox()
-                    let connection = DeviceConnection(gateway: self, link: ChannelDeviceLink(channel: channel), peer: box)
-                    // However the channel ends (even before its handlers are
-                    // in place, or refused during shutdown), its connection
-                    // hears of it last.
-                    channel.closeFuture.whenComplete { _ in connection.enqueue(.closed) }
-                    try self.open.add(channel)
-                    try channel.pipeline.syncOperations.addHandlers(
-                        verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
-                            ConnectionTimeout(.silence, timeout: .seconds(Int64(2 * keepAlive))),
-                            ByteToMessageHandler(DeviceFrameDecoder(maxFrameLength: maxFrame)),
-                            MessageToByteHandler(DeviceFrameEncoder()),
-                            DeviceConnectionHandler(connection),
-                        ])
+        let server = try await bindListener(.device, environment, configuration.network) { host, port in
+            try await listenerBootstrap(backlog: 1024)
+                .childChannelOption(.allocator, value: PageBufferAllocator.allocator)
+                .childChannelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        let box = PeerIdentityBox()
+                        let connection = DeviceConnection(gateway: self, link: ChannelDeviceLink(channel: channel), peer: box)
+                        // However the channel ends (even before its handlers are
+                        // in place, or refused during shutdown), its connection
+                        // hears of it last.
+                        channel.closeFuture.whenComplete { _ in connection.enqueue(.closed) }
+                        try self.open.add(channel)
+                        try channel.pipeline.syncOperations.addHandlers(
+                            verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
+                                ConnectionTimeout(.silence, timeout: .seconds(Int64(2 * keepAlive))),
+                                ByteToMessageHandler(DeviceFrameDecoder(maxFrameLength: maxFrame)),
+                                MessageToByteHandler(DeviceFrameEncoder()),
+                                DeviceConnectionHandler(connection),
+                            ])
+                    }
                 }
-            }
-            .bind(host: configuration.network.host, port: configuration.network.ports(environment).device)
-            .get()
+                .bind(host: host, port: port)
+                .get()
+        }
         ports.set(.device, environment, server.localAddress?.port ?? 0)
         logger.info("listening", metadata: ["courier.port": "\(server.localAddress?.port ?? 0)"])
         await withGracefulShutdownHandler {
-            try? await server.closeFuture.get()
+            await withTaskCancellationHandler {
+                try? await server.closeFuture.get()
+            } onCancel: {
+                server.close(promise: nil)
+            }
         } onGracefulShutdown: {
             server.close(promise: nil)
             self.open.closeAll()
@@ -395,8 +401,8 @@ struct TimerService: Service {
 
     func run() async throws {
         await cancelWhenGracefulShutdown {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .seconds(interval))
+            // A sleep cut short by shutdown ends the loop: no tick then.
+            while (try? await Task.sleep(for: .seconds(interval))) != nil {
                 await tick()
             }
         }

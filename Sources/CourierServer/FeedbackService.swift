@@ -37,16 +37,18 @@ final class FeedbackService: Service {
         let verifier = PeerVerifier(authority: authority.authority, store: store, kind: .provider, logger: logger, environment: environment)
         let context = self.context
         let timeout = configuration.handshakeTimeout
-        let server = try await listenerBootstrap()
-            .bind(host: configuration.network.host, port: configuration.network.ports(environment).feedback) { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    let box = PeerIdentityBox()
-                    let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
-                    try channel.pipeline.syncOperations.addHandlers(
-                        verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [handshake])
-                    return (try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel), box, handshake.promise.futureResult)
+        let server = try await bindListener(.feedback, environment, configuration.network) { host, port in
+            try await listenerBootstrap()
+                .bind(host: host, port: port) { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        let box = PeerIdentityBox()
+                        let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
+                        try channel.pipeline.syncOperations.addHandlers(
+                            verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [handshake])
+                        return (try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel), box, handshake.promise.futureResult)
+                    }
                 }
-            }
+        }
         ports.set(.feedback, environment, server.channel.localAddress?.port ?? 0)
         try await acceptConnections(on: server) { connection, box, handshake in
             await self.serve(connection, peer: box, handshake: handshake)

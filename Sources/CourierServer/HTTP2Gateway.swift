@@ -120,17 +120,19 @@ public final class HTTP2Gateway: Service, Sendable {
         let verifier = PeerVerifier(authority: authority.authority, store: dispatcher.store, kind: .provider, logger: logger)
         let context = self.context
         let timeout = configuration.handshakeTimeout
-        let server = try await listenerBootstrap()
-            .bind(host: configuration.network.host, port: configuration.network.ports(environment).http2) { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    let box = PeerIdentityBox()
-                    try channel.pipeline.syncOperations.addHandlers(
-                        verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
-                            HTTP2ConnectionSetup(gateway: self, peer: box),
-                        ])
-                    return channel
+        let server = try await bindListener(.http2, environment, configuration.network) { host, port in
+            try await listenerBootstrap()
+                .bind(host: host, port: port) { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        let box = PeerIdentityBox()
+                        try channel.pipeline.syncOperations.addHandlers(
+                            verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
+                                HTTP2ConnectionSetup(gateway: self, peer: box),
+                            ])
+                        return channel
+                    }
                 }
-            }
+        }
         ports.set(.http2, environment, server.channel.localAddress?.port ?? 0)
         logger.info("listening", metadata: ["courier.port": "\(server.channel.localAddress?.port ?? 0)"])
         try await acceptConnections(on: server) {

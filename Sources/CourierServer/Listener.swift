@@ -1,3 +1,4 @@
+import CourierCore
 import NIOCore
 import NIOPosix
 import NIOTLS
@@ -119,4 +120,37 @@ extension ConnectionTimeout: Sendable {}
 extension CourierConfiguration {
     /// The TLS handshake limit as the event loop counts time.
     var handshakeTimeout: TimeAmount { .milliseconds(Int64(network.handshakeTimeout * 1000)) }
+}
+
+/// A listener could not have its address (taken, not this machine's, a
+/// privileged port): the message names the listener, the address and why.
+struct ListenerBindError: Error, CustomStringConvertible {
+    let listener: String
+    let host: String
+    let port: Int
+    let reason: String
+
+    var description: String { "cannot listen for \(listener) on \(host):\(port): \(reason)" }
+}
+
+/// Binds the listener `listener` of `environment` at its configured
+/// address with `bind(host, port)`, so that a failure says which one.
+func bindListener<Server>(
+    _ listener: BoundPorts.Listener, _ environment: Environment, _ network: CourierConfiguration.Network,
+    _ bind: (_ host: String, _ port: Int) async throws -> Server
+) async throws -> Server {
+    let ports = network.ports(environment)
+    let port =
+        switch listener {
+        case .device: ports.device
+        case .binary: ports.binary
+        case .feedback: ports.feedback
+        case .http2: ports.http2
+        }
+    do {
+        return try await bind(network.host, port)
+    } catch {
+        let reason = (error as? IOError).map { String(cString: strerror($0.errnoCode)) } ?? "\(error)"
+        throw ListenerBindError(listener: "\(listener.rawValue).\(environment.rawValue)", host: network.host, port: port, reason: reason)
+    }
 }

@@ -117,7 +117,8 @@ public final class BoundPorts: Sendable {
 
     private struct State {
         var ports: [String: Int] = [:]
-        var waiters: [String: [CheckedContinuation<Int, Never>]] = [:]
+        var waiters: [String: [(id: Int, continuation: CheckedContinuation<Int, any Error>)]] = [:]
+        var nextWaiter = 0
     }
 
     private let state = Mutex(State())
@@ -126,23 +127,38 @@ public final class BoundPorts: Sendable {
 
     func set(_ listener: Listener, _ environment: Environment, _ port: Int) {
         let key = "\(listener.rawValue).\(environment.rawValue)"
-        let waiters = state.withLock { state -> [CheckedContinuation<Int, Never>] in
+        let waiters = state.withLock { state in
             state.ports[key] = port
             return state.waiters.removeValue(forKey: key) ?? []
         }
-        for waiter in waiters { waiter.resume(returning: port) }
+        for waiter in waiters { waiter.continuation.resume(returning: port) }
     }
 
-    /// The port, once the listener is bound.
-    public func port(_ listener: Listener, _ environment: Environment) async -> Int {
+    /// The port, once the listener is bound. Throws `CancellationError`
+    /// when the waiting task is cancelled (a listener that failed to bind
+    /// never sets its port, and the service group cancels its waiters).
+    public func port(_ listener: Listener, _ environment: Environment) async throws -> Int {
         let key = "\(listener.rawValue).\(environment.rawValue)"
-        return await withCheckedContinuation { continuation in
-            let ready = state.withLock { state -> Int? in
-                if let port = state.ports[key] { return port }
-                state.waiters[key, default: []].append(continuation)
-                return nil
+        let id = state.withLock { state in
+            defer { state.nextWaiter += 1 }
+            return state.nextWaiter
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let ready = state.withLock { state -> Result<Int, any Error>? in
+                    if let port = state.ports[key] { return .success(port) }
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    state.waiters[key, default: []].append((id, continuation))
+                    return nil
+                }
+                if let ready { continuation.resume(with: ready) }
             }
-            if let ready { continuation.resume(returning: ready) }
+        } onCancel: {
+            let waiter = state.withLock { state in
+                let index = state.waiters[key]?.firstIndex { $0.id == id }
+                return index.map { state.waiters[key]!.remove(at: $0) }
+            }
+            waiter?.continuation.resume(throwing: CancellationError())
         }
     }
 

@@ -18,7 +18,7 @@ extension TestServer {
         let tls = ProviderTLS(
             certificatePath: certificate ?? demo + "/com.example.demo.pem", keyPath: key ?? demo + "/com.example.demo-key.pem",
             caPath: directory + "/pki/ca.pem")
-        let port = await application.ports.port(.binary, environment)
+        let port = try await application.ports.port(.binary, environment)
         return try BinaryProviderClient(host: "127.0.0.1", port: port, tls: tls, command: command, serverName: "localhost", logger: logger)
     }
 }
@@ -202,12 +202,12 @@ func nextFailure(_ client: BinaryProviderClient) async -> BinaryPushFailure? {
         let tls = ProviderTLS(
             certificatePath: server.directory + "/demo/com.example.demo.pem", keyPath: server.directory + "/demo/com.example.demo-key.pem",
             caPath: server.directory + "/pki/ca.pem")
-        let port = await server.application.ports.port(.feedback, .production)
+        let port = try await server.application.ports.port(.feedback, .production)
         let entries = try await FeedbackReader.read(host: "127.0.0.1", port: port, tls: tls, serverName: "localhost")
         #expect(entries.map(\.token) == [token])
         #expect(abs(entries[0].date.timeIntervalSince(server.clock.now())) < 2)
         #expect(try await FeedbackReader.read(host: "127.0.0.1", port: port, tls: tls, serverName: "localhost").isEmpty, "cleared after reading")
-        let sandboxPort = await server.application.ports.port(.feedback, .sandbox)
+        let sandboxPort = try await server.application.ports.port(.feedback, .sandbox)
         #expect(try await FeedbackReader.read(host: "127.0.0.1", port: sandboxPort, tls: tls, serverName: "localhost").isEmpty, "per environment")
 
         // Another app's provider does not see this app's entries.

@@ -1,5 +1,7 @@
 import CourierTestSupport
 import Foundation
+import NIOCore
+import NIOPosix
 import Testing
 
 let courier = productsDirectory().appendingPathComponent("courier").path
@@ -58,6 +60,20 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         #expect(result.status != 0)
         #expect(result.stderr.contains("unknown key 'network.adminPrt'"))
         #expect(result.stderr.split(separator: "\n").count == 1)
+    }
+
+    @Test func aPortAlreadyTakenStopsServeWithAOneLineMessage() throws {
+        let directory = try temporaryDirectory()
+        let taken = try ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: 0).wait()
+        defer { try? taken.close().wait() }
+        let port = try #require(taken.localAddress?.port)
+        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0}"#
+        let production = #"{"binary": 0, "feedback": 0, "http2": 0, "device": \#(port)}"#
+        try #"{"network": {"production": \#(production), "sandbox": \#(zero), "adminPort": 0}, "logLevel": "critical"}"#
+            .write(toFile: directory + "/courier.json", atomically: true, encoding: .utf8)
+        let result = try courierRun(["serve", "--config", directory + "/courier.json", "--data", directory + "/data"])
+        #expect(result.status == 1)
+        #expect(result.stderr == "courier: cannot listen for device.production on 127.0.0.1:\(port): Address already in use\n", "\(result.stderr)")
     }
 
     @Test func provisioningFromTheCommandLine() throws {

@@ -14,7 +14,7 @@ import Testing
 
 @Suite(.timeLimit(.minutes(2))) struct DeviceGatewayTests {
     func client(_ server: TestServer, directory: String) async throws -> DeviceClient {
-        let port = await server.devicePort()
+        let port = try await server.devicePort()
         return try DeviceClient(
             credentials: try DeviceCredentials.load(from: directory), environment: .production,
             options: .init(host: "127.0.0.1", port: port, serverName: "localhost", attempts: 1), logger: server.logger)
@@ -84,7 +84,7 @@ import Testing
     func rawConnection(_ server: TestServer) async throws -> NIOAsyncChannel<DeviceFrame, DeviceFrame> {
         let path = server.directory + "/raw-device-\(UUID().uuidString)"
         _ = try await server.application.provisioner.issueDeviceIdentity(directory: path)
-        let port = await server.devicePort()
+        let port = try await server.devicePort()
         var configuration = TLSConfiguration.makeClientConfiguration()
         configuration.trustRoots = .file(path + "/ca.pem")
         configuration.certificateChain = try NIOSSLCertificate.fromPEMFile(path + "/cert.pem").map { .certificate($0) }

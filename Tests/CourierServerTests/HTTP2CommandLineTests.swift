@@ -10,8 +10,9 @@ import Testing
     @Test func theBannersCourierPushAndCurlCommandsReachTheDemoDevice() async throws {
         let server = try await TestServer()
         // The demo device holds the demo app's token from the first start.
-        let device = try await server.device(directory: try #require(server.application.report.demoDeviceDirectory))
-        let port = await server.http2Port()
+        let directory: String = try #require(server.application.report.demoDeviceDirectory)
+        let device = try await server.device(directory: directory)
+        let port = try await server.http2Port()
         let demo = try #require(DemoCommands.demo(server.application, port: port))
         #expect(try await device.client.register("com.example.demo") == Hex.decode(demo.deviceToken))
 

@@ -22,13 +22,13 @@ extension TestServer {
         return try AuthKey(keyID: keyID, p8PEM: String(contentsOfFile: try #require(application.report.demoAuthKeyPath), encoding: .utf8))
     }
 
-    func http2Port(_ environment: Environment = .production) async -> Int {
-        await application.ports.port(.http2, environment)
+    func http2Port(_ environment: Environment = .production) async throws -> Int {
+        try await application.ports.port(.http2, environment)
     }
 
     /// The client library with the demo team's key, or a certificate.
     func http2Client(_ environment: Environment = .production, credentials: HTTP2Credentials? = nil) async throws -> HTTP2ProviderClient {
-        let port = await http2Port(environment)
+        let port = try await http2Port(environment)
         let credentials = try credentials ?? .token(demoAuthKey(), teamID: "DEMOTEAM01")
         return try HTTP2ProviderClient(
             options: .init(host: "127.0.0.1", port: port, caPath: caPath, serverName: "localhost", connections: 1), credentials: credentials,
@@ -44,7 +44,7 @@ extension TestServer {
         _ environment: Environment = .production, certificate: (String, String)? = nil, alpn: [String] = ["h2"]
     ) async throws -> HTTP2Connection {
         let tls = try ProviderTLS(certificatePath: certificate?.0, keyPath: certificate?.1, caPath: caPath).configuration()
-        return try await HTTP2Connection.connect(host: "127.0.0.1", port: await http2Port(environment), tls: tls, serverName: "localhost", alpn: alpn)
+        return try await HTTP2Connection.connect(host: "127.0.0.1", port: try await http2Port(environment), tls: tls, serverName: "localhost", alpn: alpn)
     }
 }
 

@@ -44,8 +44,8 @@ final class TestServer: Sendable {
 
     var dispatcher: Dispatcher { application.dispatcher }
 
-    func devicePort(_ environment: Environment = .production) async -> Int {
-        await application.ports.port(.device, environment)
+    func devicePort(_ environment: Environment = .production) async throws -> Int {
+        try await application.ports.port(.device, environment)
     }
 
     /// A new device identity and a connected client for it.
@@ -53,7 +53,7 @@ final class TestServer: Sendable {
         let path = directory ?? self.directory + "/device-\(UUID().uuidString)"
         if directory == nil { _ = try await application.provisioner.issueDeviceIdentity(directory: path) }
         let credentials = try DeviceCredentials.load(from: path)
-        let port = await devicePort(environment)
+        let port = try await devicePort(environment)
         let client = try DeviceClient(
             credentials: credentials, environment: environment,
             options: .init(host: "127.0.0.1", port: port, initialBackoff: 0.02, maximumBackoff: 0.2, serverName: "localhost"), logger: logger)

@@ -34,8 +34,8 @@ let thirdPartyScripts = URL(fileURLWithPath: #filePath).deletingLastPathComponen
         let server = try await TestServer()
         let device = try await server.device()
         let token = Hex.encode(try await device.client.register("com.example.demo"))
-        let binaryPort = await server.application.ports.port(.binary, .production)
-        let feedbackPort = await server.application.ports.port(.feedback, .production)
+        let binaryPort = try await server.application.ports.port(.binary, .production)
+        let feedbackPort = try await server.application.ports.port(.feedback, .production)
         let cert = server.directory + "/demo/com.example.demo.pem"
         let key = server.directory + "/demo/com.example.demo-key.pem"
 
@@ -76,7 +76,7 @@ let thirdPartyScripts = URL(fileURLWithPath: #filePath).deletingLastPathComponen
         let server = try await TestServer()
         let device = try await server.device()
         let token = Hex.encode(try await device.client.register("com.example.demo"))
-        let port = await server.http2Port()
+        let port = try await server.http2Port()
         var arguments = [script, mode, "localhost", "\(port)", server.caPath]
         if mode == "token" {
             let key = try server.demoAuthKey()
