@@ -188,7 +188,7 @@ final class DeviceGateway: Service {
     /// Identifies the device from its certificate, records a newer
     /// generation, and sorts out the presented tokens that are not its own.
     private func connect(peer: PeerIdentityBox, tokens: [[UInt8]], generation: UInt32?) async throws -> (Device, [[UInt8]])? {
-        guard let record = peer.record, let deviceID = record.deviceID, var device = try await store.device(id: deviceID) else { return nil }
+        guard let record = peer.take(), let deviceID = record.deviceID, var device = try await store.device(id: deviceID) else { return nil }
         if let generation, generation > device.generation {
             try await store.setDeviceGeneration(id: deviceID, generation: generation)
             dispatcher.forgetRegistrations(deviceID: deviceID)

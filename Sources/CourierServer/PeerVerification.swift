@@ -14,6 +14,9 @@ final class PeerIdentityBox: Sendable {
     private let value = Mutex<CertificateRecord?>(nil)
     var record: CertificateRecord? { value.withLock { $0 } }
     func set(_ record: CertificateRecord) { value.withLock { $0 = record } }
+    /// The record, forgotten here: a connection that needs it once (a
+    /// device's, at Connect) does not keep it (and its PEM) while idle.
+    func take() -> CertificateRecord? { value.withLock { $0.take() } }
 }
 
 /// Checks client certificates during the TLS handshake: the chain must
