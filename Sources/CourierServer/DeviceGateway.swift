@@ -275,6 +275,8 @@ final class DeviceConnection: Sendable {
                 guard let item = inbox.items.popFirst() else {
                     inbox.conversation = conversation
                     inbox.running = false
+                    // A burst's room is not kept for the idle time after it.
+                    if inbox.items.capacity > 16 { inbox.items = CircularBuffer(initialCapacity: 2) }
                     return (nil, false)
                 }
                 let resume = inbox.paused && inbox.items.count <= Self.resumeAt
