@@ -71,13 +71,7 @@ public struct CourierApplication: Sendable {
                 services.append(TimerService(interval: configuration.qos.tickInterval) { await dispatcher.tick() })
                 services.append(
                     TimerService(interval: configuration.qos.tickInterval) { [http2Gateways] in
-                        // The gateways share the keys: read them once, then each gateway sweeps.
-                        do {
-                            try await keys.refresh()
-                        } catch {
-                            logger.error("store failed while reading auth keys", metadata: ["courier.error": "\(error)"])
-                        }
-                        for gateway in http2Gateways.values { await gateway.closeIdleAndRevoked() }
+                        await HTTP2Gateway.sweep(Array(http2Gateways.values))
                     })
             }
             for environment in Environment.allCases {

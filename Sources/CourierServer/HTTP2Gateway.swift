@@ -176,17 +176,24 @@ public final class HTTP2Gateway: Service, Sendable {
     /// with GOAWAY `IdleTimeout`, and those whose certificate or key was
     /// revoked.
     public func sweep() async {
-        do {
-            try await keys.refresh()
-        } catch {
-            logger.error("store failed while reading auth keys", metadata: ["courier.error": "\(error)"])
-        }
-        await closeIdleAndRevoked()
+        await Self.sweep([self])
     }
 
-    /// The sweep after `keys.refresh()` (the application's timer refreshes
-    /// the keys once for both gateways, which share them).
-    func closeIdleAndRevoked() async {
+    /// The sweep of gateways that share their keys (the application's
+    /// timer, both environments): the keys are read again once, then each
+    /// gateway closes what it must.
+    static func sweep(_ gateways: [HTTP2Gateway]) async {
+        guard let first = gateways.first else { return }
+        do {
+            try await first.keys.refresh()
+        } catch {
+            first.logger.error("store failed while reading auth keys", metadata: ["courier.error": "\(error)"])
+        }
+        for gateway in gateways { await gateway.closeIdleAndRevoked() }
+    }
+
+    /// The sweep after `keys.refresh()`.
+    private func closeIdleAndRevoked() async {
         let now = clock.now()
         let open = connections.withLock { Array($0.open.values) }
         for connection in open where now.timeIntervalSince(connection.idleSince) >= configuration.http2.idleTimeout {
