@@ -214,11 +214,13 @@ struct ReadinessService: Service {
     func run() async throws {
         // A listener that fails to bind never reports its port: the wait
         // ends with the group's shutdown.
-        let ready: Bool? = try? await cancelWhenGracefulShutdown {
-            for (listener, environment) in listeners { _ = try await ports.port(listener, environment) }
-            return true
+        do {
+            try await cancelWhenGracefulShutdown {
+                for (listener, environment) in listeners { _ = try await ports.port(listener, environment) }
+            }
+        } catch {
+            return
         }
-        guard ready == true else { return }
         announce(ports.all)
         try? await gracefulShutdown()
     }

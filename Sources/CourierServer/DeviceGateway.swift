@@ -102,10 +102,10 @@ final class DeviceGateway: Service {
             }
         } onGracefulShutdown: {
             server.close(promise: nil)
-            self.open.closeAll()
         }
-        // Every connection's last frames are handled (and the dispatcher
-        // told it went offline) before the gateway stops.
+        // The listening socket is closed (shutdown, or the group cancelled):
+        // every connection is closed, and its last frames handled (the
+        // dispatcher told it went offline) before the gateway stops.
         open.closeAll()
         await open.waitUntilEmpty()
     }
