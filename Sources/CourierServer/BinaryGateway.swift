@@ -121,19 +121,14 @@ final class BinaryGateway: Service {
             try await listenerBootstrap()
                 .bind(host: host, port: port) { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        let box = PeerIdentityBox()
-                        let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
-                        try channel.pipeline.syncOperations.addHandlers(
-                            verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
-                                handshake,
-                                ByteToMessageHandler(BinaryProviderDecoder(limits: limits)),
-                            ])
-                        return (try NIOAsyncChannel<BinaryProviderInbound, ByteBuffer>(wrappingChannelSynchronously: channel), box, handshake.promise.futureResult)
+                        let connection: (NIOAsyncChannel<BinaryProviderInbound, ByteBuffer>, PeerIdentityBox, EventLoopFuture<Void>) =
+                            try verifier.handshakingConnection(
+                                channel, context: context, handshakeTimeout: timeout, handlers: [ByteToMessageHandler(BinaryProviderDecoder(limits: limits))])
+                        return connection
                     }
                 }
         }
-        ports.set(.binary, environment, server.channel.localAddress?.port ?? 0)
-        logger.info("listening", metadata: ["courier.port": "\(server.channel.localAddress?.port ?? 0)"])
+        ports.listening(.binary, environment, on: server.channel, logger: logger)
         try await acceptConnections(on: server) {
             // Each open connection learns the last notification accepted: status 10.
             for (channel, state) in self.open.withLock({ Array($0.values) }) where state.answer() {

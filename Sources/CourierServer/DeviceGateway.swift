@@ -92,8 +92,7 @@ final class DeviceGateway: Service {
                 .bind(host: host, port: port)
                 .get()
         }
-        ports.set(.device, environment, server.localAddress?.port ?? 0)
-        logger.info("listening", metadata: ["courier.port": "\(server.localAddress?.port ?? 0)"])
+        ports.listening(.device, environment, on: server, logger: logger)
         await withGracefulShutdownHandler {
             await withTaskCancellationHandler {
                 try? await server.closeFuture.get()

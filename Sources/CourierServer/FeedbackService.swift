@@ -41,15 +41,13 @@ final class FeedbackService: Service {
             try await listenerBootstrap()
                 .bind(host: host, port: port) { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        let box = PeerIdentityBox()
-                        let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
-                        try channel.pipeline.syncOperations.addHandlers(
-                            verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [handshake])
-                        return (try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel), box, handshake.promise.futureResult)
+                        let connection: (NIOAsyncChannel<ByteBuffer, ByteBuffer>, PeerIdentityBox, EventLoopFuture<Void>) =
+                            try verifier.handshakingConnection(channel, context: context, handshakeTimeout: timeout)
+                        return connection
                     }
                 }
         }
-        ports.set(.feedback, environment, server.channel.localAddress?.port ?? 0)
+        ports.listening(.feedback, environment, on: server.channel, logger: logger)
         try await acceptConnections(on: server) { connection, box, handshake in
             await self.serve(connection, peer: box, handshake: handshake)
         }

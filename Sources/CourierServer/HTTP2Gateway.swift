@@ -133,8 +133,7 @@ public final class HTTP2Gateway: Service, Sendable {
                     }
                 }
         }
-        ports.set(.http2, environment, server.channel.localAddress?.port ?? 0)
-        logger.info("listening", metadata: ["courier.port": "\(server.channel.localAddress?.port ?? 0)"])
+        ports.listening(.http2, environment, on: server.channel, logger: logger)
         try await acceptConnections(on: server) {
             let (open, waiters) = self.connections.withLock { state in
                 state.shuttingDown = true

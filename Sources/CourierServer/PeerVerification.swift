@@ -1,5 +1,6 @@
 import CourierCore
 import CourierPKI
+import CourierWire
 import Foundation
 import Logging
 import NIOCore
@@ -40,6 +41,18 @@ struct PeerVerifier: Sendable {
             NIOSSLServerHandler(context: context) { chain, promise in verify(chain, into: box, promise: promise) },
             ConnectionTimeout(.handshake, timeout: handshakeTimeout),
         ]
+    }
+
+    /// A connection of the binary and feedback listeners: `tlsHandlers`,
+    /// a signal for the handshake's end, then `handlers`; returned with the
+    /// peer's identity and the end of the handshake.
+    func handshakingConnection<Inbound: Sendable, Outbound: Sendable>(
+        _ channel: any Channel, context: NIOSSLContext, handshakeTimeout: TimeAmount, handlers: [any ChannelHandler] = []
+    ) throws -> (NIOAsyncChannel<Inbound, Outbound>, PeerIdentityBox, EventLoopFuture<Void>) {
+        let box = PeerIdentityBox()
+        let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
+        try channel.pipeline.syncOperations.addHandlers(tlsHandlers(context: context, box: box, handshakeTimeout: handshakeTimeout) + [handshake] + handlers)
+        return (try NIOAsyncChannel(wrappingChannelSynchronously: channel), box, handshake.promise.futureResult)
     }
 
     func verify(_ chain: [NIOSSLCertificate], into box: PeerIdentityBox, promise: EventLoopPromise<NIOSSLVerificationResult>) {
@@ -128,7 +141,11 @@ public final class BoundPorts: Sendable {
 
     public init() {}
 
-    func set(_ listener: Listener, _ environment: Environment, _ port: Int) {
+    /// A listener is listening on `channel`: its port is recorded (and
+    /// its waiters told) and logged.
+    func listening(_ listener: Listener, _ environment: Environment, on channel: any Channel, logger: Logger) {
+        let port = channel.localAddress?.port ?? 0
+        logger.info("listening", metadata: ["courier.port": "\(port)"])
         let key = "\(listener.rawValue).\(environment.rawValue)"
         let waiters = state.withLock { state in
             state.ports[key] = port
