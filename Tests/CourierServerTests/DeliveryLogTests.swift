@@ -19,7 +19,7 @@ import Testing
         store.logGate.close()
         writer.append(events(3))
         // The writer takes the first batch and is held in the store.
-        while store.logGate.waiting == 0 { await Task.yield() }
+        await store.logGate.waitUntilHolding()
         writer.append(events(12))
         let producer = Task { await writer.waitForRoom() }
         while writer.waitingProducers == 0 { await Task.yield() }

@@ -187,7 +187,7 @@ import Testing
             frames += (0..<20_000).map { _ in DeviceMessage.ack(id: UUID(), status: 0).frame }
             frames += [DeviceMessage.appTokenRequest(bundleID: "com.example.demo", requestID: 2).frame, DeviceMessage.keepAlive.frame]
             try await outbound.write(contentsOf: frames)
-            while store.appGate.waiting == 0 { await Task.yield() }
+            await store.appGate.waitUntilHolding()
             store.appGate.open()
             var answers: [DeviceMessage] = []
             while answers.count < 5, let frame = try await iterator.next() { answers.append(try DeviceMessage(frame: frame)) }

@@ -7,7 +7,8 @@ import Testing
 /// test switches on: a store that fails while holding notifications (500
 /// InternalServerError, binary status 1), one that cannot read
 /// registrations (503 ServiceUnavailable), a team that is gone (403
-/// Forbidden), and held commits (a request kept in flight).
+/// Forbidden), and gates that hold commits, delivery-log writes or app
+/// lookups (a request kept in flight).
 extension TestServer {
     /// A server whose store is a `FaultyStore` over the real one.
     static func withFaultyStore() async throws -> (TestServer, FaultyStore) {
@@ -29,9 +30,6 @@ final class FaultyStore: Store {
         var failRegistrationReads = false
         var failKeyReads = false
         var missingTeams: Set<String> = []
-        var holdCommits = false
-        var held: [CheckedContinuation<Void, Never>] = []
-        var heldWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
     let base: any Store
@@ -46,29 +44,8 @@ final class FaultyStore: Store {
     func failKeyReads(_ on: Bool) { state.withLock { $0.failKeyReads = on } }
     func hideTeam(_ id: String) { _ = state.withLock { $0.missingTeams.insert(id) } }
 
-    /// From now on commits of held notifications wait for `release`.
-    func holdCommits() { state.withLock { $0.holdCommits = true } }
-
-    /// Waits until a commit is being held.
-    func waitUntilHolding() async {
-        await withCheckedContinuation { continuation in
-            let holding = state.withLock { state -> Bool in
-                if !state.held.isEmpty { return true }
-                state.heldWaiters.append(continuation)
-                return false
-            }
-            if holding { continuation.resume() }
-        }
-    }
-
-    func release() {
-        let held = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            state.holdCommits = false
-            defer { state.held = [] }
-            return state.held
-        }
-        for continuation in held { continuation.resume() }
-    }
+    /// Holds commits of notifications to store while closed.
+    let commitGate = Gate()
 
     func team(id: String) async throws -> Team? {
         if state.withLock({ $0.missingTeams.contains(id) }) { return nil }
@@ -82,16 +59,7 @@ final class FaultyStore: Store {
 
     func storePending(_ notifications: [PendingNotification]) async throws -> [PendingNotification?] {
         if state.withLock({ $0.failStorePending }) { throw Injected() }
-        await withCheckedContinuation { continuation in
-            let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>]? in
-                guard state.holdCommits else { return nil }
-                state.held.append(continuation)
-                defer { state.heldWaiters = [] }
-                return state.heldWaiters
-            }
-            guard let waiters else { return continuation.resume() }
-            for waiter in waiters { waiter.resume() }
-        }
+        await commitGate.pass()
         return try await base.storePending(notifications)
     }
 
@@ -142,9 +110,17 @@ final class FaultyStore: Store {
     func deliveryEvents(notificationID: UUID) async throws -> [DeliveryEvent] { try await base.deliveryEvents(notificationID: notificationID) }
 }
 
-/// A gate async code passes only while it is open.
+/// A gate async code passes only while it is open; a test can wait
+/// until something is held at it.
 final class Gate: Sendable {
-    private let state = Mutex<(open: Bool, waiting: [CheckedContinuation<Void, Never>])>((true, []))
+    private struct State {
+        var open = true
+        var waiting: [CheckedContinuation<Void, Never>] = []
+        /// Tests waiting for something to be held.
+        var watchers: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state = Mutex(State())
 
     func close() { state.withLock { $0.open = false } }
 
@@ -161,11 +137,26 @@ final class Gate: Sendable {
 
     func pass() async {
         await withCheckedContinuation { continuation in
-            let open = state.withLock { state -> Bool in
-                if !state.open { state.waiting.append(continuation) }
-                return state.open
+            let watchers = state.withLock { state -> [CheckedContinuation<Void, Never>]? in
+                guard !state.open else { return nil }
+                state.waiting.append(continuation)
+                defer { state.watchers = [] }
+                return state.watchers
             }
-            if open { continuation.resume() }
+            guard let watchers else { return continuation.resume() }
+            for watcher in watchers { watcher.resume() }
+        }
+    }
+
+    /// Returns once something is held at the gate.
+    func waitUntilHolding() async {
+        await withCheckedContinuation { continuation in
+            let holding = state.withLock { state -> Bool in
+                if !state.waiting.isEmpty { return true }
+                state.watchers.append(continuation)
+                return false
+            }
+            if holding { continuation.resume() }
         }
     }
 }

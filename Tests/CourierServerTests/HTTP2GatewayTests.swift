@@ -472,15 +472,15 @@ extension HTTP2ProtocolTableTests {
         var held = RawPush(token: token)
         held.headers.append(("apns-expiration", String(Int(server.clock.now().timeIntervalSince1970) + 3600)))
         // A push that must be stored stays in flight while its commit is held.
-        store.holdCommits()
+        store.commitGate.close()
         let inFlight = Task { try await held.send(on: connection) }
-        await store.waitUntilHolding()
+        await store.commitGate.waitUntilHolding()
         let stopping = Task { try await server.stop() }
         await server.application.http2Gateways[.production]!.waitUntilShuttingDown()
         let late = try await RawPush(token: token).send(on: connection)
         #expect((late.status, late.reason) == (503, "Shutdown"))
         #expect(connection.isUsable)
-        store.release()
+        store.commitGate.open()
         #expect(try await inFlight.value.status == 200)
         let goAway = try #require(await connection.closed())
         #expect(goAway.reason == .shutdown)
