@@ -98,12 +98,10 @@ public actor HTTP2ProviderClient {
         self.credentials = credentials
         self.clock = clock
         self.logger = logger
-        var tls: TLSConfiguration
-        if case .certificate(let certificatePath, let keyPath) = credentials {
-            tls = try ProviderTLS(certificatePath: certificatePath, keyPath: keyPath, caPath: options.caPath).configuration()
-        } else {
-            tls = try ProviderTLS(certificatePath: nil, keyPath: nil, caPath: options.caPath).configuration()
-        }
+        // A certificate and key with certificate trust; none with token trust.
+        var certificate: (path: String, key: String)?
+        if case .certificate(let certificatePath, let keyPath) = credentials { certificate = (certificatePath, keyPath) }
+        var tls = try ProviderTLS(certificatePath: certificate?.path, keyPath: certificate?.key, caPath: options.caPath).configuration()
         tls.minimumTLSVersion = .tlsv12
         self.tls = tls
     }
