@@ -20,6 +20,12 @@ import Darwin
 ///
 /// Each block starts with a 16-byte header holding the length of its
 /// mapping (0 for a heap block), so that freeing knows where it came from.
+///
+/// Copying into new pages skips the source's pages that hold only zeros:
+/// NIO copies a buffer's whole capacity when it copies on write (NIOSSL's
+/// decrypted-bytes buffer is copied so when the frames read from it are
+/// still held at the next read), and a plain copy would make every page of
+/// the new 32 KiB resident, for the life of the connection.
 enum PageBufferAllocator {
     static let largeSize = 16 * 1024
 
@@ -27,7 +33,7 @@ enum PageBufferAllocator {
         allocate: { size in pageBufferAllocate(size) },
         reallocate: { pointer, oldSize, newSize in pageBufferReallocate(pointer, oldSize, newSize) },
         deallocate: { pointer in pageBufferDeallocate(pointer) },
-        copy: { destination, source, count in destination.copyMemory(from: source, byteCount: count) }
+        copy: { destination, source, count in pageBufferCopy(destination, source, count) }
     )
 }
 
@@ -64,6 +70,29 @@ private func pageBufferDeallocate(_ pointer: UnsafeMutableRawPointer) {
     }
 }
 
+/// Copies into a block `pageBufferAllocate` returned. A mapped block is
+/// fresh (all zeros), so the source's all-zero pages are not written.
+private func pageBufferCopy(_ destination: UnsafeMutableRawPointer, _ source: UnsafeRawPointer, _ count: Int) {
+    guard (destination - headerSize).load(as: Int.self) > 0 else {
+        destination.copyMemory(from: source, byteCount: count)
+        return
+    }
+    // Chunks end on the destination's page boundaries (it starts after the header).
+    var offset = 0
+    var chunk = pageSize - headerSize
+    while offset < count {
+        let length = min(chunk, count - offset)
+        if memcmp(source + offset, zeroPage, length) != 0 {
+            (destination + offset).copyMemory(from: source + offset, byteCount: length)
+        }
+        offset += length
+        chunk = pageSize
+    }
+}
+
+/// A page of zeros to compare with.
+private nonisolated(unsafe) let zeroPage = UnsafeRawPointer(calloc(1, pageSize)!)
+
 private func pageBufferReallocate(_ pointer: UnsafeMutableRawPointer?, _ oldSize: Int, _ newSize: Int) -> UnsafeMutableRawPointer? {
     guard let pointer else { return pageBufferAllocate(newSize) }
     let block = pointer - headerSize
@@ -75,7 +104,7 @@ private func pageBufferReallocate(_ pointer: UnsafeMutableRawPointer?, _ oldSize
         return pointer
     }
     guard let moved = pageBufferAllocate(newSize) else { return nil }
-    moved.copyMemory(from: pointer, byteCount: min(oldSize, newSize))
+    pageBufferCopy(moved, pointer, min(oldSize, newSize))
     pageBufferDeallocate(pointer)
     return moved
 }
