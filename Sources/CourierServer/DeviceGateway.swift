@@ -19,8 +19,14 @@ final class ChannelDeviceLink: DeviceLink {
         self.channel = channel
     }
 
+    /// Always through the event loop's queue, even on the loop itself: a
+    /// frame answered at once on the loop (`DeviceConnection.enqueue`)
+    /// must not overtake frames the connection's task sent just before,
+    /// which are still in that queue.
     func send(_ message: DeviceMessage) {
-        channel.writeAndFlush(message.frame, promise: nil)
+        let frame = message.frame
+        let channel = self.channel
+        channel.eventLoop.execute { channel.writeAndFlush(frame, promise: nil) }
     }
 
     /// Sends a last frame and waits until it is written (or the write failed).
@@ -114,19 +120,47 @@ final class DeviceGateway: Service {
         open.remove(channel)
     }
 
-    /// Handles one frame of a connection; false once the connection is
-    /// over (an error frame sent, or a refused connect).
-    fileprivate func handle(_ frame: DeviceFrame, _ conversation: inout DeviceConversation, link: ChannelDeviceLink, peer: PeerIdentityBox) async -> Bool {
-        let tokenLength = configuration.limits.tokenLength
+    /// Reads one frame of a connection and does at once what needs no
+    /// waiting: a KeepAlive's answer, the Ack of a notification not held in
+    /// the store. Returns what is left to do (`perform`), if anything.
+    fileprivate func receive(_ frame: DeviceFrame, _ conversation: inout DeviceConversation, link: ChannelDeviceLink) -> DeviceStep? {
+        let message: DeviceMessage
         do {
-            let message: DeviceMessage
-            do {
-                message = try DeviceMessage(frame: frame, tokenLength: tokenLength)
-            } catch let error as DeviceProtocolError {
-                await fail(error, link: link)
-                return false
-            }
-            switch conversation.machine.receive(message) {
+            message = try DeviceMessage(frame: frame, tokenLength: configuration.limits.tokenLength)
+        } catch let error as DeviceProtocolError {
+            return .act(.fail(error))
+        } catch {
+            return .close(error)
+        }
+        switch conversation.machine.receive(message) {
+        case .keepAlive:
+            link.send(.keepAliveAck)
+            return nil
+        case .acknowledge(_, let idBytes):
+            let id = idBytes.withUnsafeBytes { UUID(uuid: $0.loadUnaligned(as: uuid_t.self)) }
+            return dispatcher.acknowledge(id, by: conversation.session!).map(DeviceStep.removeAcknowledged)
+        case let action:
+            return .act(action)
+        }
+    }
+
+    /// Does what a frame left to do; false once the connection is over (an
+    /// error frame sent, or a refused connect).
+    fileprivate func perform(_ step: DeviceStep, _ conversation: inout DeviceConversation, link: ChannelDeviceLink, peer: PeerIdentityBox) async -> Bool {
+        let action: DeviceConnectionStateMachine.Action
+        switch step {
+        case .close(let error):
+            logger.debug("device connection ended", metadata: ["courier.error": "\(error)"])
+            link.close()
+            return false
+        case .removeAcknowledged(let held):
+            await dispatcher.removeAcknowledged(held)
+            return true
+        case .act(let next):
+            action = next
+        }
+        do {
+            switch action {
             case .fail(let error):
                 await fail(error, link: link)
                 return false
@@ -143,7 +177,7 @@ final class DeviceGateway: Service {
                     .connectAck(
                         status: .ok, serverTime: now(), keepAlive: UInt16(clamping: configuration.qos.keepAlive),
                         maxFrameLength: UInt32(configuration.limits.deviceMaxFrameLength), refusedTokens: refused,
-                        tokenLength: UInt8(tokenLength)))
+                        tokenLength: UInt8(configuration.limits.tokenLength)))
                 conversation.machine.connectAccepted()
                 let session = DeviceSession(environment: environment, deviceID: device.id, link: link)
                 conversation.session = session
@@ -155,13 +189,10 @@ final class DeviceGateway: Service {
             case .unregister(let bundleID, let requestID):
                 let done = try await dispatcher.unregister(deviceID: conversation.session!.deviceID, bundleID: bundleID, environment: environment)
                 link.send(.unregisterAck(requestID: requestID, status: done ? .ok : .unknownApp))
-            case .acknowledge(_, let idBytes):
-                let id = idBytes.withUnsafeBytes { UUID(uuid: $0.loadUnaligned(as: uuid_t.self)) }
-                await dispatcher.acknowledged(id, by: conversation.session!)
             case .filter(let hashes):
                 await dispatcher.filter(hashes, for: conversation.session!)
-            case .keepAlive:
-                link.send(.keepAliveAck)
+            case .keepAlive, .acknowledge:
+                break  // done in `receive`
             }
             return true
         } catch let error as StoreError {
@@ -203,6 +234,17 @@ final class DeviceGateway: Service {
     }
 }
 
+/// What is left of a frame once `DeviceGateway.receive` did what needed
+/// no waiting.
+enum DeviceStep {
+    /// The state machine's answer: connect, register, unregister, filter, or fail.
+    case act(DeviceConnectionStateMachine.Action)
+    /// An acknowledged notification to remove from the store.
+    case removeAcknowledged(Dispatcher.HeldAcknowledgement)
+    /// The frame could not be read for another reason than the protocol's.
+    case close(any Error)
+}
+
 /// What one device connection has said so far.
 struct DeviceConversation {
     var machine = DeviceConnectionStateMachine()
@@ -213,10 +255,13 @@ struct DeviceConversation {
     var over = false
 }
 
-/// One device connection's frames, handled in arrival order by a task
-/// that exists only while there are frames waiting: the first frame into
-/// an empty inbox starts it, and it ends when the inbox is empty again.
-/// The conversation lives in the inbox's lock while no task runs.
+/// One device connection's frames, handled in arrival order. A frame into
+/// an empty inbox is read at once on the event loop; what it needs no
+/// waiting for (a KeepAlive, the Ack of a notification not held in the
+/// store) is done there. Anything that waits (the store, a connect) runs in
+/// a task that exists only while there are frames waiting and ends when
+/// the inbox is empty again. The conversation lives in the inbox's lock
+/// while neither runs.
 final class DeviceConnection: Sendable {
     enum Item {
         case frame(DeviceFrame)
@@ -248,14 +293,42 @@ final class DeviceConnection: Sendable {
         self.peer = peer
     }
 
+    /// Takes a frame or event, on the channel's event loop. A frame that
+    /// finds nothing waiting is read at once, there: a KeepAlive or an Ack
+    /// needs no task at all, and anything else starts the task with it.
     func enqueue(_ item: Item) {
-        let start = inbox.withLock { inbox -> Bool in
-            inbox.items.append(item)
-            guard !inbox.running else { return false }
-            inbox.running = true
-            return true
+        enum Start {
+            case none
+            case task
+            case atOnce(DeviceFrame, DeviceConversation)
         }
-        if start { Task { await self.work() } }
+        let start = inbox.withLock { inbox -> Start in
+            if !inbox.running, inbox.items.isEmpty, case .frame(let frame) = item {
+                inbox.running = true
+                return .atOnce(frame, inbox.conversation)
+            }
+            inbox.items.append(item)
+            guard !inbox.running else { return .none }
+            inbox.running = true
+            return .task
+        }
+        switch start {
+        case .none:
+            return
+        case .task:
+            Task { await self.work() }
+        case .atOnce(let frame, var conversation):
+            if !conversation.over, let step = gateway.receive(frame, &conversation, link: link) {
+                Task { await self.work(conversation, first: step) }
+                return
+            }
+            let more = inbox.withLock { inbox -> Bool in
+                inbox.conversation = conversation
+                inbox.running = !inbox.items.isEmpty
+                return inbox.running
+            }
+            if more { Task { await self.work() } }
+        }
     }
 
     /// True when the channel should read no more for now (too many frames
@@ -267,8 +340,13 @@ final class DeviceConnection: Sendable {
         }
     }
 
-    private func work() async {
-        var conversation = inbox.withLock { $0.conversation }
+    /// Handles the frames waiting, in order, starting with what is left of
+    /// one read by `enqueue`, if any.
+    private func work(_ conversation: DeviceConversation? = nil, first: DeviceStep? = nil) async {
+        var conversation = conversation ?? inbox.withLock { $0.conversation }
+        if let first {
+            conversation.over = await !gateway.perform(first, &conversation, link: link, peer: peer)
+        }
         while true {
             let (next, resume) = inbox.withLock { inbox -> (Item?, Bool) in
                 guard let item = inbox.items.popFirst() else {
@@ -291,8 +369,8 @@ final class DeviceConnection: Sendable {
     private func handle(_ item: Item, _ conversation: inout DeviceConversation) async {
         switch item {
         case .frame(let frame):
-            guard !conversation.over else { return }
-            conversation.over = await !gateway.handle(frame, &conversation, link: link, peer: peer)
+            guard !conversation.over, let step = gateway.receive(frame, &conversation, link: link) else { return }
+            conversation.over = await !gateway.perform(step, &conversation, link: link, peer: peer)
         case .failed(let error):
             guard !conversation.over else { return }
             conversation.over = true

@@ -454,21 +454,38 @@ public final class Dispatcher: Sendable {
         })
     }
 
-    /// The device handled a notification: it is no longer held.
-    public func acknowledged(_ id: UUID, by session: DeviceSession) async {
-        guard let inFlight = session.untrack(id) else { return }
+    /// A stored notification the device acknowledged: its removal from
+    /// the store is still to be done (`removeAcknowledged`).
+    struct HeldAcknowledgement: Sendable {
+        var reference: PendingReference
+        /// The commit that holds it, when it may still be running.
+        var durable: Pending<Void>?
+    }
+
+    /// The device handled a notification: it is no longer in flight. What
+    /// needs no store is done at once; a notification held in the store is
+    /// returned, for `removeAcknowledged`.
+    func acknowledge(_ id: UUID, by session: DeviceSession) -> HeldAcknowledgement? {
+        guard let inFlight = session.untrack(id) else { return nil }
         // A notification that was never stored (expiration 0) has nothing to remove.
-        if inFlight.stored {
-            let reference = PendingReference(deviceID: session.deviceID, bundleID: inFlight.bundleID, environment: session.environment, id: id)
-            do {
-                // An acknowledgement can outrun the commit that holds the notification.
-                try await inFlight.durable?.value
-                _ = try await acknowledger.submit(reference)
-            } catch {
-                logger.error("store failed removing an acknowledged notification", metadata: ["courier.error": "\(error)"])
-            }
+        guard inFlight.stored else {
+            log.append([DeliveryEvent(notificationID: id, kind: .acknowledged, at: clock.now())])
+            return nil
         }
-        log.append([DeliveryEvent(notificationID: id, kind: .acknowledged, at: clock.now())])
+        let reference = PendingReference(deviceID: session.deviceID, bundleID: inFlight.bundleID, environment: session.environment, id: id)
+        return HeldAcknowledgement(reference: reference, durable: inFlight.durable)
+    }
+
+    /// Removes an acknowledged notification from the store.
+    func removeAcknowledged(_ held: HeldAcknowledgement) async {
+        do {
+            // An acknowledgement can outrun the commit that holds the notification.
+            try await held.durable?.value
+            _ = try await acknowledger.submit(held.reference)
+        } catch {
+            logger.error("store failed removing an acknowledged notification", metadata: ["courier.error": "\(error)"])
+        }
+        log.append([DeliveryEvent(notificationID: held.reference.id, kind: .acknowledged, at: clock.now())])
     }
 
     /// The device sent a Filter.
