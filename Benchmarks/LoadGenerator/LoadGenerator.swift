@@ -48,6 +48,8 @@ struct Arguments: ParsableCommand {
     var connections = 1
     @Option(help: "Notifications to send (binary modes).")
     var count = 200_000
+    @Flag(help: "Delivery mode with light clients: devices as channel handlers, pushes as raw frames on one connection.")
+    var light = false
     @Option(name: .customLong("connect-wave"), help: "Devices that connect at a time at the start, each wave connected before the next (0: all at once).")
     var connectWave = 0
 }
@@ -72,13 +74,17 @@ final class Collector: Sendable {
     private let state = Mutex<(latencies: [Double], count: Int)>(([], 0))
     func record(_ payload: [UInt8]) {
         let now = nanoseconds()
-        // The payload ends with "t":<send time in ns>}
-        let text = String(decoding: payload, as: UTF8.self)
-        var latency: Double?
-        if let range = text.range(of: "\"t\":") {
-            let digits = text[range.upperBound...].prefix { $0.isNumber }
-            if let sent = UInt64(digits) { latency = Double(now &- sent) / 1e6 }
+        // The payload ends with "t":<send time in ns>}: read the digits back from the end.
+        var sent: UInt64 = 0
+        var scale: UInt64 = 1
+        var index = payload.index(before: payload.endIndex)
+        while index > payload.startIndex, payload[index] == UInt8(ascii: "}") { index -= 1 }
+        while index > payload.startIndex, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(payload[index]) {
+            sent &+= UInt64(payload[index] - UInt8(ascii: "0")) &* scale
+            scale &*= 10
+            index -= 1
         }
+        let latency: Double? = scale > 1 && payload[index] == UInt8(ascii: ":") ? Double(now &- sent) / 1e6 : nil
         state.withLock { state in
             state.count += 1
             if let latency { state.latencies.append(latency) }
@@ -124,6 +130,10 @@ struct LoadGenerator {
         }
         try await provisioner.close()
         print("identities: \(arguments.devices) ready in \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
+        if arguments.light {
+            try await lightDelivery(arguments, directories: directories)
+            return
+        }
 
         // Connect and register.
         let before = arguments.serverPID.flatMap(residentKiB)

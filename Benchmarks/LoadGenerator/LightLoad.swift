@@ -1,0 +1,347 @@
+// The delivery benchmark with light clients (`--light`): each device is a
+// channel handler (no task, no stream per device) and the pushes are
+// binary frames written straight to one TLS connection, so that the load
+// generator's own core is not what limits the figures.
+import CourierCore
+import CourierDevice
+import CourierServer
+import CourierWire
+import Foundation
+import NIOCore
+import NIOPosix
+import NIOSSL
+import NIOTLS
+import Synchronization
+
+/// One device of the benchmark: connects with its certificate, registers
+/// the demo app when asked, and records and acknowledges every notification.
+final class LightDevice: ChannelInboundHandler {
+    typealias InboundIn = DeviceFrame
+    typealias OutboundOut = DeviceFrame
+
+    private let tokens: [[UInt8]]
+    private let generation: UInt32?
+    private let collector: Collector
+    /// Succeeds once the server acknowledged the Connect.
+    let connected: EventLoopPromise<Void>
+    private var registered: EventLoopPromise<[UInt8]>?
+    private var context: ChannelHandlerContext?
+    private var unflushed = false
+
+    init(tokens: [[UInt8]], generation: UInt32?, collector: Collector, connected: EventLoopPromise<Void>) {
+        self.tokens = tokens
+        self.generation = generation
+        self.collector = collector
+        self.connected = connected
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+
+    func handlerRemoved(context: ChannelHandlerContext) { self.context = nil }
+
+    /// Asks for the demo app's token.
+    func register() -> EventLoopFuture<[UInt8]> {
+        guard let context else { return connected.futureResult.eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel) }
+        let promise = context.eventLoop.makePromise(of: [UInt8].self)
+        registered = promise
+        context.writeAndFlush(wrapOutboundOut(DeviceMessage.appTokenRequest(bundleID: demoBundleID, requestID: 1).frame), promise: nil)
+        return promise.futureResult
+    }
+
+    /// Connect goes out once the TLS handshake is done, as the client library does.
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if case .handshakeCompleted = event as? TLSUserEvent {
+            let connect = DeviceMessage.connect(version: DeviceMessage.version, tokens: tokens, keepAlive: nil, generation: generation)
+            context.writeAndFlush(wrapOutboundOut(connect.frame), promise: nil)
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let message: DeviceMessage
+        do {
+            message = try DeviceMessage(frame: unwrapInboundIn(data))
+        } catch {
+            fail(context, "unreadable frame: \(error)")
+            return
+        }
+        switch message {
+        case .notification(let notification):
+            collector.record(notification.payload)
+            context.write(wrapOutboundOut(DeviceMessage.ack(id: notification.id, status: 0).frame), promise: nil)
+            unflushed = true
+        case .connectAck(let status, _, _, _, _, _):
+            guard status == .ok else { return fail(context, "connection refused: \(status)") }
+            connected.succeed()
+        case .appTokenResponse(_, _, let token, let status):
+            guard status == .ok, let token else { return fail(context, "registration refused: \(status)") }
+            registered?.succeed(token)
+        case .keepAlive:
+            context.writeAndFlush(wrapOutboundOut(DeviceMessage.keepAliveAck.frame), promise: nil)
+        case .error(let code, let text):
+            fail(context, "server error \(code): \(text)")
+        default:
+            break
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        if unflushed {
+            unflushed = false
+            context.flush()
+        }
+        context.fireChannelReadComplete()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        connected.fail(ChannelError.ioOnClosedChannel)
+        registered?.fail(ChannelError.ioOnClosedChannel)
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        fail(context, "\(error)")
+    }
+
+    private func fail(_ context: ChannelHandlerContext, _ why: String) {
+        connected.fail(LightLoadError(description: why))
+        registered?.fail(LightLoadError(description: why))
+        context.close(promise: nil)
+    }
+}
+
+struct LightLoadError: Error, CustomStringConvertible {
+    var description: String
+}
+
+let demoBundleID = "com.example.demo"
+
+/// Connects light devices, `wave` at a time (0: all at once). Without
+/// `tokens` each registers the demo app as soon as it is connected, as an
+/// app starting does; with them, device `index` presents `tokens[index]`.
+func connectLightDevices(
+    _ contexts: [(NIOSSLContext, DeviceCredentials)], tokens: [[UInt8]]?, wave: Int, collector: Collector, arguments: Arguments
+) async throws -> [(channel: any Channel, token: [UInt8])] {
+    let group = MultiThreadedEventLoopGroup.singleton
+    func connect(_ index: Int) async throws -> (any Channel, EventLoopFuture<Void>) {
+        let (context, credentials) = contexts[index]
+        let held = tokens.map { [$0[index]] } ?? credentials.tokens(in: .production)
+        return try await ClientBootstrap(group: group)
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .connect(host: arguments.host, port: arguments.devicePort) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let device = LightDevice(
+                        tokens: held, generation: credentials.file.generation, collector: collector, connected: channel.eventLoop.makePromise())
+                    try channel.pipeline.syncOperations.addHandlers([
+                        try NIOSSLClientHandler(context: context, serverHostname: "localhost"),
+                        ByteToMessageHandler(DeviceFrameDecoder(maxFrameLength: 1 << 20)),
+                        MessageToByteHandler(DeviceFrameEncoder()),
+                        device,
+                    ])
+                    return (channel, device.connected.futureResult)
+                }
+            }
+    }
+    func register(_ channel: any Channel) async throws -> [UInt8] {
+        try await channel.eventLoop.flatSubmit {
+            do {
+                return try channel.pipeline.syncOperations.handler(type: LightDevice.self).register()
+            } catch {
+                return channel.eventLoop.makeFailedFuture(error)
+            }
+        }.get()
+    }
+    let size = wave > 0 ? wave : contexts.count
+    var devices: [(channel: any Channel, token: [UInt8])] = []
+    for start in stride(from: 0, to: contexts.count, by: size) {
+        try await withThrowingTaskGroup(of: (Int, any Channel, [UInt8]).self) { group in
+            for index in start..<min(start + size, contexts.count) {
+                group.addTask {
+                    let (channel, connected) = try await connect(index)
+                    try await connected.get()
+                    if let tokens { return (index, channel, tokens[index]) }
+                    return (index, channel, try await register(channel))
+                }
+            }
+            var wave: [(Int, any Channel, [UInt8])] = []
+            for try await connected in group { wave.append(connected) }
+            devices += wave.sorted { $0.0 < $1.0 }.map { ($0.1, $0.2) }
+        }
+    }
+    return devices
+}
+
+/// One binary provider connection with the demo certificate, and the
+/// first answer the gateway sends on it.
+func rawProviderConnection(_ arguments: Arguments) async throws -> (any Channel, EventLoopFuture<[UInt8]>) {
+    let context = try NIOSSLContext(configuration: demoProviderTLS(arguments).configuration())
+    return try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        .channelOption(.socketOption(.tcp_nodelay), value: 1)
+        .connect(host: arguments.host, port: arguments.binaryPort) { channel in
+            channel.eventLoop.makeCompletedFuture {
+                let reader = ErrorResponseReader(promise: channel.eventLoop.makePromise())
+                try channel.pipeline.syncOperations.addHandler(try NIOSSLClientHandler(context: context, serverHostname: "localhost"))
+                try channel.pipeline.syncOperations.addHandler(reader)
+                return (channel, reader.promise.futureResult)
+            }
+        }
+}
+
+/// Writes notifications carrying their send time to the devices' tokens in turn.
+struct RawPusher {
+    let channel: any Channel
+    let tokens: [[UInt8]]
+    var sent = 0
+
+    /// Writes `count` notifications in one write and waits until TCP took them.
+    mutating func push(_ count: Int, expiry: UInt32) async throws {
+        var buffer = channel.allocator.buffer(capacity: count * 160)
+        for _ in 0..<count {
+            let payload = #"{"aps":{"alert":"load"},"t":\#(nanoseconds())}"#.utf8
+            buffer.writeBinaryNotification(token: tokens[sent % tokens.count], payload: payload, identifier: UInt32(truncatingIfNeeded: sent), expiry: expiry, priority: 10)
+            sent += 1
+        }
+        try await channel.writeAndFlush(buffer)
+    }
+
+    /// A bad notification (a 4-byte token): its error response means the gateway handled all before it.
+    func finish(answer: EventLoopFuture<[UInt8]>) async throws -> [UInt8] {
+        var buffer = channel.allocator.buffer(capacity: 160)
+        buffer.writeBinaryNotification(token: tokens[0].prefix(4), payload: #"{"aps":{}}"#.utf8, identifier: 0xBAD, expiry: 0, priority: 10)
+        try await channel.writeAndFlush(buffer)
+        return try await answer.get()
+    }
+}
+
+func lightDelivery(_ arguments: Arguments, directories: [String]) async throws {
+    let contexts = try directories.map { directory in
+        let credentials = try DeviceCredentials.load(from: directory)
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        configuration.minimumTLSVersion = .tlsv12
+        configuration.trustRoots = .file(credentials.caPath)
+        configuration.certificateChain = try NIOSSLCertificate.fromPEMFile(credentials.certificatePath).map { .certificate($0) }
+        configuration.privateKey = .privateKey(try NIOSSLPrivateKey(file: credentials.keyPath, format: .pem))
+        return (try NIOSSLContext(configuration: configuration), credentials)
+    }
+    let collector = Collector()
+    let before = arguments.serverPID.flatMap(residentKiB)
+    let connectStart = Date()
+    var devices = try await connectLightDevices(contexts, tokens: nil, wave: arguments.connectWave, collector: collector, arguments: arguments)
+    let tokens = devices.map(\.token)
+    print("connected and registered \(devices.count) light devices in \(String(format: "%.1f", Date().timeIntervalSince(connectStart))) s")
+    if let pid = arguments.serverPID, let before, let after = residentKiB(pid) {
+        let perConnection = Double(after - before) / Double(devices.count)
+        print("server memory: \(before) KiB before, \(after) KiB with \(devices.count) idle device connections: \(String(format: "%.1f", perConnection)) KiB per connection")
+    }
+
+    func waitFor(_ expected: Int, limit: Double) async {
+        let deadline = Date().addingTimeInterval(limit)
+        while collector.count < expected && Date() < deadline { try? await Task.sleep(for: .milliseconds(1)) }
+    }
+    func report(_ name: String, sent: Int, seconds: Double) {
+        let (latencies, count) = collector.take()
+        let sorted = latencies.sorted()
+        print(
+            "\(name): sent \(sent) in \(String(format: "%.2f", seconds)) s (\(Int(Double(sent) / seconds))/s), delivered \(count), "
+                + "latency p50 \(String(format: "%.2f", percentile(sorted, 0.5))) ms, p99 \(String(format: "%.2f", percentile(sorted, 0.99))) ms")
+    }
+    let cpu = arguments.serverPID.map { CPUMeter(server: $0) }
+
+    var (channel, answer) = try await rawProviderConnection(arguments)
+    var pusher = RawPusher(channel: channel, tokens: tokens)
+
+    // A fixed rate, the in-memory path (expiration 0, devices online): every
+    // moment the notifications due by then are written in one write.
+    do {
+        let total = Int(Double(arguments.rate) * (arguments.seconds ?? 5))
+        cpu?.start()
+        let start = ContinuousClock.now
+        while pusher.sent < total {
+            let elapsed = (ContinuousClock.now - start) / .seconds(1)
+            let due = min(total, Int(elapsed * Double(arguments.rate)))
+            if due > pusher.sent {
+                try await pusher.push(due - pusher.sent, expiry: 0)
+            } else {
+                try await Task.sleep(for: .microseconds(100))
+            }
+        }
+        let sendSeconds = (ContinuousClock.now - start) / .seconds(1)
+        await waitFor(total, limit: 30)
+        report("fixed rate \(arguments.rate)/s", sent: total, seconds: sendSeconds)
+        cpu?.report()
+    }
+
+    // Saturation: as fast as the connection takes them, 100 per write.
+    do {
+        let total = arguments.count
+        let first = pusher.sent
+        cpu?.start()
+        let start = ContinuousClock.now
+        while pusher.sent - first < total { try await pusher.push(min(100, total - (pusher.sent - first)), expiry: 0) }
+        await waitFor(total, limit: 120)
+        let seconds = (ContinuousClock.now - start) / .seconds(1)
+        report("saturation (in-memory path)", sent: total, seconds: seconds)
+        cpu?.report()
+    }
+    _ = try await pusher.finish(answer: answer)
+    try? await channel.close()
+
+    // The durable path: devices offline, one stored notification each.
+    for device in devices { device.channel.close(promise: nil) }
+    for device in devices { try? await device.channel.closeFuture.get() }
+    // The server sees the connections end shortly after: give it a moment.
+    try await Task.sleep(for: .seconds(1))
+    (channel, answer) = try await rawProviderConnection(arguments)
+    pusher = RawPusher(channel: channel, tokens: tokens)
+    do {
+        let expiry = UInt32(Date().timeIntervalSince1970 + 3600)
+        let start = ContinuousClock.now
+        while pusher.sent < tokens.count { try await pusher.push(min(100, tokens.count - pusher.sent), expiry: expiry) }
+        // The error response comes once every notification before it is committed.
+        let response = try await pusher.finish(answer: answer)
+        let seconds = (ContinuousClock.now - start) / .seconds(1)
+        print("durable path: \(tokens.count) stored notifications accepted in \(String(format: "%.2f", seconds)) s (\(Int(Double(tokens.count) / seconds))/s); answer \(response)")
+    }
+    try? await channel.close()
+
+    // Drain: the devices reconnect and receive what was held.
+    let drainStart = ContinuousClock.now
+    devices = try await connectLightDevices(contexts, tokens: tokens, wave: arguments.connectWave, collector: collector, arguments: arguments)
+    await waitFor(devices.count, limit: 120)
+    let drainSeconds = (ContinuousClock.now - drainStart) / .seconds(1)
+    print("drain: \(collector.count) held notifications reached \(devices.count) reconnecting devices in \(String(format: "%.2f", drainSeconds)) s (\(Int(Double(collector.count) / drainSeconds))/s, connections included)")
+    for device in devices { device.channel.close(promise: nil) }
+    for device in devices { try? await device.channel.closeFuture.get() }
+}
+
+/// CPU time (user + system, from /proc) of the server and of the load
+/// generator itself over a phase, as a share of one core.
+final class CPUMeter: Sendable {
+    let processes: [(name: String, pid: Int32)]
+    private let started = Mutex<(ticks: [Int?], at: ContinuousClock.Instant)?>(nil)
+
+    init(server: Int32) { processes = [("server", server), ("load generator", getpid())] }
+
+    private static func ticks(_ pid: Int32) -> Int? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return nil }
+        // Fields after the command name; utime and stime are the 14th and 15th of the line.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let user = Int(fields[11]), let system = Int(fields[12]) else { return nil }
+        return user + system
+    }
+
+    func start() { started.withLock { $0 = (processes.map { Self.ticks($0.pid) }, .now) } }
+
+    func report() {
+        guard let (before, at) = started.withLock({ $0 }) else { return }
+        let seconds = (ContinuousClock.now - at) / .seconds(1)
+        let hertz = Double(sysconf(Int32(_SC_CLK_TCK)))
+        let shares = zip(processes, before).compactMap { process, before -> String? in
+            guard let before, let now = Self.ticks(process.pid) else { return nil }
+            return "\(process.name) \(String(format: "%.0f", Double(now - before) / hertz / seconds * 100)) %"
+        }
+        print("  CPU, share of one core: \(shares.joined(separator: ", "))")
+    }
+}
