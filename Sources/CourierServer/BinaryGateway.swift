@@ -182,7 +182,14 @@ final class BinaryGateway: Service {
                         logger.info("malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"])
                         try await finish(failure.answers ? failure.status : nil, failure.identifier, state: state, outbound: outbound, channel: channel)
                     case .notification(let frame):
-                        switch await admit(frame, topic: topic, identity: identity) {
+                        let outcome: Result<Pending<Void>?, Refusal>
+                        switch admitAtOnce(frame, topic: topic, identity: identity) {
+                        case .decided(let decided):
+                            outcome = decided
+                        case .waits(let notification):
+                            outcome = self.outcome(await dispatcher.admit(notification, environment: environment, from: identity))
+                        }
+                        switch outcome {
                         case .success(let durable):
                             state.admitted(frame.identifier, durable: durable, failed: commitFailed)
                             if let durable { lastDurable = durable }
@@ -223,9 +230,9 @@ final class BinaryGateway: Service {
         var status: BinaryStatus
     }
 
-    /// Hands one notification to the dispatcher: its pending commit when
-    /// admitted, or the status to answer.
-    private func admit(_ frame: BinaryNotificationFrame, topic: String, identity: ProviderIdentity) async -> Result<Pending<Void>?, Refusal> {
+    /// The notification a frame carries, or the status to answer when its
+    /// payload breaks the rules.
+    private func notification(_ frame: BinaryNotificationFrame, topic: String) -> Result<PushNotification, Refusal> {
         let channel: PayloadChannel = frame.command == 2 ? .binaryCommand2 : .binaryLegacy
         let summary: PayloadSummary
         switch PayloadRules.check(frame.payload.readableBytesView, priority: frame.priority, channel: channel, limits: configuration.limits.payload) {
@@ -234,12 +241,34 @@ final class BinaryGateway: Service {
         }
         let priority = frame.priority.flatMap(Priority.init(rawValue:)) ?? (summary.isSilent ? .conservePower : .immediate)
         let expiration = frame.expiry.map { Date(timeIntervalSince1970: TimeInterval($0)) }
-        let notification = PushNotification(
-            id: .notificationID(), token: Array(frame.token.readableBytesView), topic: topic, payload: Array(frame.payload.readableBytesView),
-            expiration: expiration, priority: priority, isSilent: summary.isSilent)
-        let (result, durable) = await dispatcher.admit(notification, environment: environment, from: identity)
-        switch result {
-        case .accepted: return .success(durable)
+        return .success(
+            PushNotification(
+                id: .notificationID(), token: Array(frame.token.readableBytesView), topic: topic, payload: Array(frame.payload.readableBytesView),
+                expiration: expiration, priority: priority, isSilent: summary.isSilent))
+    }
+
+    /// A frame's outcome — its pending commit when admitted, or the status
+    /// to answer — or its notification when the dispatcher has to wait for
+    /// the store before it can decide.
+    private enum Admission {
+        case decided(Result<Pending<Void>?, Refusal>)
+        case waits(PushNotification)
+    }
+
+    /// Hands one notification to the dispatcher, without waiting.
+    private func admitAtOnce(_ frame: BinaryNotificationFrame, topic: String, identity: ProviderIdentity) -> Admission {
+        switch notification(frame, topic: topic) {
+        case .failure(let refusal):
+            return .decided(.failure(refusal))
+        case .success(let notification):
+            guard let decided = dispatcher.admitAtOnce(notification, environment: environment, from: identity) else { return .waits(notification) }
+            return .decided(outcome(decided))
+        }
+    }
+
+    private func outcome(_ decided: (result: AcceptResult, durable: Pending<Void>?)) -> Result<Pending<Void>?, Refusal> {
+        switch decided.result {
+        case .accepted: return .success(decided.durable)
         case .rejected(let reason, _):
             // The binary API reports nothing for some refusals (Unregistered).
             guard let status = reason.binaryStatus else { return .success(nil) }

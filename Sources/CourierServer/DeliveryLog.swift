@@ -41,10 +41,13 @@ final class DeliveryLogWriter: Service, Sendable {
     /// Producers waiting for room.
     var waitingProducers: Int { buffer.withLock { $0.waiters.count } }
 
+    /// The backlog is under `highWater`.
+    var hasRoom: Bool { buffer.withLock { $0.events.count < highWater } }
+
     /// Returns at once while the backlog is under `highWater`; otherwise
     /// once a write has brought it down.
     func waitForRoom() async {
-        guard buffer.withLock({ $0.events.count >= highWater }) else { return }
+        guard !hasRoom else { return }
         await withCheckedContinuation { continuation in
             let room = buffer.withLock { backlog -> Bool in
                 if backlog.events.count < highWater { return true }

@@ -245,30 +245,24 @@ public final class Dispatcher: Sendable {
     func admit(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity) async
         -> (result: AcceptResult, durable: Pending<Void>?)
     {
+        if let decided = admitAtOnce(notification, environment: environment, from: identity) { return decided }
         // A delivery log that cannot keep up holds the providers back.
         await log.waitForRoom()
         let now = clock.now()
-        var events: [DeliveryEvent] = []
-        defer { log.append(events) }
-        func reject(_ reason: Reason, timestamp: Date? = nil) -> (AcceptResult, Pending<Void>?) {
-            events.append(DeliveryEvent(notificationID: notification.id, kind: .rejected, at: now, detail: reason.rawValue))
-            return (.rejected(reason, timestamp: timestamp), nil)
+        let token: CheckedToken
+        switch check(notification, environment: environment, from: identity, now: now) {
+        case .success(let checked): token = checked
+        case .failure(let refusal): return refusal.decided
         }
-
-        guard identity.topics.contains(notification.topic) else { return reject(.topicDisallowed) }
-        guard case .success(let contents) = tokens.open(notification.token, environment: environment) else { return reject(.badDeviceToken) }
-        let bundleID = Topic(notification.topic).bundleID
-        guard tokens.contents(contents, belongTo: bundleID) else { return reject(.deviceTokenNotForTopic) }
-        let registrationKey = RegistrationKey(deviceID: contents.deviceID, bundleID: bundleID, environment: environment)
         let registration: AppRegistration?
         do {
-            registration = try await self.registration(registrationKey)
+            registration = try await self.registration(token.key)
         } catch {
             logger.error("store failed reading a registration", metadata: ["courier.error": "\(error)"])
-            return reject(.serviceUnavailable)
+            return reject(notification, .serviceUnavailable, now: now)
         }
         // A token the device no longer holds (an older generation) is not a device token any more.
-        guard let registration, registration.token == notification.token else { return reject(.badDeviceToken) }
+        guard let registration, registration.token == notification.token else { return reject(notification, .badDeviceToken, now: now) }
         guard registration.active else {
             let removedAt = registration.unregisteredAt ?? now
             do {
@@ -276,16 +270,73 @@ public final class Dispatcher: Sendable {
             } catch {
                 logger.error("store failed adding a feedback entry", metadata: ["courier.error": "\(error)"])
             }
-            return reject(.unregistered, timestamp: removedAt)
+            return reject(notification, .unregistered, now: now, timestamp: removedAt)
         }
-        guard takeTokenRate(TokenKey(environment: environment, bytes: notification.token), now: now) else { return reject(.tooManyRequests) }
+        return admit(notification, token, now: now)
+    }
 
-        events.append(DeliveryEvent(notificationID: notification.id, kind: .accepted, at: now))
+    /// `admit` when nothing has to wait: the delivery log has room and the
+    /// app's registration is known and active (no feedback entry to write).
+    /// Nil when something has to wait; nothing was done then.
+    func admitAtOnce(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity)
+        -> (result: AcceptResult, durable: Pending<Void>?)?
+    {
+        guard log.hasRoom else { return nil }
+        let now = clock.now()
+        let token: CheckedToken
+        switch check(notification, environment: environment, from: identity, now: now) {
+        case .success(let checked): token = checked
+        case .failure(let refusal): return refusal.decided
+        }
+        guard let registration = state.withLock({ $0.registrations[token.key] }), registration.active else { return nil }
+        guard registration.token == notification.token else { return reject(notification, .badDeviceToken, now: now) }
+        return admit(notification, token, now: now)
+    }
+
+    /// A token that opened and belongs to the notification's topic.
+    private struct CheckedToken {
+        var contents: DeviceTokenContents
+        var key: RegistrationKey
+    }
+
+    /// A notification refused before its registration was looked at.
+    private struct Refusal: Error {
+        var decided: (result: AcceptResult, durable: Pending<Void>?)
+    }
+
+    /// Logs a refusal.
+    private func reject(_ notification: PushNotification, _ reason: Reason, now: Date, timestamp: Date? = nil) -> (AcceptResult, Pending<Void>?) {
+        log.append([DeliveryEvent(notificationID: notification.id, kind: .rejected, at: now, detail: reason.rawValue)])
+        return (.rejected(reason, timestamp: timestamp), nil)
+    }
+
+    /// The checks that need nothing but the notification: the provider may
+    /// push to the topic, the token opens and is the topic's.
+    private func check(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity, now: Date) -> Result<CheckedToken, Refusal> {
+        guard identity.topics.contains(notification.topic) else { return .failure(Refusal(decided: reject(notification, .topicDisallowed, now: now))) }
+        guard case .success(let contents) = tokens.open(notification.token, environment: environment) else {
+            return .failure(Refusal(decided: reject(notification, .badDeviceToken, now: now)))
+        }
+        let bundleID = Topic(notification.topic).bundleID
+        guard tokens.contents(contents, belongTo: bundleID) else { return .failure(Refusal(decided: reject(notification, .deviceTokenNotForTopic, now: now))) }
+        return .success(CheckedToken(contents: contents, key: RegistrationKey(deviceID: contents.deviceID, bundleID: bundleID, environment: environment)))
+    }
+
+    /// The rules once the token's registration is known to be active:
+    /// rate limit, expiry, silent budget, store, deliver or queue.
+    private func admit(_ notification: PushNotification, _ token: CheckedToken, now: Date) -> (result: AcceptResult, durable: Pending<Void>?) {
+        let environment = token.key.environment
+        let bundleID = token.key.bundleID
+        guard takeTokenRate(TokenKey(environment: environment, bytes: notification.token), now: now) else {
+            return reject(notification, .tooManyRequests, now: now)
+        }
+        var events = [DeliveryEvent(notificationID: notification.id, kind: .accepted, at: now)]
+        defer { log.append(events) }
         if let expiration = notification.expiration, notification.mayBeStored, expiration <= now {
             events.append(DeliveryEvent(notificationID: notification.id, kind: .expired, at: now, detail: "expired before it was accepted"))
             return (.accepted, nil)
         }
-        let deviceKey = DeviceKey(environment: environment, deviceID: contents.deviceID)
+        let deviceKey = DeviceKey(environment: environment, deviceID: token.contents.deviceID)
         if notification.isSilent, !takeSilentBudget(deviceKey, now: now) {
             events.append(DeliveryEvent(notificationID: notification.id, kind: .throttled, at: now, detail: "silent budget of \(qos.silentBudgetPerHour) per hour used up"))
             return (.accepted, nil)
@@ -293,7 +344,7 @@ public final class Dispatcher: Sendable {
 
         var durable: Pending<Void>?
         if notification.mayBeStored {
-            let pending = PendingNotification(deviceID: contents.deviceID, bundleID: bundleID, environment: environment, notification: notification, acceptedAt: now)
+            let pending = PendingNotification(deviceID: token.contents.deviceID, bundleID: bundleID, environment: environment, notification: notification, acceptedAt: now)
             durable = pendingWriter.enqueue(pending)
             events.append(DeliveryEvent(notificationID: notification.id, kind: .stored, at: now))
         }
