@@ -315,10 +315,12 @@ func lightDelivery(_ arguments: Arguments, directories: [String]) async throws {
 }
 
 /// CPU time (user + system, from /proc) of the server and of the load
-/// generator itself over a phase, as a share of one core.
+/// generator itself over a phase, as a share of one core; and the time
+/// the virtual machine's host took from its CPUs meanwhile (steal), as a
+/// share of all of them.
 final class CPUMeter: Sendable {
     let processes: [(name: String, pid: Int32)]
-    private let started = Mutex<(ticks: [Int?], at: ContinuousClock.Instant)?>(nil)
+    private let started = Mutex<(ticks: [Int?], steal: (ticks: Int, cpus: Int)?, at: ContinuousClock.Instant)?>(nil)
 
     init(server: Int32) { processes = [("server", server), ("load generator", getpid())] }
 
@@ -332,16 +334,27 @@ final class CPUMeter: Sendable {
         return user + system
     }
 
-    func start() { started.withLock { $0 = (processes.map { Self.ticks($0.pid) }, .now) } }
+    /// All CPUs' steal time (the eighth number of /proc/stat's first line) and the machine's CPUs.
+    private static var steal: (ticks: Int, cpus: Int)? {
+        guard let stat = try? String(contentsOfFile: "/proc/stat", encoding: .utf8) else { return nil }
+        let lines = stat.split(separator: "\n")
+        let cpus = lines.filter { $0.hasPrefix("cpu") && $0.dropFirst(3).first?.isNumber == true }.count
+        guard let fields = lines.first?.split(separator: " "), fields.count > 8, let ticks = Int(fields[8]) else { return nil }
+        return (ticks, cpus)
+    }
+
+    func start() { started.withLock { $0 = (processes.map { Self.ticks($0.pid) }, Self.steal, .now) } }
 
     func report() {
-        guard let (before, at) = started.withLock({ $0 }) else { return }
+        guard let (before, stealBefore, at) = started.withLock({ $0 }) else { return }
         let seconds = (ContinuousClock.now - at) / .seconds(1)
         let hertz = Double(sysconf(Int32(_SC_CLK_TCK)))
-        let shares = zip(processes, before).compactMap { process, before -> String? in
+        func share(_ ticks: Int, cores: Int = 1) -> String { String(format: "%.0f", Double(ticks) / hertz / seconds / Double(cores) * 100) + " %" }
+        var shares = zip(processes, before).compactMap { process, before -> String? in
             guard let before, let now = Self.ticks(process.pid) else { return nil }
-            return "\(process.name) \(String(format: "%.0f", Double(now - before) / hertz / seconds * 100)) %"
+            return "\(process.name) \(share(now - before))"
         }
+        if let stealBefore, let steal = Self.steal { shares.append("steal \(share(steal.ticks - stealBefore.ticks, cores: steal.cpus)) of all cores") }
         print("  CPU, share of one core: \(shares.joined(separator: ", "))")
     }
 }
