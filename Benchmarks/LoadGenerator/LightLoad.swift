@@ -229,22 +229,8 @@ func lightDelivery(_ arguments: Arguments, directories: [String]) async throws {
     var devices = try await connectLightDevices(contexts, tokens: nil, wave: arguments.connectWave, collector: collector, arguments: arguments)
     let tokens = devices.map(\.token)
     print("connected and registered \(devices.count) light devices in \(String(format: "%.1f", Date().timeIntervalSince(connectStart))) s")
-    if let pid = arguments.serverPID, let before, let after = residentKiB(pid) {
-        let perConnection = Double(after - before) / Double(devices.count)
-        print("server memory: \(before) KiB before, \(after) KiB with \(devices.count) idle device connections: \(String(format: "%.1f", perConnection)) KiB per connection")
-    }
+    printServerMemory(arguments.serverPID, before: before, connections: devices.count)
 
-    func waitFor(_ expected: Int, limit: Double) async {
-        let deadline = Date().addingTimeInterval(limit)
-        while collector.count < expected && Date() < deadline { try? await Task.sleep(for: .milliseconds(1)) }
-    }
-    func report(_ name: String, sent: Int, seconds: Double) {
-        let (latencies, count) = collector.take()
-        let sorted = latencies.sorted()
-        print(
-            "\(name): sent \(sent) in \(String(format: "%.2f", seconds)) s (\(Int(Double(sent) / seconds))/s), delivered \(count), "
-                + "latency p50 \(String(format: "%.2f", percentile(sorted, 0.5))) ms, p99 \(String(format: "%.2f", percentile(sorted, 0.99))) ms")
-    }
     let cpu = arguments.serverPID.map { CPUMeter(server: $0) }
 
     var (channel, answer) = try await rawProviderConnection(arguments)
@@ -266,8 +252,8 @@ func lightDelivery(_ arguments: Arguments, directories: [String]) async throws {
             }
         }
         let sendSeconds = (ContinuousClock.now - start) / .seconds(1)
-        await waitFor(total, limit: 30)
-        report("fixed rate \(arguments.rate)/s", sent: total, seconds: sendSeconds)
+        await collector.waitFor(total, limit: 30)
+        collector.report("fixed rate \(arguments.rate)/s", sent: total, seconds: sendSeconds)
         cpu?.report()
     }
 
@@ -278,9 +264,9 @@ func lightDelivery(_ arguments: Arguments, directories: [String]) async throws {
         cpu?.start()
         let start = ContinuousClock.now
         while pusher.sent - first < total { try await pusher.push(min(100, total - (pusher.sent - first)), expiry: 0) }
-        await waitFor(total, limit: 120)
+        await collector.waitFor(total, limit: 120)
         let seconds = (ContinuousClock.now - start) / .seconds(1)
-        report("saturation (in-memory path)", sent: total, seconds: seconds)
+        collector.report("saturation (in-memory path)", sent: total, seconds: seconds)
         cpu?.report()
     }
     _ = try await pusher.finish(answer: answer)
@@ -307,7 +293,7 @@ func lightDelivery(_ arguments: Arguments, directories: [String]) async throws {
     // Drain: the devices reconnect and receive what was held.
     let drainStart = ContinuousClock.now
     devices = try await connectLightDevices(contexts, tokens: tokens, wave: arguments.connectWave, collector: collector, arguments: arguments)
-    await waitFor(devices.count, limit: 120)
+    await collector.waitFor(devices.count, limit: 120)
     let drainSeconds = (ContinuousClock.now - drainStart) / .seconds(1)
     print("drain: \(collector.count) held notifications reached \(devices.count) reconnecting devices in \(String(format: "%.2f", drainSeconds)) s (\(Int(Double(collector.count) / drainSeconds))/s, connections included)")
     for device in devices { device.channel.close(promise: nil) }

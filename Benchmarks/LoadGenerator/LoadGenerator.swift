@@ -97,6 +97,28 @@ final class Collector: Sendable {
         }
     }
     var count: Int { state.withLock { $0.count } }
+
+    /// Returns once `expected` notifications arrived, or after `limit` seconds.
+    func waitFor(_ expected: Int, limit: Double) async {
+        let deadline = Date().addingTimeInterval(limit)
+        while count < expected && Date() < deadline { try? await Task.sleep(for: .milliseconds(1)) }
+    }
+
+    /// Prints a phase's rate, deliveries and latency, and starts counting anew.
+    func report(_ name: String, sent: Int, seconds: Double) {
+        let (latencies, count) = take()
+        let sorted = latencies.sorted()
+        print(
+            "\(name): sent \(sent) in \(String(format: "%.2f", seconds)) s (\(Int(Double(sent) / seconds))/s), delivered \(count), "
+                + "latency p50 \(String(format: "%.2f", percentile(sorted, 0.5))) ms, p99 \(String(format: "%.2f", percentile(sorted, 0.99))) ms")
+    }
+}
+
+/// Prints the server's memory growth per connection since `before` (KiB).
+func printServerMemory(_ pid: Int32?, before: Int?, connections: Int) {
+    guard let pid, let before, let after = residentKiB(pid) else { return }
+    let perConnection = Double(after - before) / Double(connections)
+    print("server memory: \(before) KiB before, \(after) KiB with \(connections) idle device connections: \(String(format: "%.1f", perConnection)) KiB per connection")
 }
 
 @main
@@ -168,27 +190,12 @@ struct LoadGenerator {
         for client in clients { tokens.append(try await client.register("com.example.demo")) }
         let connectSeconds = Date().timeIntervalSince(connectStart)
         print("connected and registered \(clients.count) devices in \(String(format: "%.1f", connectSeconds)) s")
-        if let pid = arguments.serverPID, let before, let after = residentKiB(pid) {
-            let perConnection = Double(after - before) * 1024 / Double(clients.count)
-            print("server memory: \(before) KiB before, \(after) KiB with \(clients.count) idle device connections: \(String(format: "%.1f", perConnection / 1024)) KiB per connection")
-        }
+        printServerMemory(arguments.serverPID, before: before, connections: clients.count)
 
         let provider = try BinaryProviderClient(host: arguments.host, port: arguments.binaryPort, tls: demoProviderTLS(arguments), serverName: "localhost", logger: logger)
 
         func payload() -> [UInt8] { Array(#"{"aps":{"alert":"load"},"t":\#(nanoseconds())}"#.utf8) }
 
-        func waitFor(_ expected: Int, limit: Double) async {
-            let deadline = Date().addingTimeInterval(limit)
-            while collector.count < expected && Date() < deadline { try? await Task.sleep(for: .milliseconds(5)) }
-        }
-
-        func report(_ name: String, sent: Int, seconds: Double) {
-            let (latencies, count) = collector.take()
-            let sorted = latencies.sorted()
-            print(
-                "\(name): sent \(sent) in \(String(format: "%.2f", seconds)) s (\(Int(Double(sent) / seconds))/s), delivered \(count), "
-                    + "latency p50 \(String(format: "%.2f", percentile(sorted, 0.5))) ms, p99 \(String(format: "%.2f", percentile(sorted, 0.99))) ms")
-        }
 
         // 2. A fixed rate, in-memory path (expiration 0, devices online).
         do {
@@ -201,8 +208,8 @@ struct LoadGenerator {
                 try await provider.send(token: tokens[index % tokens.count], payload: payload(), expiry: 0, priority: 10)
             }
             let sendSeconds = Date().timeIntervalSince(start)
-            await waitFor(total, limit: 30)
-            report("fixed rate \(arguments.rate)/s", sent: total, seconds: sendSeconds)
+            await collector.waitFor(total, limit: 30)
+            collector.report("fixed rate \(arguments.rate)/s", sent: total, seconds: sendSeconds)
         }
 
         // 3. Saturation: as fast as one binary connection sends.
@@ -212,9 +219,9 @@ struct LoadGenerator {
             for index in 0..<total {
                 try await provider.send(token: tokens[index % tokens.count], payload: payload(), expiry: 0, priority: 10)
             }
-            await waitFor(total, limit: 60)
+            await collector.waitFor(total, limit: 60)
             let seconds = Date().timeIntervalSince(start)
-            report("saturation (in-memory path)", sent: total, seconds: seconds)
+            collector.report("saturation (in-memory path)", sent: total, seconds: seconds)
         }
 
         // 4. The durable path: devices offline, one stored notification each.
@@ -240,7 +247,7 @@ struct LoadGenerator {
         let drainStart = Date()
         let again: [DeviceClient]
         (again, runners) = try await startDevices()
-        await waitFor(again.count, limit: 120)
+        await collector.waitFor(again.count, limit: 120)
         let drainSeconds = Date().timeIntervalSince(drainStart)
         print("drain: \(collector.count) held notifications reached \(again.count) reconnecting devices in \(String(format: "%.2f", drainSeconds)) s (\(Int(Double(collector.count) / drainSeconds))/s, connections included)")
         for client in again { await client.stop() }
@@ -343,7 +350,6 @@ final class ErrorResponseReader: ChannelInboundHandler, Sendable {
 /// every second: a sender faster than the server must not make it grow.
 func rawBinaryThroughput(_ arguments: Arguments, logger: Logger) async throws {
     let token = try await offlineDemoToken(arguments, logger: logger)
-    let context = try NIOSSLContext(configuration: demoProviderTLS(arguments).configuration())
     var chunk = ByteBuffer()
     let perChunk = 1_000
     for index in 0..<perChunk {
@@ -356,15 +362,7 @@ func rawBinaryThroughput(_ arguments: Arguments, logger: Logger) async throws {
     let duration = arguments.seconds
     let before = arguments.serverPID.flatMap(residentKiB)
     var samples: [Int] = []
-    let (channel, answer) = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-        .connect(host: arguments.host, port: arguments.binaryPort) { channel in
-            channel.eventLoop.makeCompletedFuture {
-                let reader = ErrorResponseReader(promise: channel.eventLoop.makePromise())
-                try channel.pipeline.syncOperations.addHandler(try NIOSSLClientHandler(context: context, serverHostname: "localhost"))
-                try channel.pipeline.syncOperations.addHandler(reader)
-                return (channel, reader.promise.futureResult)
-            }
-        }
+    let (channel, answer) = try await rawProviderConnection(arguments)
     let start = Date()
     var sent = 0
     var nextSample = start.addingTimeInterval(1)
