@@ -10,6 +10,10 @@ import Synchronization
 /// it is written. When the store falls behind, `waitForRoom()` holds the
 /// producers (the provider interfaces stop reading) instead of letting the
 /// backlog grow: back-pressure, not buffering.
+///
+/// Woken by an append, the writer first lets events gather for a moment
+/// (`gathering`) unless a batch's worth already waits: at a low rate a
+/// write per notification cost more CPU than the notification itself.
 final class DeliveryLogWriter: Service, Sendable {
     private struct Backlog {
         var events: [DeliveryEvent] = []
@@ -18,6 +22,10 @@ final class DeliveryLogWriter: Service, Sendable {
 
     /// Events waiting to be written above which producers wait.
     let highWater: Int
+    /// How long the writer lets events gather before it writes them.
+    let gathering: Duration
+    /// Events that are written at once, without gathering more.
+    static let batch = 1_000
     private let store: any Store
     private let logger: Logger
     private let buffer = Mutex(Backlog())
@@ -25,8 +33,9 @@ final class DeliveryLogWriter: Service, Sendable {
     private let wake: AsyncStream<Void>.Continuation
     private let wakeups: AsyncStream<Void>
 
-    init(store: any Store, logger: Logger, highWater: Int = 50_000) {
+    init(store: any Store, logger: Logger, highWater: Int = 50_000, gathering: Duration = .milliseconds(10)) {
         self.highWater = highWater
+        self.gathering = gathering
         self.store = store
         self.logger = logger
         (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
@@ -83,6 +92,10 @@ final class DeliveryLogWriter: Service, Sendable {
     func run() async throws {
         await withGracefulShutdownHandler {
             for await _ in wakeups {
+                if buffer.withLock({ $0.events.count < Self.batch }) {
+                    // Cancelled, it writes at once.
+                    try? await Task.sleep(for: gathering)
+                }
                 await flush()
             }
         } onGracefulShutdown: {
