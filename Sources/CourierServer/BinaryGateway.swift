@@ -187,7 +187,7 @@ final class BinaryGateway: Service {
                         case .decided(let decided):
                             outcome = decided
                         case .waits(let notification):
-                            outcome = self.outcome(await dispatcher.admit(notification, environment: environment, from: identity))
+                            outcome = self.outcome(await dispatcher.admitAfterWaiting(notification, environment: environment, from: identity))
                         }
                         switch outcome {
                         case .success(let durable):

@@ -246,6 +246,14 @@ public final class Dispatcher: Sendable {
         -> (result: AcceptResult, durable: Pending<Void>?)
     {
         if let decided = admitAtOnce(notification, environment: environment, from: identity) { return decided }
+        return await admitAfterWaiting(notification, environment: environment, from: identity)
+    }
+
+    /// `admit` once `admitAtOnce` declined: waits for room in the delivery
+    /// log and for the store, then decides.
+    func admitAfterWaiting(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity) async
+        -> (result: AcceptResult, durable: Pending<Void>?)
+    {
         // A delivery log that cannot keep up holds the providers back.
         await log.waitForRoom()
         let now = clock.now()
