@@ -216,12 +216,7 @@ struct RawPusher {
 func lightDelivery(_ arguments: Arguments, directories: [String]) async throws {
     let contexts = try directories.map { directory in
         let credentials = try DeviceCredentials.load(from: directory)
-        var configuration = TLSConfiguration.makeClientConfiguration()
-        configuration.minimumTLSVersion = .tlsv12
-        configuration.trustRoots = .file(credentials.caPath)
-        configuration.certificateChain = try NIOSSLCertificate.fromPEMFile(credentials.certificatePath).map { .certificate($0) }
-        configuration.privateKey = .privateKey(try NIOSSLPrivateKey(file: credentials.keyPath, format: .pem))
-        return (try NIOSSLContext(configuration: configuration), credentials)
+        return (try NIOSSLContext(configuration: credentials.tlsConfiguration()), credentials)
     }
     let collector = Collector()
     let before = arguments.serverPID.flatMap(residentKiB)

@@ -68,12 +68,7 @@ public actor DeviceClient {
         self.options = options
         self.logger = logger
         (notifications, notificationSink) = AsyncStream.makeStream(of: DeviceNotification.self)
-        var configuration = TLSConfiguration.makeClientConfiguration()
-        configuration.minimumTLSVersion = .tlsv12
-        configuration.trustRoots = .file(credentials.caPath)
-        configuration.certificateChain = try NIOSSLCertificate.fromPEMFile(credentials.certificatePath).map { .certificate($0) }
-        configuration.privateKey = .privateKey(try NIOSSLPrivateKey(file: credentials.keyPath, format: .pem))
-        tls = try NIOSSLContext(configuration: configuration)
+        tls = try NIOSSLContext(configuration: credentials.tlsConfiguration())
     }
 
     public var deviceID: UInt64 { credentials.deviceID }

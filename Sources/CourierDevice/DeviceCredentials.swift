@@ -1,5 +1,6 @@
 import CourierCore
 import Foundation
+import NIOSSL
 
 /// A device's identity directory, as `courier pki device-cert` makes it:
 /// `cert.pem`, `key.pem`, `ca.pem` and `identity.json` (device id,
@@ -31,6 +32,17 @@ public struct DeviceCredentials: Sendable {
             throw DeviceClientError.badIdentity("\(directory) has no \(name)")
         }
         return DeviceCredentials(directory: directory, file: file)
+    }
+
+    /// TLS towards the device gateway: the device's certificate and key,
+    /// Courier's CA as the only trust root.
+    public func tlsConfiguration() throws -> TLSConfiguration {
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        configuration.minimumTLSVersion = .tlsv12
+        configuration.trustRoots = .file(caPath)
+        configuration.certificateChain = try NIOSSLCertificate.fromPEMFile(certificatePath).map { .certificate($0) }
+        configuration.privateKey = .privateKey(try NIOSSLPrivateKey(file: keyPath, format: .pem))
+        return configuration
     }
 
     /// The token held for an app in an environment.

@@ -85,11 +85,7 @@ import Testing
         let path = server.directory + "/raw-device-\(UUID().uuidString)"
         _ = try await server.application.provisioner.issueDeviceIdentity(directory: path)
         let port = try await server.devicePort()
-        var configuration = TLSConfiguration.makeClientConfiguration()
-        configuration.trustRoots = .file(path + "/ca.pem")
-        configuration.certificateChain = try NIOSSLCertificate.fromPEMFile(path + "/cert.pem").map { .certificate($0) }
-        configuration.privateKey = .privateKey(try NIOSSLPrivateKey(file: path + "/key.pem", format: .pem))
-        let context = try NIOSSLContext(configuration: configuration)
+        let context = try NIOSSLContext(configuration: DeviceCredentials.load(from: path).tlsConfiguration())
         return try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connect(host: "127.0.0.1", port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
