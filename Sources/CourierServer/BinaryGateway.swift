@@ -6,6 +6,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import NIOSSL
+import NIOTLS
 import ServiceLifecycle
 import Synchronization
 
@@ -83,6 +84,12 @@ final class BinaryConnectionState: Sendable {
 /// DESIGN.md §5): TLS with the provider's certificate, commands 0, 1 and 2
 /// processed strictly in order, the error-response packet for the first
 /// bad notification, status 10 on graceful shutdown.
+///
+/// A connection's notifications are admitted on its event loop, by a
+/// `BinaryConnectionHandler`, as they are decoded; only one the dispatcher
+/// cannot decide at once (the store must be asked, or the delivery log has
+/// no room) waits in a task, and the connection reads nothing more until it
+/// is decided.
 final class BinaryGateway: Service {
     let environment: Environment
     let configuration: CourierConfiguration
@@ -94,7 +101,7 @@ final class BinaryGateway: Service {
     /// How long to keep reading (and discarding) after an error packet, so
     /// that closing is not a TCP reset that destroys the packet.
     let linger: TimeAmount = .milliseconds(250)
-    private let open = Mutex<[ObjectIdentifier: (any Channel, BinaryConnectionState)]>([:])
+    private let open = OpenConnections()
 
     init(environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher, ports: BoundPorts, logger: Logger) throws {
         self.environment = environment
@@ -119,110 +126,25 @@ final class BinaryGateway: Service {
         let timeout = configuration.handshakeTimeout
         let server = try await bindListener(.binary, environment, configuration.network) { host, port in
             try await listenerBootstrap()
-                .bind(host: host, port: port) { channel in
+                .childChannelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        let connection: (NIOAsyncChannel<BinaryProviderInbound, ByteBuffer>, PeerIdentityBox, EventLoopFuture<Void>) =
-                            try verifier.handshakingConnection(
-                                channel, context: context, handshakeTimeout: timeout, handlers: [ByteToMessageHandler(BinaryProviderDecoder(limits: limits))])
-                        return connection
+                        let box = PeerIdentityBox()
+                        channel.closeFuture.whenComplete { _ in self.open.remove(channel) }
+                        try self.open.add(channel)
+                        try channel.pipeline.syncOperations.addHandlers(
+                            verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
+                                ByteToMessageHandler(BinaryProviderDecoder(limits: limits)),
+                                BinaryConnectionHandler(gateway: self, peer: box),
+                            ])
                     }
                 }
+                .bind(host: host, port: port)
+                .get()
         }
-        ports.listening(.binary, environment, on: server.channel, logger: logger)
-        try await acceptConnections(on: server) {
-            // Each open connection learns the last notification accepted: status 10.
-            for (channel, state) in self.open.withLock({ Array($0.values) }) where state.answer() {
-                var packet = channel.allocator.buffer(capacity: BinaryErrorResponse.length)
-                BinaryErrorResponse(status: .shutdown, identifier: state.lastAccepted).write(to: &packet)
-                channel.writeAndFlush(packet).whenComplete { _ in self.linger(channel) }
-            }
-        } serve: { connection, box, handshake in
-            await self.serve(connection, peer: box, handshake: handshake)
-        }
-    }
-
-    private func linger(_ channel: any Channel) {
-        channel.eventLoop.scheduleTask(in: linger) { channel.close(promise: nil) }
-    }
-
-    private func serve(_ connection: NIOAsyncChannel<BinaryProviderInbound, ByteBuffer>, peer: PeerIdentityBox, handshake: EventLoopFuture<Void>) async {
-        let channel = connection.channel
-        let key = ObjectIdentifier(channel)
-        let state = BinaryConnectionState()
-        open.withLock { $0[key] = (channel, state) }
-        defer { _ = open.withLock { $0.removeValue(forKey: key) } }
-        do {
-            try await connection.executeThenClose { inbound, outbound in
-                try await handshake.get()
-                guard let record = peer.record else { return }
-                let (identity, info) = try ProviderIdentity.certificate(record)
-                guard let topic = info.bundleID ?? info.topics.first?.description else { return }
-                // Notifications are admitted strictly in order; their commits to the
-                // store run behind (group commit), and one counts as accepted (for
-                // status 10) once it is durable. A failed commit is answered with
-                // status 1 as soon as it is known.
-                let commitFailure = Mutex<Task<Void, Never>?>(nil)
-                let commitFailed: @Sendable (UInt32) -> Void = { identifier in
-                    commitFailure.withLock {
-                        $0 = Task { try? await self.finish(.processingError, identifier, state: state, outbound: outbound, channel: channel) }
-                    }
-                }
-                var failed = false
-                // Commits finish in order, so the last one done means all are: an error
-                // response tells the provider everything before it was taken, so it
-                // waits for that.
-                var lastDurable: Pending<Void>?
-                for try await message in inbound {
-                    // After the first bad notification (or status 10) everything is discarded.
-                    if failed || state.isAnswered { continue }
-                    switch message {
-                    case .failure(let failure):
-                        failed = true
-                        _ = try? await lastDurable?.value
-                        logger.info("malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"])
-                        try await finish(failure.answers ? failure.status : nil, failure.identifier, state: state, outbound: outbound, channel: channel)
-                    case .notification(let frame):
-                        let outcome: Result<Pending<Void>?, Refusal>
-                        switch admitAtOnce(frame, topic: topic, identity: identity) {
-                        case .decided(let decided):
-                            outcome = decided
-                        case .waits(let notification):
-                            outcome = self.outcome(await dispatcher.admitAfterWaiting(notification, environment: environment, from: identity))
-                        }
-                        switch outcome {
-                        case .success(let durable):
-                            state.admitted(frame.identifier, durable: durable, failed: commitFailed)
-                            if let durable { lastDurable = durable }
-                        case .failure(let refusal):
-                            failed = true
-                            _ = try? await lastDurable?.value
-                            logger.info("refused notification", metadata: ["courier.status": "\(refusal.status)", "courier.identifier": "\(frame.identifier)"])
-                            try await finish(refusal.status, frame.identifier, state: state, outbound: outbound, channel: channel, answers: frame.command != 0)
-                        }
-                    }
-                }
-                // The provider stopped sending: its last commits may still fail (status 1).
-                _ = try? await lastDurable?.value
-                await commitFailure.withLock({ $0 })?.value
-            }
-        } catch {
-            logger.debug("binary connection ended", metadata: ["courier.error": "\(error)"])
-        }
-    }
-
-    /// Writes the error packet (if the command has one), then reads and
-    /// discards for a moment and closes.
-    private func finish(
-        _ status: BinaryStatus?, _ identifier: UInt32, state: BinaryConnectionState, outbound: NIOAsyncChannelOutboundWriter<ByteBuffer>,
-        channel: any Channel, answers: Bool = true
-    ) async throws {
-        if let status, answers, state.answer() {
-            var packet = channel.allocator.buffer(capacity: BinaryErrorResponse.length)
-            BinaryErrorResponse(status: status, identifier: identifier).write(to: &packet)
-            try await outbound.write(packet)
-            linger(channel)
-        } else {
-            channel.close(promise: nil)
+        ports.listening(.binary, environment, on: server, logger: logger)
+        // Each open connection learns the last notification accepted: status 10.
+        await serveChannels(server, open) { channel in
+            channel.pipeline.fireUserInboundEventTriggered(BinaryConnectionHandler.ShuttingDown())
         }
     }
 
@@ -232,7 +154,7 @@ final class BinaryGateway: Service {
 
     /// The notification a frame carries, or the status to answer when its
     /// payload breaks the rules.
-    private func notification(_ frame: BinaryNotificationFrame, topic: String) -> Result<PushNotification, Refusal> {
+    fileprivate func notification(_ frame: BinaryNotificationFrame, topic: String) -> Result<PushNotification, Refusal> {
         let channel: PayloadChannel = frame.command == 2 ? .binaryCommand2 : .binaryLegacy
         let summary: PayloadSummary
         switch PayloadRules.check(frame.payload.readableBytesView, priority: frame.priority, channel: channel, limits: configuration.limits.payload) {
@@ -250,13 +172,13 @@ final class BinaryGateway: Service {
     /// A frame's outcome — its pending commit when admitted, or the status
     /// to answer — or its notification when the dispatcher has to wait for
     /// the store before it can decide.
-    private enum Admission {
+    fileprivate enum Admission {
         case decided(Result<Pending<Void>?, Refusal>)
         case waits(PushNotification)
     }
 
     /// Hands one notification to the dispatcher, without waiting.
-    private func admitAtOnce(_ frame: BinaryNotificationFrame, topic: String, identity: ProviderIdentity) -> Admission {
+    fileprivate func admitAtOnce(_ frame: BinaryNotificationFrame, topic: String, identity: ProviderIdentity) -> Admission {
         switch notification(frame, topic: topic) {
         case .failure(let refusal):
             return .decided(.failure(refusal))
@@ -266,7 +188,7 @@ final class BinaryGateway: Service {
         }
     }
 
-    private func outcome(_ decided: (result: AcceptResult, durable: Pending<Void>?)) -> Result<Pending<Void>?, Refusal> {
+    fileprivate func outcome(_ decided: (result: AcceptResult, durable: Pending<Void>?)) -> Result<Pending<Void>?, Refusal> {
         switch decided.result {
         case .accepted: return .success(decided.durable)
         case .rejected(let reason, _):
@@ -276,3 +198,192 @@ final class BinaryGateway: Service {
         }
     }
 }
+
+/// One binary connection's notifications, admitted in order on the
+/// connection's event loop. The dispatcher decides most at once; when it
+/// has to wait (the store is asked about a token, or the delivery log has
+/// no room), the decision runs in a task, the frames decoded meanwhile
+/// wait here, and the channel reads no more until it is decided — TCP
+/// holds back a provider that writes faster than the server admits.
+final class BinaryConnectionHandler: ChannelDuplexHandler {
+    typealias InboundIn = BinaryProviderInbound
+    typealias OutboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    /// Graceful shutdown: answer status 10 with the last accepted identifier.
+    struct ShuttingDown: Sendable {}
+
+    private let gateway: BinaryGateway
+    private let peer: PeerIdentityBox
+    private let state = BinaryConnectionState()
+    /// The certificate's identity and topic, once the handshake is done.
+    private var sender: (identity: ProviderIdentity, topic: String)?
+    /// Frames decoded while a notification waits for the dispatcher.
+    private var waiting = CircularBuffer<BinaryProviderInbound>()
+    /// A notification waits for the dispatcher.
+    private var busy = false
+    /// The channel asked for a read while `busy`.
+    private var readHeld = false
+    /// A bad notification was seen (or the channel ended): nothing after it counts.
+    private var over = false
+    /// The commit of the last admitted notification that has one. Commits
+    /// finish in order, so once it is done all are: an error response,
+    /// which tells the provider everything before it was taken, waits for it.
+    private var lastDurable: Pending<Void>?
+
+    init(gateway: BinaryGateway, peer: PeerIdentityBox) {
+        self.gateway = gateway
+        self.peer = peer
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if case .handshakeCompleted = event as? TLSUserEvent {
+            if let record = peer.record, let (identity, info) = try? ProviderIdentity.certificate(record),
+                let topic = info.bundleID ?? info.topics.first?.description
+            {
+                sender = (identity, topic)
+            } else {
+                context.close(promise: nil)
+            }
+        } else if event is ShuttingDown {
+            guard sender != nil, state.answer() else {
+                if sender == nil { context.close(promise: nil) }
+                return
+            }
+            over = true
+            write(.shutdown, state.lastAccepted, context: context)
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let message = unwrapInboundIn(data)
+        if busy {
+            waiting.append(message)
+        } else {
+            handle(message, context: context)
+        }
+    }
+
+    func read(context: ChannelHandlerContext) {
+        if busy {
+            readHeld = true
+        } else {
+            context.read()
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        over = true
+        waiting.removeAll()
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        gateway.logger.debug("binary connection ended", metadata: ["courier.error": "\(error)"])
+        over = true
+        context.close(promise: nil)
+    }
+
+    private func handle(_ message: BinaryProviderInbound, context: ChannelHandlerContext) {
+        // After the first bad notification (or status 10) everything is discarded.
+        guard !over, let sender else { return }
+        switch message {
+        case .failure(let failure):
+            gateway.logger.info("malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"])
+            refuse(failure.answers ? failure.status : nil, failure.identifier, context: context)
+        case .notification(let frame):
+            switch gateway.admitAtOnce(frame, topic: sender.topic, identity: sender.identity) {
+            case .decided(let outcome):
+                settle(outcome, frame, context: context)
+            case .waits(let notification):
+                busy = true
+                let (gateway, loop) = (self.gateway, context.eventLoop)
+                let bound = NIOLoopBound((self, context), eventLoop: loop)
+                Task {
+                    let decided = await gateway.dispatcher.admitAfterWaiting(notification, environment: gateway.environment, from: sender.identity)
+                    loop.execute {
+                        let (handler, context) = bound.value
+                        handler.busy = false
+                        if !handler.over { handler.settle(gateway.outcome(decided), frame, context: context) }
+                        handler.resume(context: context)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles the frames that waited, until one waits again; then reads on.
+    private func resume(context: ChannelHandlerContext) {
+        while !busy, let next = waiting.popFirst() {
+            handle(next, context: context)
+        }
+        if !busy, readHeld {
+            readHeld = false
+            context.read()
+        }
+    }
+
+    private func settle(_ outcome: Result<Pending<Void>?, BinaryGateway.Refusal>, _ frame: BinaryNotificationFrame, context: ChannelHandlerContext) {
+        switch outcome {
+        case .success(let durable):
+            let loop = context.eventLoop
+            let bound = NIOLoopBound((self, context), eventLoop: loop)
+            state.admitted(frame.identifier, durable: durable) { identifier in
+                // A commit failed: status 1, as soon as it is known.
+                loop.execute {
+                    let (handler, context) = bound.value
+                    handler.over = true
+                    handler.answer(.processingError, identifier, context: context)
+                }
+            }
+            if let durable { lastDurable = durable }
+        case .failure(let refusal):
+            gateway.logger.info("refused notification", metadata: ["courier.status": "\(refusal.status)", "courier.identifier": "\(frame.identifier)"])
+            refuse(refusal.status, frame.identifier, answers: frame.command != 0, context: context)
+        }
+    }
+
+    /// The first bad notification: answered (if its command has an error
+    /// response) once everything admitted before it is durable.
+    private func refuse(_ status: BinaryStatus?, _ identifier: UInt32, answers: Bool = true, context: ChannelHandlerContext) {
+        over = true
+        waiting.removeAll()
+        let status = answers ? status : nil
+        guard let lastDurable else {
+            answer(status, identifier, context: context)
+            return
+        }
+        let loop = context.eventLoop
+        let bound = NIOLoopBound((self, context), eventLoop: loop)
+        lastDurable.whenResolved { _ in
+            loop.execute {
+                let (handler, context) = bound.value
+                handler.answer(status, identifier, context: context)
+            }
+        }
+    }
+
+    /// Writes the error packet (if there is one and none was sent yet),
+    /// then reads and discards for a moment and closes; closes at once
+    /// otherwise.
+    private func answer(_ status: BinaryStatus?, _ identifier: UInt32, context: ChannelHandlerContext) {
+        if let status, state.answer() {
+            write(status, identifier, context: context)
+        } else {
+            context.close(promise: nil)
+        }
+    }
+
+    private func write(_ status: BinaryStatus, _ identifier: UInt32, context: ChannelHandlerContext) {
+        var packet = context.channel.allocator.buffer(capacity: BinaryErrorResponse.length)
+        BinaryErrorResponse(status: status, identifier: identifier).write(to: &packet)
+        context.writeAndFlush(wrapOutboundOut(packet), promise: nil)
+        let channel = context.channel
+        channel.eventLoop.scheduleTask(in: gateway.linger) { channel.close(promise: nil) }
+    }
+}
+
+@available(*, unavailable)
+extension BinaryConnectionHandler: Sendable {}

@@ -99,20 +99,10 @@ final class DeviceGateway: Service {
                 .get()
         }
         ports.listening(.device, environment, on: server, logger: logger)
-        await withGracefulShutdownHandler {
-            await withTaskCancellationHandler {
-                try? await server.closeFuture.get()
-            } onCancel: {
-                server.close(promise: nil)
-            }
-        } onGracefulShutdown: {
-            server.close(promise: nil)
-        }
-        // The listening socket is closed (shutdown, or the group cancelled):
-        // every connection is closed, and its last frames handled (the
-        // dispatcher told it went offline) before the gateway stops.
-        open.closeAll()
-        await open.waitUntilEmpty()
+        // Once the listening socket is closed every connection is closed, and
+        // its last frames handled (the dispatcher told it went offline)
+        // before the gateway stops.
+        await serveChannels(server, open)
     }
 
     /// A connection was closed and its last frame handled.
@@ -419,58 +409,6 @@ final class DeviceConnectionHandler: ChannelDuplexHandler {
 
 @available(*, unavailable)
 extension DeviceConnectionHandler: Sendable {}
-
-/// The channels of a gateway that are open or whose last frames are still
-/// being handled, so that shutdown can close them and wait for them.
-final class OpenConnections: Sendable {
-    private struct State {
-        var channels: [ObjectIdentifier: any Channel] = [:]
-        var waiters: [CheckedContinuation<Void, Never>] = []
-        /// `closeAll` was called: a channel accepted from now on is refused.
-        var closing = false
-    }
-
-    private let state = Mutex(State())
-
-    /// Throws once `closeAll` was called (the channel is then refused).
-    func add(_ channel: any Channel) throws {
-        try state.withLock { state in
-            state.channels[ObjectIdentifier(channel)] = channel
-            if state.closing { throw ChannelError.ioOnClosedChannel }
-        }
-    }
-
-    func remove(_ channel: any Channel) {
-        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            state.channels.removeValue(forKey: ObjectIdentifier(channel))
-            guard state.channels.isEmpty else { return [] }
-            defer { state.waiters = [] }
-            return state.waiters
-        }
-        for waiter in waiters { waiter.resume() }
-    }
-
-    func closeAll() {
-        let channels = state.withLock { state in
-            state.closing = true
-            return Array(state.channels.values)
-        }
-        for channel in channels { channel.close(promise: nil) }
-    }
-
-    func waitUntilEmpty() async {
-        await withCheckedContinuation { continuation in
-            let empty = state.withLock { state -> Bool in
-                guard state.channels.isEmpty else {
-                    state.waiters.append(continuation)
-                    return false
-                }
-                return true
-            }
-            if empty { continuation.resume() }
-        }
-    }
-}
 
 /// Runs a periodic job (the dispatcher's timers, the HTTP/2 gateways'
 /// sweeps) every `interval` seconds until graceful shutdown.

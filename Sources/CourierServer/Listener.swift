@@ -3,6 +3,7 @@ import NIOCore
 import NIOPosix
 import NIOTLS
 import ServiceLifecycle
+import Synchronization
 
 /// The accept loop every listener shares (swift-nio's structured server
 /// style): each connection in its own child task, catching its own errors;
@@ -24,6 +25,84 @@ func acceptConnections<Connection: Sendable>(
     } onGracefulShutdown: {
         server.channel.close(promise: nil)
         onShutdown()
+    }
+}
+
+/// Runs a listener whose connections are plain channels (no task of their
+/// own), tracked in `open`, until the listening socket closes — graceful
+/// shutdown closes it, and so does cancellation. Then each open connection
+/// gets `farewell` after a graceful shutdown (by default it is closed) or
+/// is closed at once after cancellation, and this returns once all of them
+/// have ended.
+func serveChannels(_ server: any Channel, _ open: OpenConnections, farewell: @escaping (any Channel) -> Void = { $0.close(promise: nil) }) async {
+    await withGracefulShutdownHandler {
+        await withTaskCancellationHandler {
+            try? await server.closeFuture.get()
+        } onCancel: {
+            server.close(promise: nil)
+        }
+    } onGracefulShutdown: {
+        server.close(promise: nil)
+    }
+    if Task.isCancelled {
+        open.closeAll()
+    } else {
+        open.closeAll(farewell)
+    }
+    await open.waitUntilEmpty()
+}
+
+/// The channels of a gateway that are open or whose last frames are still
+/// being handled, so that shutdown can close them and wait for them.
+final class OpenConnections: Sendable {
+    private struct State {
+        var channels: [ObjectIdentifier: any Channel] = [:]
+        var waiters: [CheckedContinuation<Void, Never>] = []
+        /// `closeAll` was called: a channel accepted from now on is refused.
+        var closing = false
+    }
+
+    private let state = Mutex(State())
+
+    /// Throws once `closeAll` was called (the channel is then refused).
+    func add(_ channel: any Channel) throws {
+        try state.withLock { state in
+            state.channels[ObjectIdentifier(channel)] = channel
+            if state.closing { throw ChannelError.ioOnClosedChannel }
+        }
+    }
+
+    func remove(_ channel: any Channel) {
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.channels.removeValue(forKey: ObjectIdentifier(channel))
+            guard state.channels.isEmpty else { return [] }
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Refuses channels from now on and says farewell to each open one
+    /// (by default: closes it).
+    func closeAll(_ farewell: (any Channel) -> Void = { $0.close(promise: nil) }) {
+        let channels = state.withLock { state in
+            state.closing = true
+            return Array(state.channels.values)
+        }
+        for channel in channels { farewell(channel) }
+    }
+
+    func waitUntilEmpty() async {
+        await withCheckedContinuation { continuation in
+            let empty = state.withLock { state -> Bool in
+                guard state.channels.isEmpty else {
+                    state.waiters.append(continuation)
+                    return false
+                }
+                return true
+            }
+            if empty { continuation.resume() }
+        }
     }
 }
 

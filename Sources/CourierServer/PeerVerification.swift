@@ -43,15 +43,15 @@ struct PeerVerifier: Sendable {
         ]
     }
 
-    /// A connection of the binary and feedback listeners: `tlsHandlers`,
-    /// a signal for the handshake's end, then `handlers`; returned with the
-    /// peer's identity and the end of the handshake.
+    /// A connection of the feedback listener: `tlsHandlers`, then a signal
+    /// for the handshake's end; returned with the peer's identity and the
+    /// end of the handshake.
     func handshakingConnection<Inbound: Sendable, Outbound: Sendable>(
-        _ channel: any Channel, context: NIOSSLContext, handshakeTimeout: TimeAmount, handlers: [any ChannelHandler] = []
+        _ channel: any Channel, context: NIOSSLContext, handshakeTimeout: TimeAmount
     ) throws -> (NIOAsyncChannel<Inbound, Outbound>, PeerIdentityBox, EventLoopFuture<Void>) {
         let box = PeerIdentityBox()
         let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
-        try channel.pipeline.syncOperations.addHandlers(tlsHandlers(context: context, box: box, handshakeTimeout: handshakeTimeout) + [handshake] + handlers)
+        try channel.pipeline.syncOperations.addHandlers(tlsHandlers(context: context, box: box, handshakeTimeout: handshakeTimeout) + [handshake])
         return (try NIOAsyncChannel(wrappingChannelSynchronously: channel), box, handshake.promise.futureResult)
     }
 
