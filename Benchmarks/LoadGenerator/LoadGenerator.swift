@@ -124,6 +124,8 @@ func printServerMemory(_ pid: Int32?, before: Int?, connections: Int) {
 @main
 struct LoadGenerator {
     static func main() async throws {
+        // Pinned with taskset, the load generator runs one event loop per CPU it may use, as the server does.
+        ProcessorAffinity.fitSharedThreads()
         let arguments = Arguments.parseOrExit()
         var logger = Logger(label: "courier-load")
         logger.logLevel = .error

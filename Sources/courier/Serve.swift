@@ -17,6 +17,8 @@ struct Serve: AsyncParsableCommand {
     @OptionGroup var options: DataOptions
 
     func run() async throws {
+        // Before anything uses NIO's shared event loops.
+        ProcessorAffinity.fitSharedThreads()
         let configuration = try options.load()
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)

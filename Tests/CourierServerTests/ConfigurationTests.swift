@@ -128,3 +128,23 @@ let everyKeyChanged = CourierConfiguration(
         #expect(configuration.resolve("/etc/courier/db.sqlite") == "/etc/courier/db.sqlite")
     }
 }
+
+@Suite struct ProcessorAffinityTests {
+    /// The mask of `/proc/<pid>/status`, as Linux writes it for 1, 2 and
+    /// 72 allowed CPUs (the last in comma-separated groups of 32 bits).
+    @Test func theAllowedCPUsAreCountedFromTheStatusMask() {
+        func status(_ mask: String) -> String { "Name:\tcourier\nCpus_allowed:\t\(mask)\nCpus_allowed_list:\t0-1\n" }
+        #expect(ProcessorAffinity.count(status: status("2")) == 1)
+        #expect(ProcessorAffinity.count(status: status("3")) == 2)
+        #expect(ProcessorAffinity.count(status: status("ff,ffffffff,ffffffff")) == 72)
+        #expect(ProcessorAffinity.count(status: status("0")) == nil)
+        #expect(ProcessorAffinity.count(status: "Name:\tcourier\n") == nil)
+    }
+
+    /// This process's own mask reads, and is within what the machine has.
+    @Test func thisProcessHasAnAffinity() throws {
+        let count = try #require(ProcessorAffinity.count)
+        #expect(count >= 1)
+        #expect(count <= ProcessInfo.processInfo.processorCount)
+    }
+}
