@@ -38,9 +38,6 @@ final class BinaryConnectionState: Sendable {
 
     var lastAccepted: UInt32 { state.withLock { $0.lastAccepted } }
 
-    /// An error packet or status 10 was sent: nothing more is processed.
-    var isAnswered: Bool { state.withLock { $0.answered } }
-
     /// True the first time: only one error packet per connection.
     func answer() -> Bool {
         state.withLock { state in
@@ -49,20 +46,21 @@ final class BinaryConnectionState: Sendable {
         }
     }
 
-    /// Records an admitted notification; `durable` is its commit, if it
-    /// has one. `failed` runs (once, with the notification's identifier)
-    /// if a commit fails.
-    func admitted(_ identifier: UInt32, durable: Pending<Void>?, failed: @escaping @Sendable (UInt32) -> Void) {
-        guard let durable else {
-            state.withLock { state in
-                if state.segments.isEmpty {
-                    state.lastAccepted = identifier
-                } else {
-                    state.segments[state.segments.index(before: state.segments.endIndex)].last = identifier
-                }
+    /// Records an admitted notification with nothing to commit.
+    func admitted(_ identifier: UInt32) {
+        state.withLock { state in
+            if state.segments.isEmpty {
+                state.lastAccepted = identifier
+            } else {
+                state.segments[state.segments.index(before: state.segments.endIndex)].last = identifier
             }
-            return
         }
+    }
+
+    /// Records an admitted notification whose commit is `durable`.
+    /// `failed` runs (once, with the identifier of the notification whose
+    /// commit failed) if a commit fails.
+    func admitted(_ identifier: UInt32, committing durable: Pending<Void>, failed: @escaping @Sendable (UInt32) -> Void) {
         state.withLock { $0.segments.append(Segment(first: identifier, last: identifier)) }
         durable.whenResolved { result in
             let failure = self.state.withLock { state -> UInt32? in
@@ -246,12 +244,12 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
                 context.close(promise: nil)
             }
         } else if event is ShuttingDown {
-            guard sender != nil, state.answer() else {
-                if sender == nil { context.close(promise: nil) }
-                return
+            if sender == nil {
+                context.close(promise: nil)  // still in its handshake
+            } else if state.answer() {
+                over = true
+                write(.shutdown, state.lastAccepted, context: context)
             }
-            over = true
-            write(.shutdown, state.lastAccepted, context: context)
             return
         }
         context.fireUserInboundEventTriggered(event)
@@ -327,10 +325,12 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
 
     private func settle(_ outcome: Result<Pending<Void>?, BinaryGateway.Refusal>, _ frame: BinaryNotificationFrame, context: ChannelHandlerContext) {
         switch outcome {
-        case .success(let durable):
+        case .success(nil):
+            state.admitted(frame.identifier)
+        case .success(let durable?):
             let loop = context.eventLoop
             let bound = NIOLoopBound((self, context), eventLoop: loop)
-            state.admitted(frame.identifier, durable: durable) { identifier in
+            state.admitted(frame.identifier, committing: durable) { identifier in
                 // A commit failed: status 1, as soon as it is known.
                 loop.execute {
                     let (handler, context) = bound.value
@@ -338,19 +338,19 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
                     handler.answer(.processingError, identifier, context: context)
                 }
             }
-            if let durable { lastDurable = durable }
+            lastDurable = durable
         case .failure(let refusal):
             gateway.logger.info("refused notification", metadata: ["courier.status": "\(refusal.status)", "courier.identifier": "\(frame.identifier)"])
-            refuse(refusal.status, frame.identifier, answers: frame.command != 0, context: context)
+            // Command 0 has no error response.
+            refuse(frame.command != 0 ? refusal.status : nil, frame.identifier, context: context)
         }
     }
 
-    /// The first bad notification: answered (if its command has an error
-    /// response) once everything admitted before it is durable.
-    private func refuse(_ status: BinaryStatus?, _ identifier: UInt32, answers: Bool = true, context: ChannelHandlerContext) {
+    /// The first bad notification: answered with `status` (nil: closed
+    /// without an answer) once everything admitted before it is durable.
+    private func refuse(_ status: BinaryStatus?, _ identifier: UInt32, context: ChannelHandlerContext) {
         over = true
         waiting.removeAll()
-        let status = answers ? status : nil
         guard let lastDurable else {
             answer(status, identifier, context: context)
             return
