@@ -41,9 +41,7 @@ final class FeedbackService: Service {
             try await listenerBootstrap()
                 .bind(host: host, port: port) { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        let connection: (NIOAsyncChannel<ByteBuffer, ByteBuffer>, PeerIdentityBox, EventLoopFuture<Void>) =
-                            try verifier.handshakingConnection(channel, context: context, handshakeTimeout: timeout)
-                        return connection
+                        try verifier.handshakingConnection(channel, context: context, handshakeTimeout: timeout)
                     }
                 }
         }

@@ -46,9 +46,9 @@ struct PeerVerifier: Sendable {
     /// A connection of the feedback listener: `tlsHandlers`, then a signal
     /// for the handshake's end; returned with the peer's identity and the
     /// end of the handshake.
-    func handshakingConnection<Inbound: Sendable, Outbound: Sendable>(
+    func handshakingConnection(
         _ channel: any Channel, context: NIOSSLContext, handshakeTimeout: TimeAmount
-    ) throws -> (NIOAsyncChannel<Inbound, Outbound>, PeerIdentityBox, EventLoopFuture<Void>) {
+    ) throws -> (NIOAsyncChannel<ByteBuffer, ByteBuffer>, PeerIdentityBox, EventLoopFuture<Void>) {
         let box = PeerIdentityBox()
         let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
         try channel.pipeline.syncOperations.addHandlers(tlsHandlers(context: context, box: box, handshakeTimeout: handshakeTimeout) + [handshake])
