@@ -239,9 +239,10 @@ public final class Dispatcher: Sendable {
     /// may be stored is queued for the next group commit (its place in the
     /// order fixed now) and `durable` completes once it is committed (or
     /// fails). Deliveries to online devices go out at once. The binary
-    /// gateway uses this to keep one connection's notifications flowing
-    /// while earlier ones are committed; it counts a notification as
-    /// accepted (status 10) only once it is durable.
+    /// gateway calls its two halves (`admitAtOnce` on the event loop, then
+    /// `admitAfterWaiting` only if that declined) to keep one connection's
+    /// notifications flowing while earlier ones are committed; it counts a
+    /// notification as accepted (status 10) only once it is durable.
     func admit(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity) async
         -> (result: AcceptResult, durable: Pending<Void>?)
     {
