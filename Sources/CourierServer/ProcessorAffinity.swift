@@ -32,18 +32,14 @@ public enum ProcessorAffinity {
     /// `NIO_SINGLETON_BLOCKING_POOL_THREAD_COUNT`) still decide when set.
     ///
     /// Call it first thing, before anything uses NIO's shared groups.
-    /// Returns the loop count it set, if it set one.
-    @discardableResult
-    public static func fitSharedThreads(environment: [String: String] = ProcessInfo.processInfo.environment) -> Int? {
-        guard let cpus = count, cpus < System.coreCount else { return nil }
-        var fitted: Int?
+    public static func fitSharedThreads() {
+        guard let cpus = count, cpus < System.coreCount else { return }
+        let environment = ProcessInfo.processInfo.environment
         if environment["NIO_SINGLETON_GROUP_LOOP_COUNT"] == nil {
             NIOSingletons.groupLoopCountSuggestion = cpus
-            fitted = cpus
         }
         if environment["NIO_SINGLETON_BLOCKING_POOL_THREAD_COUNT"] == nil {
             NIOSingletons.blockingPoolThreadCountSuggestion = cpus
         }
-        return fitted
     }
 }
