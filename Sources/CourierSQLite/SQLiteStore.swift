@@ -6,26 +6,44 @@ import Synchronization
 
 /// The embedded store: one SQLite file (SQLite itself is compiled in, so
 /// there is nothing to install). Writes are durable when they return
-/// (WAL journal, `synchronous=FULL`).
+/// (WAL journal, `synchronous=FULL`), except the delivery log's: its
+/// batches are written by a second connection to the same file that does
+/// not wait for the disk (`synchronous=NORMAL`), so they survive the
+/// process being killed but the last of them may be lost if the machine
+/// loses power. The next durable commit makes them durable too.
 public final class SQLiteStore: Store {
     private let connection: SQLiteConnection
+    /// Writes and reads the delivery log; `connection` itself for an
+    /// in-memory database (a second connection would open another one).
+    private let logConnection: SQLiteConnection
     private let gate = SerialGate()
     private let closed = Mutex(false)
 
-    private init(connection: SQLiteConnection) {
+    private init(connection: SQLiteConnection, logConnection: SQLiteConnection) {
         self.connection = connection
+        self.logConnection = logConnection
     }
 
     deinit {
-        // A store dropped without close() still closes its connection; the
-        // future keeps the connection alive until that is done.
-        if !closed.withLock({ $0 }) { _ = connection.close() }
+        // A store dropped without close() still closes its connections; the
+        // futures keep the connections alive until that is done.
+        if !closed.withLock({ $0 }) {
+            _ = connection.close()
+            if logConnection !== connection { _ = logConnection.close() }
+        }
     }
 
     /// Opens (creating if needed) the database at `path` and migrates it.
     public static func open(path: String, logger: Logger) async throws -> SQLiteStore {
         let connection = try await SQLiteConnection.open(storage: .file(path: path), logger: logger)
-        let store = SQLiteStore(connection: connection)
+        let logConnection: SQLiteConnection
+        do {
+            logConnection = try await SQLiteConnection.open(storage: .file(path: path), logger: logger)
+        } catch {
+            try? await connection.close()
+            throw error
+        }
+        let store = SQLiteStore(connection: connection, logConnection: logConnection)
         try await store.prepare()
         return store
     }
@@ -33,7 +51,7 @@ public final class SQLiteStore: Store {
     /// An in-memory database, for tests.
     public static func inMemory(logger: Logger) async throws -> SQLiteStore {
         let connection = try await SQLiteConnection.open(storage: .memory, logger: logger)
-        let store = SQLiteStore(connection: connection)
+        let store = SQLiteStore(connection: connection, logConnection: connection)
         try await store.prepare()
         return store
     }
@@ -43,6 +61,7 @@ public final class SQLiteStore: Store {
             defer { wasClosed = true }
             return !wasClosed
         }) else { return }
+        if logConnection !== connection { try await logConnection.close() }
         try await connection.close()
     }
 
@@ -54,6 +73,11 @@ public final class SQLiteStore: Store {
             _ = try await self.connection.query("PRAGMA busy_timeout=5000")
             // Statement journals in memory, not in a temporary file per statement.
             _ = try await self.connection.query("PRAGMA temp_store=MEMORY")
+            if self.logConnection !== self.connection {
+                _ = try await self.logConnection.query("PRAGMA synchronous=NORMAL")
+                _ = try await self.logConnection.query("PRAGMA busy_timeout=5000")
+                _ = try await self.logConnection.query("PRAGMA temp_store=MEMORY")
+            }
             _ = try await self.connection.query(
                 "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)"
             )
@@ -73,8 +97,12 @@ public final class SQLiteStore: Store {
         }
     }
 
-    /// Runs `body` inside BEGIN/COMMIT; the caller holds the gate.
-    private func inTransaction<T: Sendable>(_ body: @Sendable () async throws -> T) async throws -> T {
+    /// Runs `body` inside BEGIN/COMMIT on `connection` (the store's unless
+    /// told); the caller holds the gate.
+    private func inTransaction<T: Sendable>(
+        on connection: SQLiteConnection? = nil, _ body: @Sendable () async throws -> T
+    ) async throws -> T {
+        let connection = connection ?? self.connection
         _ = try await connection.query("BEGIN IMMEDIATE")
         do {
             let result = try await body()
@@ -395,29 +423,44 @@ public final class SQLiteStore: Store {
         let batches = stride(from: 0, to: events.count, by: Self.eventsPerBatch).map {
             DeliveryLogBatch(events[$0..<min($0 + Self.eventsPerBatch, events.count)])
         }
-        try await transaction {
-            for batch in batches {
-                _ = try await self.connection.query(
-                    "INSERT INTO delivery_batches (filter, events) VALUES (?, ?)", [.bytes(batch.filter), .bytes(batch.events)])
+        // Under the gate like every write: the two connections never wait
+        // for each other's lock.
+        try await gate.run {
+            try await self.inTransaction(on: self.logConnection) {
+                for batch in batches {
+                    _ = try await self.logConnection.query(
+                        "INSERT INTO delivery_batches (filter, events) VALUES (?, ?)", [.bytes(batch.filter), .bytes(batch.events)])
+                }
             }
+        }
+    }
+
+    /// `PRAGMA synchronous` of the store's connection and of the delivery
+    /// log's (2 = FULL, 1 = NORMAL).
+    func synchronousModes() async throws -> (store: Int, log: Int) {
+        try await gate.run {
+            func mode(_ connection: SQLiteConnection) async throws -> Int {
+                try await connection.query("PRAGMA synchronous").first?.column("synchronous")?.integer ?? -1
+            }
+            return (try await mode(self.connection), try await mode(self.logConnection))
         }
     }
 
     public func deliveryEvents(notificationID: UUID) async throws -> [DeliveryEvent] {
         try await gate.run {
             // Rows of before migration 3 first (they are older), then the batches whose filter may hold the id.
-            var events = try await self.connection.query(
+            var events = try await self.logConnection.query(
                 "SELECT * FROM delivery_events WHERE notification_id = ? ORDER BY seq", [.uuid(notificationID)]
             ).map(DeliveryEvent.init(row:))
             let candidates = Mutex<[Int]>([])
-            try await self.connection.query("SELECT seq, filter FROM delivery_batches ORDER BY seq", []) { row in
+            try await self.logConnection.query("SELECT seq, filter FROM delivery_batches ORDER BY seq", []) { row in
                 guard let seq = row.column("seq")?.integer, let filter = row.column("filter")?.blob else { return }
                 if DeliveryLogBatch.filter(Array(filter.readableBytesView), mayContain: notificationID) {
                     candidates.withLock { $0.append(seq) }
                 }
             }
             for seq in candidates.withLock({ $0 }) {
-                guard let row = try await self.connection.query("SELECT * FROM delivery_batches WHERE seq = ?", [.integer(seq)]).first else { continue }
+                guard let row = try await self.logConnection.query("SELECT * FROM delivery_batches WHERE seq = ?", [.integer(seq)]).first else { continue }
                 let batch = DeliveryLogBatch(filter: try row.bytes("filter"), events: try row.bytes("events"))
                 events += try batch.decoded().filter { $0.notificationID == notificationID }
             }

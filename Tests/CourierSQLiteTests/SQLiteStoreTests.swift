@@ -42,6 +42,36 @@ import Testing
         try await second.close()
     }
 
+    /// The delivery log is written by a connection that does not wait for
+    /// the disk; everything else still commits durably. Both write the
+    /// same file: what either wrote is there after reopening.
+    @Test func theDeliveryLogAloneCommitsWithoutWaitingForTheDisk() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("courier-sqlite-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let path = directory.appendingPathComponent("store.sqlite").path
+        let id = UUID()
+        let first = try await SQLiteStore.open(path: path, logger: Logger(label: "test"))
+        let modes = try await first.synchronousModes()
+        #expect(modes.store == 2)
+        #expect(modes.log == 1)
+        try await first.appendDeliveryEvents([DeliveryEvent(notificationID: id, kind: .accepted, at: Date(timeIntervalSince1970: 1))])
+        try await first.createTeam(Team(id: "TEAM000001", name: "One", createdAt: Date(timeIntervalSince1970: 1_000)))
+        try await first.appendDeliveryEvents([DeliveryEvent(notificationID: id, kind: .stored, at: Date(timeIntervalSince1970: 2))])
+        #expect(try await first.deliveryEvents(notificationID: id).map(\.kind) == [.accepted, .stored])
+        try await first.close()
+
+        let second = try await SQLiteStore.open(path: path, logger: Logger(label: "test"))
+        #expect(try await second.deliveryEvents(notificationID: id).map(\.kind) == [.accepted, .stored])
+        #expect(try await second.team(id: "TEAM000001")?.name == "One")
+        try await second.close()
+
+        // In memory there is one connection, and it commits durably.
+        let memory = try await SQLiteStore.inMemory(logger: Logger(label: "test"))
+        #expect(try await memory.synchronousModes().log == 2)
+        try await memory.close()
+    }
+
     /// A version-1 database (delivery log keyed by text ids) is migrated
     /// to the current version with its events kept; events logged after
     /// the migration (packed batches) follow them.
