@@ -195,13 +195,46 @@ struct RawPusher {
 
     /// Writes `count` notifications in one write and waits until TCP took them.
     mutating func push(_ count: Int, expiry: UInt32) async throws {
+        try await channel.writeAndFlush(frames(count, expiry: expiry))
+    }
+
+    /// The next `count` notifications, each stamped with the time it is encoded.
+    mutating func frames(_ count: Int, expiry: UInt32) -> ByteBuffer {
         var buffer = channel.allocator.buffer(capacity: count * 160)
         for _ in 0..<count {
             let payload = #"{"aps":{"alert":"load"},"t":\#(nanoseconds())}"#.utf8
             buffer.writeBinaryNotification(token: tokens[sent % tokens.count], payload: payload, identifier: UInt32(truncatingIfNeeded: sent), expiry: expiry, priority: 10)
             sent += 1
         }
-        try await channel.writeAndFlush(buffer)
+        return buffer
+    }
+
+    /// Sends `total` never-stored notifications at `rate` per second from
+    /// the channel's own event loop: every `interval` the ones due by then
+    /// go out in one write, with no thread between the clock and the
+    /// socket. Returns the seconds the sending took.
+    mutating func pushAtRate(_ rate: Int, total: Int, interval: TimeAmount) async throws -> Double {
+        let loop = channel.eventLoop
+        let finished = loop.makePromise(of: (sent: Int, seconds: Double).self)
+        let start = NIODeadline.now()
+        let initial = self
+        loop.execute {
+            let state = NIOLoopBoundBox(initial, eventLoop: loop)
+            loop.scheduleRepeatedTask(initialDelay: .zero, delay: interval) { task in
+                let elapsed = Double((NIODeadline.now() - start).nanoseconds) / 1e9
+                let due = min(total, Int(elapsed * Double(rate)))
+                if due > state.value.sent {
+                    state.value.channel.writeAndFlush(state.value.frames(due - state.value.sent, expiry: 0), promise: nil)
+                }
+                if state.value.sent >= total {
+                    task.cancel()
+                    finished.succeed((state.value.sent, Double((NIODeadline.now() - start).nanoseconds) / 1e9))
+                }
+            }
+        }
+        let (sent, seconds) = try await finished.futureResult.get()
+        self.sent = sent
+        return seconds
     }
 
     /// A bad notification (a 4-byte token): its error response means the gateway handled all before it.
@@ -218,7 +251,7 @@ func lightDelivery(_ arguments: Arguments, directories: [String]) async throws {
         let credentials = try DeviceCredentials.load(from: directory)
         return (try NIOSSLContext(configuration: credentials.tlsConfiguration()), credentials)
     }
-    let collector = Collector()
+    let collector = Collector(latencyFile: arguments.latencyFile)
     let before = arguments.serverPID.flatMap(residentKiB)
     let connectStart = Date()
     var devices = try await connectLightDevices(contexts, tokens: nil, wave: arguments.connectWave, collector: collector, arguments: arguments)
@@ -232,21 +265,11 @@ func lightDelivery(_ arguments: Arguments, directories: [String]) async throws {
     var pusher = RawPusher(channel: channel, tokens: tokens)
 
     // A fixed rate, the in-memory path (expiration 0, devices online): every
-    // moment the notifications due by then are written in one write.
+    // --write-interval the notifications due by then are written in one write.
     do {
         let total = Int(Double(arguments.rate) * (arguments.seconds ?? 5))
         cpu?.start()
-        let start = ContinuousClock.now
-        while pusher.sent < total {
-            let elapsed = (ContinuousClock.now - start) / .seconds(1)
-            let due = min(total, Int(elapsed * Double(arguments.rate)))
-            if due > pusher.sent {
-                try await pusher.push(due - pusher.sent, expiry: 0)
-            } else {
-                try await Task.sleep(for: .microseconds(100))
-            }
-        }
-        let sendSeconds = (ContinuousClock.now - start) / .seconds(1)
+        let sendSeconds = try await pusher.pushAtRate(arguments.rate, total: total, interval: .microseconds(Int64(arguments.writeInterval)))
         await collector.waitFor(total, limit: 30)
         collector.report("fixed rate \(arguments.rate)/s", sent: total, seconds: sendSeconds)
         cpu?.report()

@@ -6,7 +6,8 @@
 // them to the production device gateway, registers the demo app, and reports:
 //   1. the server's memory per idle device connection (VmRSS of --server-pid);
 //   2. delivery at a fixed rate R (expiration 0, the in-memory path): the
-//      accept-to-device latency p50/p99 (the payload carries the send time);
+//      accept-to-device latency p50/p99/p99.9/max (the payload carries the
+//      send time; --latency-file keeps every one);
 //   3. delivery as fast as one binary connection sends (saturation);
 //   4. the durable path: pushes that may be stored, to the same devices while
 //      they are offline, and how fast they drain when the devices reconnect.
@@ -52,6 +53,10 @@ struct Arguments: ParsableCommand {
     var light = false
     @Option(name: .customLong("connect-wave"), help: "Devices that connect at a time at the start, each wave connected before the next (0: all at once).")
     var connectWave = 0
+    @Option(name: .customLong("latency-file"), help: "Write each phase's latencies to PATH.fixed and PATH.saturation, one per line in arrival order.")
+    var latencyFile: String?
+    @Option(name: .customLong("write-interval"), help: "Microseconds between the provider's writes in the fixed-rate phase (--light): each write carries the notifications due by then.")
+    var writeInterval = 1000
 }
 
 func residentKiB(_ pid: Int32) -> Int? {
@@ -72,6 +77,11 @@ func percentile(_ sorted: [Double], _ p: Double) -> Double {
 /// Latencies and counts collected by the devices.
 final class Collector: Sendable {
     private let state = Mutex<(latencies: [Double], count: Int)>(([], 0))
+    /// Where each phase's latencies are written (`PATH.fixed`, `PATH.saturation`), if anywhere.
+    private let latencyFile: String?
+
+    init(latencyFile: String? = nil) { self.latencyFile = latencyFile }
+
     func record(_ payload: [UInt8]) {
         let now = nanoseconds()
         // The payload ends with "t":<send time in ns>}: read the digits back from the end.
@@ -107,10 +117,20 @@ final class Collector: Sendable {
     /// Prints a phase's rate, deliveries and latency, and starts counting anew.
     func report(_ name: String, sent: Int, seconds: Double) {
         let (latencies, count) = take()
+        if let latencyFile {
+            // One latency in ms per line, in the order the notifications arrived.
+            let path = latencyFile + "." + name.prefix { $0 != " " }
+            do {
+                try latencies.map { String($0) }.joined(separator: "\n").write(toFile: path, atomically: true, encoding: .utf8)
+            } catch {
+                print("cannot write \(path): \(error)")
+            }
+        }
         let sorted = latencies.sorted()
         print(
             "\(name): sent \(sent) in \(String(format: "%.2f", seconds)) s (\(Int(Double(sent) / seconds))/s), delivered \(count), "
-                + "latency p50 \(String(format: "%.2f", percentile(sorted, 0.5))) ms, p99 \(String(format: "%.2f", percentile(sorted, 0.99))) ms")
+                + "latency p50 \(String(format: "%.2f", percentile(sorted, 0.5))) ms, p99 \(String(format: "%.2f", percentile(sorted, 0.99))) ms, "
+                + "p99.9 \(String(format: "%.2f", percentile(sorted, 0.999))) ms, max \(String(format: "%.2f", sorted.last ?? .nan)) ms")
     }
 }
 
@@ -161,7 +181,7 @@ struct LoadGenerator {
 
         // Connect and register.
         let before = arguments.serverPID.flatMap(residentKiB)
-        let collector = Collector()
+        let collector = Collector(latencyFile: arguments.latencyFile)
         let connectStart = Date()
         /// Starts a device per identity; each records and acknowledges what it gets.
         /// With `wave` > 0, that many at a time, each wave connected before the next starts.
