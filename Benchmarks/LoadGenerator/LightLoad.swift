@@ -347,7 +347,12 @@ final class CPUMeter: Sendable {
         return (ticks, cpus)
     }
 
-    func start() { started.withLock { $0 = (processes.map { Self.ticks($0.pid) }, Self.steal, .now) } }
+    private let bursts = StealBursts()
+
+    func start() {
+        started.withLock { $0 = (processes.map { Self.ticks($0.pid) }, Self.steal, .now) }
+        bursts.start()
+    }
 
     func report() {
         guard let (before, stealBefore, at) = started.withLock({ $0 }) else { return }
@@ -360,5 +365,65 @@ final class CPUMeter: Sendable {
         }
         if let stealBefore, let steal = Self.steal { shares.append("steal \(share(steal.ticks - stealBefore.ticks, cores: steal.cpus)) of all cores") }
         print("  CPU, share of one core: \(shares.joined(separator: ", "))")
+        print("  steal by CPU (/proc/stat every 10 ms): \(bursts.stop())")
+    }
+}
+
+/// Samples each CPU's steal time every 10 ms while a phase runs: a share
+/// over the whole phase hides the host taking a CPU away for tens of
+/// milliseconds at a time, which is what shows in a latency tail.
+final class StealBursts: Sendable {
+    private struct CPU {
+        var last: Int
+        var samples = 0
+        var burst = 0
+        var longest = 0
+    }
+    private let state = Mutex<(running: Bool, cpus: [String: CPU])>((false, [:]))
+
+    /// Each CPU's steal ticks (1/100 s), by name ("cpu0", ...).
+    private static func read() -> [String: Int] {
+        guard let stat = try? String(contentsOfFile: "/proc/stat", encoding: .utf8) else { return [:] }
+        var ticks: [String: Int] = [:]
+        for line in stat.split(separator: "\n") where line.hasPrefix("cpu") && line.dropFirst(3).first?.isNumber == true {
+            let fields = line.split(separator: " ")
+            if fields.count > 8, let steal = Int(fields[8]) { ticks[String(fields[0])] = steal }
+        }
+        return ticks
+    }
+
+    func start() {
+        state.withLock { $0 = (true, Self.read().mapValues { CPU(last: $0) }) }
+        let thread = Thread { [self] in
+            while state.withLock({ $0.running }) {
+                usleep(10_000)
+                let now = Self.read()
+                state.withLock { state in
+                    for (name, ticks) in now {
+                        guard var cpu = state.cpus[name] else { continue }
+                        if ticks > cpu.last {
+                            cpu.samples += 1
+                            cpu.burst += ticks - cpu.last
+                            cpu.longest = max(cpu.longest, cpu.burst)
+                        } else {
+                            cpu.burst = 0
+                        }
+                        cpu.last = ticks
+                        state.cpus[name] = cpu
+                    }
+                }
+            }
+        }
+        thread.start()
+    }
+
+    /// Stops sampling; per CPU, the samples in which it lost time and its longest run of them.
+    func stop() -> String {
+        state.withLock { state in
+            state.running = false
+            return state.cpus.sorted { $0.key < $1.key }.map { name, cpu in
+                "\(name) in \(cpu.samples) samples, longest \(cpu.longest * 10) ms"
+            }.joined(separator: ", ")
+        }
     }
 }
