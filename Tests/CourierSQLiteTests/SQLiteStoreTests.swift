@@ -17,89 +17,91 @@ import Testing
 
     @Test(arguments: StoreConformance.cases)
     func conformsOnDisk(_ conformanceCase: StoreConformanceCase) async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("courier-sqlite-\(UUID())")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let store = try await SQLiteStore.open(path: directory.appendingPathComponent("store.sqlite").path, logger: Logger(label: "test"))
-        let failures = await conformanceCase.run(on: store)
-        #expect(failures.isEmpty, "\(failures.joined(separator: "\n"))")
-        try await store.close()
+        try await withDatabasePath { path in
+            let store = try await SQLiteStore.open(path: path, logger: Logger(label: "test"))
+            let failures = await conformanceCase.run(on: store)
+            #expect(failures.isEmpty, "\(failures.joined(separator: "\n"))")
+            try await store.close()
+        }
     }
 
     @Test func dataSurvivesReopenAndMigrationsRunOnce() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("courier-sqlite-\(UUID())")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let path = directory.appendingPathComponent("store.sqlite").path
-        let first = try await SQLiteStore.open(path: path, logger: Logger(label: "test"))
-        try await first.createTeam(Team(id: "TEAM000001", name: "One", createdAt: Date(timeIntervalSince1970: 1_000)))
-        let version = try await first.schemaVersion()
-        try await first.close()
+        try await withDatabasePath { path in
+            let first = try await SQLiteStore.open(path: path, logger: Logger(label: "test"))
+            try await first.createTeam(Team(id: "TEAM000001", name: "One", createdAt: Date(timeIntervalSince1970: 1_000)))
+            let version = try await first.schemaVersion()
+            try await first.close()
 
-        let second = try await SQLiteStore.open(path: path, logger: Logger(label: "test"))
-        #expect(try await second.schemaVersion() == version)
-        #expect(try await second.team(id: "TEAM000001")?.name == "One")
-        try await second.close()
+            let second = try await SQLiteStore.open(path: path, logger: Logger(label: "test"))
+            #expect(try await second.schemaVersion() == version)
+            #expect(try await second.team(id: "TEAM000001")?.name == "One")
+            try await second.close()
+        }
     }
 
     /// The delivery log is written by a connection that does not wait for
     /// the disk; everything else still commits durably. Both write the
     /// same file: what either wrote is there after reopening.
     @Test func theDeliveryLogAloneCommitsWithoutWaitingForTheDisk() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("courier-sqlite-\(UUID())")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let path = directory.appendingPathComponent("store.sqlite").path
-        let id = UUID()
-        let first = try await SQLiteStore.open(path: path, logger: Logger(label: "test"))
-        let modes = try await first.synchronousModes()
-        #expect(modes.store == 2)
-        #expect(modes.log == 1)
-        try await first.appendDeliveryEvents([DeliveryEvent(notificationID: id, kind: .accepted, at: Date(timeIntervalSince1970: 1))])
-        try await first.createTeam(Team(id: "TEAM000001", name: "One", createdAt: Date(timeIntervalSince1970: 1_000)))
-        try await first.appendDeliveryEvents([DeliveryEvent(notificationID: id, kind: .stored, at: Date(timeIntervalSince1970: 2))])
-        #expect(try await first.deliveryEvents(notificationID: id).map(\.kind) == [.accepted, .stored])
-        try await first.close()
+        try await withDatabasePath { path in
+            let id = UUID()
+            let first = try await SQLiteStore.open(path: path, logger: Logger(label: "test"))
+            let modes = try await first.synchronousModes()
+            #expect(modes.store == 2)
+            #expect(modes.log == 1)
+            try await first.appendDeliveryEvents([DeliveryEvent(notificationID: id, kind: .accepted, at: Date(timeIntervalSince1970: 1))])
+            try await first.createTeam(Team(id: "TEAM000001", name: "One", createdAt: Date(timeIntervalSince1970: 1_000)))
+            try await first.appendDeliveryEvents([DeliveryEvent(notificationID: id, kind: .stored, at: Date(timeIntervalSince1970: 2))])
+            #expect(try await first.deliveryEvents(notificationID: id).map(\.kind) == [.accepted, .stored])
+            try await first.close()
 
-        let second = try await SQLiteStore.open(path: path, logger: Logger(label: "test"))
-        #expect(try await second.deliveryEvents(notificationID: id).map(\.kind) == [.accepted, .stored])
-        #expect(try await second.team(id: "TEAM000001")?.name == "One")
-        try await second.close()
+            let second = try await SQLiteStore.open(path: path, logger: Logger(label: "test"))
+            #expect(try await second.deliveryEvents(notificationID: id).map(\.kind) == [.accepted, .stored])
+            #expect(try await second.team(id: "TEAM000001")?.name == "One")
+            try await second.close()
 
-        // In memory there is one connection, and it commits durably.
-        let memory = try await SQLiteStore.inMemory(logger: Logger(label: "test"))
-        #expect(try await memory.synchronousModes().log == 2)
-        try await memory.close()
+            // In memory there is one connection, and it commits durably.
+            let memory = try await SQLiteStore.inMemory(logger: Logger(label: "test"))
+            #expect(try await memory.synchronousModes().log == 2)
+            try await memory.close()
+        }
     }
 
     /// A version-1 database (delivery log keyed by text ids) is migrated
     /// to the current version with its events kept; events logged after
     /// the migration (packed batches) follow them.
     @Test func theDeliveryLogOfVersion1IsMigrated() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("courier-sqlite-\(UUID())")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let path = directory.appendingPathComponent("store.sqlite").path
-        let id = UUID()
-        let connection = try await SQLiteConnection.open(storage: .file(path: path))
-        _ = try await connection.query("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)")
-        for statement in SQLiteMigrations.all[0].statements { _ = try await connection.query(statement) }
-        _ = try await connection.query("INSERT INTO schema_migrations (version, applied_at) VALUES (1, 0)")
-        _ = try await connection.query(
-            "INSERT INTO delivery_log (notification_id, event, at, detail) VALUES (?, 'accepted', 1000, NULL), (?, 'delivered', 2000, 'x')",
-            [.text(id.uuidString.lowercased()), .text(id.uuidString.lowercased())])
-        try await connection.close()
+        try await withDatabasePath { path in
+            let id = UUID()
+            let connection = try await SQLiteConnection.open(storage: .file(path: path))
+            _ = try await connection.query("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)")
+            for statement in SQLiteMigrations.all[0].statements { _ = try await connection.query(statement) }
+            _ = try await connection.query("INSERT INTO schema_migrations (version, applied_at) VALUES (1, 0)")
+            _ = try await connection.query(
+                "INSERT INTO delivery_log (notification_id, event, at, detail) VALUES (?, 'accepted', 1000, NULL), (?, 'delivered', 2000, 'x')",
+                [.text(id.uuidString.lowercased()), .text(id.uuidString.lowercased())])
+            try await connection.close()
 
-        let store = try await SQLiteStore.open(path: path, logger: Logger(label: "test"))
-        #expect(try await store.schemaVersion() == SQLiteMigrations.all.last?.version)
-        try await store.appendDeliveryEvents([
-            DeliveryEvent(notificationID: UUID(), kind: .accepted, at: Date(timeIntervalSince1970: 3)),
-            DeliveryEvent(notificationID: id, kind: .acknowledged, at: Date(timeIntervalSince1970: 3)),
-        ])
-        let events = try await store.deliveryEvents(notificationID: id)
-        #expect(events.map(\.kind) == [.accepted, .delivered, .acknowledged])
-        #expect(events.map(\.at) == [Date(timeIntervalSince1970: 1), Date(timeIntervalSince1970: 2), Date(timeIntervalSince1970: 3)])
-        #expect(events.map(\.detail) == [nil, "x", nil])
-        try await store.close()
+            let store = try await SQLiteStore.open(path: path, logger: Logger(label: "test"))
+            #expect(try await store.schemaVersion() == SQLiteMigrations.all.last?.version)
+            try await store.appendDeliveryEvents([
+                DeliveryEvent(notificationID: UUID(), kind: .accepted, at: Date(timeIntervalSince1970: 3)),
+                DeliveryEvent(notificationID: id, kind: .acknowledged, at: Date(timeIntervalSince1970: 3)),
+            ])
+            let events = try await store.deliveryEvents(notificationID: id)
+            #expect(events.map(\.kind) == [.accepted, .delivered, .acknowledged])
+            #expect(events.map(\.at) == [Date(timeIntervalSince1970: 1), Date(timeIntervalSince1970: 2), Date(timeIntervalSince1970: 3)])
+            #expect(events.map(\.detail) == [nil, "x", nil])
+            try await store.close()
+        }
     }
+}
+
+/// Runs `body` with the path of a database file in a new temporary
+/// directory, which is removed afterwards.
+private func withDatabasePath(_ body: (String) async throws -> Void) async throws {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("courier-sqlite-\(UUID())")
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: directory) }
+    try await body(directory.appendingPathComponent("store.sqlite").path)
 }
