@@ -118,8 +118,12 @@ public final class SQLiteStore: Store {
         try await gate.run { try await self.connection.query(sql, binds) }
     }
 
-    private func transaction<T: Sendable>(_ body: @Sendable @escaping () async throws -> T) async throws -> T {
-        try await gate.run { try await self.inTransaction(body) }
+    /// A transaction under the gate, on `connection` (the store's unless
+    /// told): the two connections never wait for each other's lock.
+    private func transaction<T: Sendable>(
+        on connection: SQLiteConnection? = nil, _ body: @Sendable @escaping () async throws -> T
+    ) async throws -> T {
+        try await gate.run { try await self.inTransaction(on: connection, body) }
     }
 
     /// Rows changed by the last statement (same connection, under the gate).
@@ -423,14 +427,10 @@ public final class SQLiteStore: Store {
         let batches = stride(from: 0, to: events.count, by: Self.eventsPerBatch).map {
             DeliveryLogBatch(events[$0..<min($0 + Self.eventsPerBatch, events.count)])
         }
-        // Under the gate like every write: the two connections never wait
-        // for each other's lock.
-        try await gate.run {
-            try await self.inTransaction(on: self.logConnection) {
-                for batch in batches {
-                    _ = try await self.logConnection.query(
-                        "INSERT INTO delivery_batches (filter, events) VALUES (?, ?)", [.bytes(batch.filter), .bytes(batch.events)])
-                }
+        try await transaction(on: logConnection) {
+            for batch in batches {
+                _ = try await self.logConnection.query(
+                    "INSERT INTO delivery_batches (filter, events) VALUES (?, ?)", [.bytes(batch.filter), .bytes(batch.events)])
             }
         }
     }
