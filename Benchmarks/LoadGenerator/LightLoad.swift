@@ -237,13 +237,20 @@ struct RawPusher {
         return seconds
     }
 
-    /// A bad notification (a 4-byte token): its error response means the gateway handled all before it.
+    /// Ends with a bad notification; returns its error response.
     func finish(answer: EventLoopFuture<[UInt8]>) async throws -> [UInt8] {
-        var buffer = channel.allocator.buffer(capacity: 160)
-        buffer.writeBinaryNotification(token: tokens[0].prefix(4), payload: #"{"aps":{}}"#.utf8, identifier: 0xBAD, expiry: 0, priority: 10)
-        try await channel.writeAndFlush(buffer)
-        return try await answer.get()
+        try await sendBadFrame(on: channel, token: tokens[0], answer: answer)
     }
+}
+
+/// Writes a bad notification (a 4-byte token) on a raw provider connection
+/// and returns its error response, which means the gateway handled every
+/// notification before it.
+func sendBadFrame(on channel: any Channel, token: [UInt8], answer: EventLoopFuture<[UInt8]>) async throws -> [UInt8] {
+    var buffer = channel.allocator.buffer(capacity: 160)
+    buffer.writeBinaryNotification(token: token.prefix(4), payload: #"{"aps":{}}"#.utf8, identifier: 0xBAD, expiry: 0, priority: 10)
+    try await channel.writeAndFlush(buffer)
+    return try await answer.get()
 }
 
 func lightDelivery(_ arguments: Arguments, directories: [String]) async throws {

@@ -377,8 +377,6 @@ func rawBinaryThroughput(_ arguments: Arguments, logger: Logger) async throws {
     for index in 0..<perChunk {
         chunk.writeBinaryNotification(token: token, payload: benchmarkPayload, identifier: UInt32(index), expiry: 0, priority: 10)
     }
-    var bad = ByteBuffer()
-    bad.writeBinaryNotification(token: token.prefix(4), payload: benchmarkPayload, identifier: 0xBAD, expiry: 0, priority: 10)
     let frameBytes = chunk.readableBytes / perChunk
 
     let duration = arguments.seconds
@@ -397,8 +395,7 @@ func rawBinaryThroughput(_ arguments: Arguments, logger: Logger) async throws {
         }
     }
     let written = Date().timeIntervalSince(start)
-    try await channel.writeAndFlush(bad)
-    let response = try await answer.get()
+    let response = try await sendBadFrame(on: channel, token: token, answer: answer)
     let seconds = Date().timeIntervalSince(start)
     try? await channel.close()
     print("binary (raw sender, \(frameBytes)-byte frames, chunks of \(perChunk)): \(sent) notifications written in \(String(format: "%.2f", written)) s, all handled in \(String(format: "%.2f", seconds)) s (\(Int(Double(sent) / seconds))/s); answer \(response)")
