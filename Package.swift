@@ -163,7 +163,7 @@ let package = Package(
         ),
         .testTarget(
             name: "CourierSQLiteTests",
-            dependencies: ["CourierSQLite", "CourierStoreConformance", .product(name: "SQLiteNIO", package: "sqlite-nio")]
+            dependencies: ["CourierSQLite", "CourierStoreConformance", "CourierTestSupport", .product(name: "SQLiteNIO", package: "sqlite-nio")]
         ),
         .testTarget(
             name: "CourierServerTests",

@@ -19,6 +19,7 @@ import X509
 
     @Test func providerCertificateShowsTopicsUIDAndEnvironmentsInOpenSSL() throws {
         let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
         let ca = try CertificateAuthority.create(now: now)
         let authority = try CertificateAuthority(certificate: ca.certificate, key: ca.privateKey)
         let provider = try authority.issueProviderCertificate(
@@ -38,6 +39,7 @@ import X509
 
     @Test func everyIssuedCertificateVerifiesAgainstItsCAAndNotAnother() throws {
         let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
         let ca = try CertificateAuthority.create(now: now)
         let authority = try CertificateAuthority(certificate: ca.certificate, key: ca.privateKey)
         let otherCA = try CertificateAuthority.create(commonName: "Another CA", now: now)
@@ -69,6 +71,7 @@ import X509
 
     @Test func curlTrustsTheServerCertificateAndPresentsAProviderCertificate() throws {
         let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
         let ca = try CertificateAuthority.create(now: now)
         let authority = try CertificateAuthority(certificate: ca.certificate, key: ca.privateKey)
         let server = try authority.issueServerCertificate(dnsNames: ["localhost"], ipAddresses: ["127.0.0.1"], now: now)
@@ -169,6 +172,7 @@ import X509
         #expect(key.fileName == "AuthKey_\(key.keyID).p8")
         #expect(key.publicKeyX963.count == 65)
         let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
         let path = try write(key.p8PEM, key.fileName, in: directory)
         let parsed = try runProgram("openssl", ["pkey", "-in", path, "-noout", "-text"])
         #expect(parsed.status == 0)

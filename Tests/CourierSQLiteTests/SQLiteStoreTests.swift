@@ -1,6 +1,7 @@
 import CourierCore
 @testable import CourierSQLite
 import CourierStoreConformance
+import CourierTestSupport
 import Foundation
 import Logging
 import SQLiteNIO
@@ -100,8 +101,7 @@ import Testing
 /// Runs `body` with the path of a database file in a new temporary
 /// directory, which is removed afterwards.
 private func withDatabasePath(_ body: (String) async throws -> Void) async throws {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("courier-sqlite-\(UUID())")
-    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(at: directory) }
-    try await body(directory.appendingPathComponent("store.sqlite").path)
+    let directory = try temporaryDirectory("courier-sqlite")
+    defer { removeTemporaryDirectory(directory) }
+    try await body(directory + "/store.sqlite")
 }

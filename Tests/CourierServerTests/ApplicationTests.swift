@@ -22,6 +22,7 @@ func testConfiguration(_ directory: String) -> CourierConfiguration {
 
     @Test func firstStartCreatesWhatANewcomerNeedsAndStopsGracefully() async throws {
         let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
         let application = try await CourierApplication.build(configuration: testConfiguration(directory), logger: logger)
         let report = application.report
         #expect(report.isFirstStart)
@@ -71,6 +72,7 @@ func testConfiguration(_ directory: String) -> CourierConfiguration {
 
     @Test func aSecondStartReusesTheDataDirectory() async throws {
         let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
         let first = try await CourierApplication.build(configuration: testConfiguration(directory), logger: logger)
         let caBefore = try String(contentsOfFile: directory + "/pki/ca.pem", encoding: .utf8)
         let tokenKeyBefore = try String(contentsOfFile: directory + "/pki/token-key-production.key", encoding: .utf8)
@@ -89,6 +91,7 @@ func testConfiguration(_ directory: String) -> CourierConfiguration {
 
     @Test func theDemoCanBeSwitchedOff() async throws {
         let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
         var configuration = testConfiguration(directory)
         configuration.demo.enabled = false
         let application = try await CourierApplication.build(configuration: configuration, logger: logger)
@@ -109,7 +112,8 @@ func testConfiguration(_ directory: String) -> CourierConfiguration {
     }
 
     @Test func teamsAndAppsAreCheckedBeforeTheyAreStored() async throws {
-        let (provisioner, _) = try await open()
+        let (provisioner, directory) = try await open()
+        defer { removeTemporaryDirectory(directory) }
         _ = try await provisioner.createTeam(id: "TEAM000001", name: "One")
         await #expect(throws: PKIError(.alreadyExists, "")) { _ = try await provisioner.createTeam(id: "TEAM000001", name: "Again") }
         await #expect(throws: PKIError(.invalidArgument, "")) { _ = try await provisioner.createTeam(id: "team1", name: "Bad") }
@@ -123,6 +127,7 @@ func testConfiguration(_ directory: String) -> CourierConfiguration {
 
     @Test func certificatesAndKeysAreRevokedOnce() async throws {
         let (provisioner, directory) = try await open()
+        defer { removeTemporaryDirectory(directory) }
         _ = try await provisioner.createTeam(id: "TEAM000001", name: "One")
         _ = try await provisioner.createApp(bundleID: "com.example.x", teamID: "TEAM000001")
         let (record, _) = try await provisioner.issueProviderCertificate(bundleID: "com.example.x", environments: [.sandbox], directory: directory + "/out")
@@ -146,6 +151,7 @@ func testConfiguration(_ directory: String) -> CourierConfiguration {
 
     @Test func aDeviceIdentityHoldsCertificateKeyCAAndIdentityFile() async throws {
         let (provisioner, directory) = try await open()
+        defer { removeTemporaryDirectory(directory) }
         let (device, _) = try await provisioner.issueDeviceIdentity(directory: directory + "/device")
         for name in ["cert.pem", "key.pem", "ca.pem", "identity.json"] {
             #expect(FileManager.default.fileExists(atPath: directory + "/device/" + name), "\(name)")
@@ -161,6 +167,7 @@ func testConfiguration(_ directory: String) -> CourierConfiguration {
 
     @Test func withoutACAIssuingSaysWhatToRun() async throws {
         let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
         let provisioner = try await Provisioner.open(configuration: testConfiguration(directory), logger: logger)
         do {
             _ = try await provisioner.issueDeviceIdentity(directory: directory + "/device")

@@ -147,7 +147,7 @@ func nextFailure(_ client: BinaryProviderClient) async -> BinaryPushFailure? {
         await server.group.triggerGracefulShutdown()
         let failure = await nextFailure(client)
         #expect(failure == BinaryPushFailure(identifier: last, status: .shutdown))
-        try await server.task.value
+        try await server.stop()  // the shutdown already triggered; waits for it and removes the data
         await client.close()
     }
 

@@ -46,6 +46,7 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
     ])
     func badArgumentsGiveOneLineAndAFailure(_ arguments: [String], _ message: String) throws {
         let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
         let result = try courierRun(arguments + (arguments.first == "pki" && arguments.count > 1 ? ["--data", directory + "/data"] : []), directory: directory)
         #expect(result.status != 0)
         #expect(result.stderr.hasPrefix("courier: "), "\(result.stderr)")
@@ -55,6 +56,7 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
 
     @Test func aConfigurationFileWithAnUnknownKeyStopsServe() throws {
         let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
         try #"{"network": {"adminPrt": 1}}"#.write(toFile: directory + "/courier.json", atomically: true, encoding: .utf8)
         let result = try courierRun(["serve", "--config", directory + "/courier.json", "--data", directory + "/data"])
         #expect(result.status != 0)
@@ -64,6 +66,7 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
 
     @Test func aPortAlreadyTakenStopsServeWithAOneLineMessage() throws {
         let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
         let taken = try ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: 0).wait()
         defer { try? taken.close().wait() }
         let port = try #require(taken.localAddress?.port)
@@ -78,6 +81,7 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
 
     @Test func provisioningFromTheCommandLine() throws {
         let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
         let data = ["--data", directory + "/data"]
         #expect(try courierRun(["pki", "ca"] + data).stdout.contains("created  CA certificate"))
         #expect(try courierRun(["pki", "ca"] + data).stdout.contains("found    CA certificate"))
@@ -112,6 +116,7 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
 
     @Test func serveStartsPrintsItsFilesAndStopsOnSIGTERMAndSIGINT() throws {
         let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
         let data = directory + "/data"
         let config = directory + "/courier.json"
         let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0}"#

@@ -33,6 +33,7 @@ struct ServeProcess {
 @Suite(.timeLimit(.minutes(2))) struct CrashRecoveryTests {
     @Test func aStoredNotificationSurvivesSIGKILL() async throws {
         let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
         let data = directory + "/data"
         let config = directory + "/courier.json"
         let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0}"#

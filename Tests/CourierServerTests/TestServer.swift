@@ -15,6 +15,7 @@ final class TestServer: Sendable {
     let group: ServiceGroup
     let task: Task<Void, any Error>
     let clock: ManualWallClock
+    /// The data directory, made for this server and removed when it stops.
     let directory: String
     let logger: Logger
 
@@ -22,10 +23,10 @@ final class TestServer: Sendable {
     static let demoProvider = ProviderIdentity(name: "test provider", teamID: "DEMOTEAM01", topics: demoTopics)
 
     init(
-        qos: QoSConfiguration = QoSConfiguration(), tokenLength: Int = 32, directory: String? = nil,
+        qos: QoSConfiguration = QoSConfiguration(), tokenLength: Int = 32,
         configure: (inout CourierConfiguration) -> Void = { _ in }, wrapStore: (@Sendable (any Store) -> any Store)? = nil
     ) async throws {
-        let directory = try directory ?? temporaryDirectory()
+        let directory = try temporaryDirectory()
         self.directory = directory
         var configuration = testConfiguration(directory)
         configuration.qos = qos
@@ -87,6 +88,7 @@ final class TestServer: Sendable {
     func stop() async throws {
         await group.triggerGracefulShutdown()
         try await task.value
+        removeTemporaryDirectory(directory)
     }
 }
 

@@ -136,11 +136,17 @@ public final class RunningProgram: Sendable {
     }
 }
 
-/// A new empty temporary directory.
+/// A new empty temporary directory; the test removes it with
+/// `removeTemporaryDirectory` when it is done.
 public func temporaryDirectory(_ prefix: String = "courier-test") throws -> String {
     let path = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString)").path
     try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
     return path
+}
+
+/// Removes a directory made by `temporaryDirectory` and everything in it.
+public func removeTemporaryDirectory(_ path: String) {
+    try? FileManager.default.removeItem(atPath: path)
 }
 
 /// The folder holding the test binaries, where SwiftPM also puts `courier`.
