@@ -320,32 +320,75 @@ public final class SQLiteStore: Store {
 
     // MARK: Pending notifications
 
+    /// Rows per multi-row statement: a batch of pending notifications is
+    /// read and written a few hundred rows per statement, not one
+    /// statement per row (each statement is a trip to SQLite's thread).
+    static let rowsPerStatement = 256
+
     public func storePending(_ notifications: [PendingNotification]) async throws -> [PendingNotification?] {
         guard !notifications.isEmpty else { return [] }
-        return try await transaction {
-            var replaced: [PendingNotification?] = []
-            for pending in notifications {
-                let key: [SQLiteData] = [
-                    .device(pending.deviceID), .text(pending.bundleID), .text(pending.environment.rawValue),
-                ]
-                let old = try await self.connection.query(
-                    "SELECT * FROM pending_notifications WHERE device_id = ? AND bundle_id = ? AND environment = ?", key)
-                replaced.append(try old.first.map(PendingNotification.init(row:)))
-                let n = pending.notification
+        // Only the last of each (device, app) is written: the ones before it are replaced in the same transaction.
+        var last: [PendingSlot: Int] = [:]
+        for (index, pending) in notifications.enumerated() { last[PendingSlot(pending)] = index }
+        let written = notifications.indices.filter { last[PendingSlot(notifications[$0])] == $0 }.map { notifications[$0] }
+        var held = try await transaction {
+            var held: [PendingSlot: PendingNotification] = [:]
+            for start in stride(from: 0, to: written.count, by: Self.rowsPerStatement) {
+                let chunk = written[start..<min(start + Self.rowsPerStatement, written.count)]
+                let slots = chunk.flatMap { PendingSlot($0).binds }
+                for row in try await self.connection.query(Self.heldPendingSQL(chunk.count), slots) {
+                    let old = try PendingNotification(row: row)
+                    held[PendingSlot(old)] = old
+                }
                 _ = try await self.connection.query(
                     """
                     INSERT OR REPLACE INTO pending_notifications (device_id, bundle_id, environment, id, token, topic,
                         payload, expiration, priority, collapse_id, push_type, accepted_at)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    VALUES \(Self.rows(chunk.count, of: 12))
                     """,
-                    key + [
-                        .text(n.id.lowercasedString), .bytes(n.token), .text(n.topic), .bytes(n.payload),
-                        .millis(n.expiration), .integer(Int(n.priority.rawValue)), .optionalText(n.collapseID),
-                        .optionalText(n.pushType), .millis(pending.acceptedAt),
-                    ])
+                    chunk.flatMap { pending in
+                        let n = pending.notification
+                        return PendingSlot(pending).binds + [
+                            .text(n.id.lowercasedString), .bytes(n.token), .text(n.topic), .bytes(n.payload),
+                            .millis(n.expiration), .integer(Int(n.priority.rawValue)), .optionalText(n.collapseID),
+                            .optionalText(n.pushType), .millis(pending.acceptedAt),
+                        ]
+                    })
             }
-            return replaced
+            return held
         }
+        // Each replaced what its (device, app) held before it: the stored row, then the batch's earlier ones in turn.
+        return notifications.map { pending in
+            let slot = PendingSlot(pending)
+            defer { held[slot] = pending }
+            return held[slot]
+        }
+    }
+
+    /// What `count` (device, app, environment) triples hold; each looked up
+    /// by the primary key (a join: `IN (VALUES …)` would scan the table).
+    static func heldPendingSQL(_ count: Int) -> String {
+        """
+        WITH slot(device_id, bundle_id, environment) AS (VALUES \(rows(count, of: 3)))
+        SELECT held.* FROM slot JOIN pending_notifications AS held USING (device_id, bundle_id, environment)
+        """
+    }
+
+    /// Removes `count` held notifications named by (device, app,
+    /// environment, id) and returns the ones it removed.
+    static func removePendingSQL(_ count: Int) -> String {
+        """
+        WITH named(device_id, bundle_id, environment, id) AS (VALUES \(rows(count, of: 4)))
+        DELETE FROM pending_notifications WHERE rowid IN (
+            SELECT held.rowid FROM named JOIN pending_notifications AS held USING (device_id, bundle_id, environment, id))
+        RETURNING device_id, bundle_id, environment, id
+        """
+    }
+
+    /// `count` rows of `columns` placeholders each: "(?, ?), (?, ?)".
+    private static func rows(_ count: Int, of columns: Int) -> String {
+        let row = "(" + Array(repeating: "?", count: columns).joined(separator: ", ") + ")"
+        return Array(repeating: row, count: count).joined(separator: ", ")
     }
 
     public func pending(deviceID: UInt64, environment: Environment) async throws -> [PendingNotification] {
@@ -357,19 +400,24 @@ public final class SQLiteStore: Store {
 
     public func removePending(_ references: [PendingReference]) async throws -> [Bool] {
         guard !references.isEmpty else { return [] }
-        return try await transaction {
-            var removed: [Bool] = []
-            for reference in references {
-                _ = try await self.connection.query(
-                    "DELETE FROM pending_notifications WHERE device_id = ? AND bundle_id = ? AND environment = ? AND id = ?",
-                    [
-                        .device(reference.deviceID), .text(reference.bundleID), .text(reference.environment.rawValue),
-                        .text(reference.id.lowercasedString),
-                    ])
-                removed.append(try await self.changes() > 0)
+        var removed = try await transaction {
+            var removed = Set<PendingReference>()
+            for start in stride(from: 0, to: references.count, by: Self.rowsPerStatement) {
+                let chunk = references[start..<min(start + Self.rowsPerStatement, references.count)]
+                let binds = chunk.flatMap { reference -> [SQLiteData] in
+                    [.device(reference.deviceID), .text(reference.bundleID), .text(reference.environment.rawValue), .text(reference.id.lowercasedString)]
+                }
+                for row in try await self.connection.query(Self.removePendingSQL(chunk.count), binds) {
+                    removed.insert(
+                        PendingReference(
+                            deviceID: try row.device("device_id"), bundleID: try row.text("bundle_id"),
+                            environment: try row.environment("environment"), id: try row.uuid("id")))
+                }
             }
             return removed
         }
+        // A reference named twice: the first removed the row.
+        return references.map { removed.remove($0) != nil }
     }
 
     public func removeExpiredPending(before date: Date) async throws -> [PendingNotification] {
@@ -467,4 +515,19 @@ public final class SQLiteStore: Store {
             return events
         }
     }
+}
+
+/// Where a pending notification is held: one per (device, app, environment).
+private struct PendingSlot: Hashable {
+    var deviceID: UInt64
+    var bundleID: String
+    var environment: Environment
+
+    init(_ pending: PendingNotification) {
+        deviceID = pending.deviceID
+        bundleID = pending.bundleID
+        environment = pending.environment
+    }
+
+    var binds: [SQLiteData] { [.device(deviceID), .text(bundleID), .text(environment.rawValue)] }
 }

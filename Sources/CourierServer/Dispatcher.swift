@@ -176,7 +176,7 @@ public final class Dispatcher: Sendable {
         // One transaction per batch; the batch's replaced notifications (or its failure) go to the log here.
         pendingWriter = GroupCommit { [logger] batch in
             do {
-                let replaced = try await Self.storeLatest(batch, in: store)
+                let replaced = try await store.storePending(batch)
                 log.append(
                     zip(batch, replaced).compactMap { new, old in
                         guard let old = old?.notification else { return nil }
@@ -198,26 +198,6 @@ public final class Dispatcher: Sendable {
     }
 
     func codec(_ environment: Environment) -> DeviceTokenCodec { codecs[environment]! }
-
-    /// Stores a batch of notifications to hold, as if one after the other:
-    /// only the last of a (device, app) in the batch is written (the ones
-    /// before it would be replaced in the same transaction), and each is
-    /// reported replacing the one before it. One result per notification.
-    static func storeLatest(_ batch: [PendingNotification], in store: any Store) async throws -> [PendingNotification?] {
-        func key(_ pending: PendingNotification) -> RegistrationKey {
-            RegistrationKey(deviceID: pending.deviceID, bundleID: pending.bundleID, environment: pending.environment)
-        }
-        var last: [RegistrationKey: Int] = [:]
-        for (index, pending) in batch.enumerated() { last[key(pending)] = index }
-        let written = batch.indices.filter { last[key(batch[$0])] == $0 }
-        // What each (device, app) held before: the store's answer, then each notification of the batch in turn.
-        var held: [RegistrationKey: PendingNotification?] = [:]
-        for (index, replaced) in zip(written, try await store.storePending(written.map { batch[$0] })) { held[key(batch[index])] = replaced }
-        return batch.map { pending in
-            defer { held[key(pending)] = pending }
-            return held[key(pending)] ?? nil
-        }
-    }
 
     // MARK: Accepting notifications
 

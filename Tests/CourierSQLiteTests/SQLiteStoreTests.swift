@@ -68,6 +68,71 @@ import Testing
         }
     }
 
+    /// Pending notifications are written and removed several hundred rows
+    /// per statement: a batch longer than one statement behaves as if its
+    /// notifications were stored one after the other — each replaces what
+    /// its (device, app) held before it, stored earlier or earlier in the
+    /// batch — and removing works across statements too.
+    @Test func batchesLongerThanOneStatementStoreAndRemoveAsOneAfterTheOther() async throws {
+        let store = try await SQLiteStore.inMemory(logger: Logger(label: "test"))
+        let devices = UInt64(1)...UInt64(SQLiteStore.rowsPerStatement * 2 + 7)
+        func pending(_ device: UInt64, _ n: Int) -> PendingNotification {
+            PendingNotification(
+                deviceID: device, bundleID: "com.example.a", environment: .production,
+                notification: PushNotification(
+                    id: UUID(), token: [UInt8(truncatingIfNeeded: device)], topic: "com.example.a", payload: Array(#"{"n":\#(n)}"#.utf8),
+                    expiration: Date(timeIntervalSince1970: 9_999_999_999), priority: .immediate),
+                acceptedAt: Date(timeIntervalSince1970: Double(n)))
+        }
+        let old = Dictionary(uniqueKeysWithValues: devices.filter { $0.isMultiple(of: 2) }.map { ($0, pending($0, 1)) })
+        #expect(try await store.storePending(devices.compactMap { old[$0] }) == Array(repeating: nil, count: old.count))
+
+        let first = Dictionary(uniqueKeysWithValues: devices.map { ($0, pending($0, 2)) })
+        let second = Dictionary(uniqueKeysWithValues: devices.filter { $0.isMultiple(of: 3) }.map { ($0, pending($0, 3)) })
+        let batch = devices.map { first[$0]! } + devices.compactMap { second[$0] }
+        let replaced = try await store.storePending(batch)
+        // Ids compared, so that a failure prints something readable.
+        let expected = devices.map { old[$0] } + devices.filter { second[$0] != nil }.map { first[$0] }
+        #expect(replaced.map { $0?.notification.id } == expected.map { $0?.notification.id })
+        #expect(replaced == expected)
+
+        for device in devices {
+            #expect(try await store.pending(deviceID: device, environment: .production) == [second[device] ?? first[device]!])
+        }
+        func reference(_ pending: PendingNotification) -> PendingReference {
+            PendingReference(deviceID: pending.deviceID, bundleID: pending.bundleID, environment: pending.environment, id: pending.notification.id)
+        }
+        // Every held one, then once more, then the replaced first ones of the devices that got a second.
+        let held = devices.map { reference(second[$0] ?? first[$0]!) }
+        let stale = devices.filter { second[$0] != nil }.map { reference(first[$0]!) }
+        #expect(try await store.removePending(held + held + stale) == held.map { _ in true } + held.map { _ in false } + stale.map { _ in false })
+        for device in devices {
+            #expect(try await store.pending(deviceID: device, environment: .production) == [])
+        }
+        try await store.close()
+    }
+
+    /// The batch statements look each row up by the primary key; none
+    /// scans the table of held notifications.
+    @Test func batchStatementsSearchThePrimaryKey() async throws {
+        try await withDatabasePath { path in
+            try await SQLiteStore.open(path: path, logger: Logger(label: "test")).close()
+            let connection = try await SQLiteConnection.open(storage: .file(path: path))
+            func plan(_ sql: String, _ binds: [SQLiteData]) async throws -> [String] {
+                try await connection.query("EXPLAIN QUERY PLAN " + sql, binds).compactMap { $0.column("detail")?.string }
+            }
+            let slot: [SQLiteData] = [.integer(1), .text("com.example.a"), .text("production")]
+            let held = try await plan(SQLiteStore.heldPendingSQL(2), slot + slot)
+            #expect(held.contains { $0.hasPrefix("SEARCH held USING INDEX") }, "\(held)")
+            #expect(!held.contains { $0.hasPrefix("SCAN held") }, "\(held)")
+            let removed = try await plan(SQLiteStore.removePendingSQL(2), slot + [.text("x")] + slot + [.text("y")])
+            #expect(removed.contains { $0.hasPrefix("SEARCH pending_notifications USING INTEGER PRIMARY KEY") }, "\(removed)")
+            #expect(removed.contains { $0.hasPrefix("SEARCH held USING INDEX") }, "\(removed)")
+            #expect(!removed.contains { $0.hasPrefix("SCAN held") || $0.hasPrefix("SCAN pending_notifications") }, "\(removed)")
+            try await connection.close()
+        }
+    }
+
     /// A version-1 database (delivery log keyed by text ids) is migrated
     /// to the current version with its events kept; events logged after
     /// the migration (packed batches) follow them.

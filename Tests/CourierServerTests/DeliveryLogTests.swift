@@ -33,31 +33,3 @@ import Testing
         running.cancel()
     }
 }
-
-@Suite(.timeLimit(.minutes(1))) struct PendingBatchTests {
-    private func pending(device: UInt64, app: String, _ n: Int) -> PendingNotification {
-        PendingNotification(
-            deviceID: device, bundleID: app, environment: .production,
-            notification: PushNotification(
-                id: UUID(), token: [UInt8(n)], topic: app, payload: Array("{\"n\":\(n)}".utf8),
-                expiration: Date(timeIntervalSince1970: 9_999_999_999), priority: .immediate),
-            acceptedAt: Date(timeIntervalSince1970: Double(n)))
-    }
-
-    /// A batch with several notifications for one (device, app) behaves as
-    /// if they were stored one after the other: each replaces the one
-    /// before it (the first the one already stored) and the last is held.
-    @Test func aBatchIsStoredAsIfOneAfterTheOther() async throws {
-        let store = try await SQLiteStore.inMemory(logger: Logger(label: "test"))
-        let a0 = pending(device: 1, app: "com.example.a", 0)
-        _ = try await store.storePending([a0])
-        let (a1, b1, a2, a3) = (pending(device: 1, app: "com.example.a", 1), pending(device: 1, app: "com.example.b", 2),
-                                pending(device: 1, app: "com.example.a", 3), pending(device: 1, app: "com.example.a", 4))
-        let replaced = try await Dispatcher.storeLatest([a1, b1, a2, a3], in: store)
-        #expect(replaced.map { $0?.notification.id } == [a0.notification.id, nil, a1.notification.id, a2.notification.id])
-        let held = try await store.pending(deviceID: 1, environment: .production)
-        #expect(Set(held.map(\.notification.id)) == [b1.notification.id, a3.notification.id])
-        #expect(held.first { $0.bundleID == "com.example.a" }?.notification.payload == a3.notification.payload)
-        try await store.close()
-    }
-}
