@@ -24,14 +24,20 @@ final class ChannelDeviceLink: DeviceLink {
     /// must not overtake frames the connection's task sent just before,
     /// which are still in that queue.
     func send(_ message: DeviceMessage) {
-        let frame = message.frame
         let channel = self.channel
-        channel.eventLoop.execute { channel.writeAndFlush(frame, promise: nil) }
+        channel.eventLoop.execute { channel.writeAndFlush(Self.encode(message, channel), promise: nil) }
     }
 
     /// Sends a last frame and waits until it is written (or the write failed).
     func sendLast(_ message: DeviceMessage) async {
-        try? await channel.writeAndFlush(message.frame)
+        try? await channel.writeAndFlush(Self.encode(message, channel))
+    }
+
+    /// The frame's bytes, written straight into one buffer.
+    private static func encode(_ message: DeviceMessage, _ channel: any Channel) -> ByteBuffer {
+        var buffer = channel.allocator.buffer(capacity: message.capacityHint)
+        message.write(to: &buffer)
+        return buffer
     }
 
     func close() {
@@ -90,7 +96,6 @@ final class DeviceGateway: Service {
                             verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
                                 ConnectionTimeout(.silence, timeout: .seconds(Int64(2 * keepAlive))),
                                 ByteToMessageHandler(DeviceFrameDecoder(maxFrameLength: maxFrame)),
-                                MessageToByteHandler(DeviceFrameEncoder()),
                                 DeviceConnectionHandler(connection),
                             ])
                     }
@@ -386,7 +391,7 @@ final class DeviceConnection: Sendable {
 /// while too many frames wait.
 final class DeviceConnectionHandler: ChannelDuplexHandler {
     typealias InboundIn = DeviceFrame
-    typealias OutboundIn = DeviceFrame
+    typealias OutboundIn = ByteBuffer
 
     private let connection: DeviceConnection
 

@@ -104,6 +104,7 @@ public struct DeviceFrameDecoder: NIOSingleStepByteToMessageDecoder {
         guard buffer.readableBytes >= 5 + Int(length) else { return nil }
         var iterator = FrameItemIterator(buffer: buffer, index: start + 5, length: Int(length))
         var items: [DeviceFrame.Item] = []
+        items.reserveCapacity(4)
         while true {
             switch iterator.next() {
             case .end:

@@ -151,96 +151,118 @@ public enum DeviceMessage: Sendable, Hashable {
         }
     }
 
-    /// The frame for this message.
+    /// The message's command.
+    public var command: UInt8 {
+        switch self {
+        case .connect: DeviceCommand.connect
+        case .connectAck: DeviceCommand.connectAck
+        case .filter: DeviceCommand.filter
+        case .notification: DeviceCommand.notification
+        case .ack: DeviceCommand.ack
+        case .keepAlive: DeviceCommand.keepAlive
+        case .keepAliveAck: DeviceCommand.keepAliveAck
+        case .noStorage: DeviceCommand.noStorage
+        case .appTokenRequest: DeviceCommand.appTokenRequest
+        case .appTokenResponse: DeviceCommand.appTokenResponse
+        case .unregister: DeviceCommand.unregister
+        case .unregisterAck: DeviceCommand.unregisterAck
+        case .error: DeviceCommand.error
+        }
+    }
+
+    /// Writes the encoded frame: the items go straight into `buffer`.
+    public func write(to buffer: inout ByteBuffer) {
+        buffer.writeItemFrame(command: command) { writeItems(to: &$0) }
+    }
+
+    /// Room enough for most frames: a notification's payload on top.
+    public var capacityHint: Int {
+        if case .notification(let notification) = self { return 256 + notification.payload.count }
+        return 256
+    }
+
+    /// The frame for this message: what `write(to:)` writes, read back.
     public var frame: DeviceFrame {
-        var builder = FrameBuilder()
+        var buffer = ByteBuffer()
+        write(to: &buffer)
+        var decoder = DeviceFrameDecoder(maxFrameLength: Int(UInt32.max))
+        return try! decoder.decode(buffer: &buffer)!
+    }
+
+    private func writeItems(to out: inout ByteBuffer) {
         switch self {
         case .connect(let version, let tokens, let keepAlive, let generation):
-            builder.integer(0x01, version)
-            for token in tokens { builder.bytes(0x02, token) }
-            if let keepAlive { builder.integer(0x03, keepAlive) }
-            if let generation { builder.integer(0x04, generation) }
-            return builder.frame(DeviceCommand.connect)
+            out.writeFrameItem(id: 0x01, integer: version)
+            for token in tokens { out.writeFrameItem(id: 0x02, token) }
+            if let keepAlive { out.writeFrameItem(id: 0x03, integer: keepAlive) }
+            if let generation { out.writeFrameItem(id: 0x04, integer: generation) }
         case .connectAck(let status, let serverTime, let keepAlive, let maxFrameLength, let refusedTokens, let tokenLength):
-            builder.integer(0x01, status.rawValue)
-            builder.integer(0x02, serverTime)
-            builder.integer(0x03, keepAlive)
-            builder.integer(0x04, maxFrameLength)
-            for token in refusedTokens { builder.bytes(0x05, token) }
-            if let tokenLength { builder.integer(0x06, tokenLength) }
-            return builder.frame(DeviceCommand.connectAck)
+            out.writeFrameItem(id: 0x01, integer: status.rawValue)
+            out.writeFrameItem(id: 0x02, integer: serverTime)
+            out.writeFrameItem(id: 0x03, integer: keepAlive)
+            out.writeFrameItem(id: 0x04, integer: maxFrameLength)
+            for token in refusedTokens { out.writeFrameItem(id: 0x05, token) }
+            if let tokenLength { out.writeFrameItem(id: 0x06, integer: tokenLength) }
         case .filter(let hashes):
-            for hash in hashes { builder.bytes(0x01, hash) }
-            return builder.frame(DeviceCommand.filter)
+            for hash in hashes { out.writeFrameItem(id: 0x01, hash) }
         case .notification(let notification):
-            builder.bytes(0x01, notification.token)
-            builder.bytes(0x02, notification.payload)
-            builder.uuid(0x03, notification.id)
-            if let expiration = notification.expiration { builder.integer(0x04, expiration) }
-            builder.integer(0x05, notification.priority)
-            builder.string(0x06, notification.topic)
-            if let collapseID = notification.collapseID { builder.string(0x07, collapseID) }
-            if let pushType = notification.pushType { builder.string(0x08, pushType) }
-            return builder.frame(DeviceCommand.notification)
+            out.writeFrameItem(id: 0x01, notification.token)
+            out.writeFrameItem(id: 0x02, notification.payload)
+            out.writeFrameItem(id: 0x03, uuid: notification.id)
+            if let expiration = notification.expiration { out.writeFrameItem(id: 0x04, integer: expiration) }
+            out.writeFrameItem(id: 0x05, integer: notification.priority)
+            out.writeFrameItem(id: 0x06, notification.topic.utf8)
+            if let collapseID = notification.collapseID { out.writeFrameItem(id: 0x07, collapseID.utf8) }
+            if let pushType = notification.pushType { out.writeFrameItem(id: 0x08, pushType.utf8) }
         case .ack(let id, let status):
-            builder.integer(0x01, status)
-            builder.uuid(0x03, id)
-            return builder.frame(DeviceCommand.ack)
-        case .keepAlive:
-            return builder.frame(DeviceCommand.keepAlive)
-        case .keepAliveAck:
-            return builder.frame(DeviceCommand.keepAliveAck)
-        case .noStorage:
-            return builder.frame(DeviceCommand.noStorage)
+            out.writeFrameItem(id: 0x01, integer: status)
+            out.writeFrameItem(id: 0x03, uuid: id)
+        case .keepAlive, .keepAliveAck, .noStorage:
+            break
         case .appTokenRequest(let bundleID, let requestID):
-            builder.string(0x01, bundleID)
-            builder.integer(0x02, requestID)
-            return builder.frame(DeviceCommand.appTokenRequest)
+            out.writeFrameItem(id: 0x01, bundleID.utf8)
+            out.writeFrameItem(id: 0x02, integer: requestID)
         case .appTokenResponse(let requestID, let bundleID, let token, let status):
-            if let bundleID { builder.string(0x01, bundleID) }
-            builder.integer(0x02, requestID)
-            if let token { builder.bytes(0x03, token) }
-            builder.integer(0x04, status.rawValue)
-            return builder.frame(DeviceCommand.appTokenResponse)
+            if let bundleID { out.writeFrameItem(id: 0x01, bundleID.utf8) }
+            out.writeFrameItem(id: 0x02, integer: requestID)
+            if let token { out.writeFrameItem(id: 0x03, token) }
+            out.writeFrameItem(id: 0x04, integer: status.rawValue)
         case .unregister(let bundleID, let requestID):
-            builder.string(0x01, bundleID)
-            builder.integer(0x02, requestID)
-            return builder.frame(DeviceCommand.unregister)
+            out.writeFrameItem(id: 0x01, bundleID.utf8)
+            out.writeFrameItem(id: 0x02, integer: requestID)
         case .unregisterAck(let requestID, let status):
-            builder.integer(0x02, requestID)
-            builder.integer(0x04, status.rawValue)
-            return builder.frame(DeviceCommand.unregisterAck)
+            out.writeFrameItem(id: 0x02, integer: requestID)
+            out.writeFrameItem(id: 0x04, integer: status.rawValue)
         case .error(let code, let message):
-            builder.integer(0x01, code.rawValue)
-            if !message.isEmpty { builder.string(0x02, String(decoding: message.utf8.prefix(1024), as: UTF8.self)) }
-            return builder.frame(DeviceCommand.error)
+            out.writeFrameItem(id: 0x01, integer: code.rawValue)
+            if !message.isEmpty { out.writeFrameItem(id: 0x02, String(decoding: message.utf8.prefix(1024), as: UTF8.self).utf8) }
         }
     }
 }
 
-/// Builds the items of a frame.
-private struct FrameBuilder {
-    var items: [DeviceFrame.Item] = []
+extension ByteBuffer {
+    /// Writes a UUID item: its 16 bytes.
+    fileprivate mutating func writeFrameItem(id: UInt8, uuid: UUID) {
+        withUnsafeBytes(of: uuid.uuid) { writeFrameItem(id: id, $0) }
+    }
+}
 
-    mutating func bytes(_ id: UInt8, _ value: [UInt8]) {
-        items.append(DeviceFrame.Item(id: id, value: ByteBuffer(bytes: value)))
+/// A set of item ids below 64 (every item the protocol defines), as bits.
+private struct ItemIDs: ExpressibleByArrayLiteral {
+    private var bits: UInt64 = 0
+
+    init(arrayLiteral ids: UInt8...) {
+        for id in ids { _ = insert(id) }
     }
 
-    mutating func string(_ id: UInt8, _ value: String) {
-        items.append(DeviceFrame.Item(id: id, value: ByteBuffer(string: value)))
-    }
+    func contains(_ id: UInt8) -> Bool { id < 64 && bits & (1 << id) != 0 }
 
-    mutating func integer<T: FixedWidthInteger>(_ id: UInt8, _ value: T) {
-        var buffer = ByteBuffer()
-        buffer.writeInteger(value)
-        items.append(DeviceFrame.Item(id: id, value: buffer))
+    /// False when it was there already.
+    mutating func insert(_ id: UInt8) -> Bool {
+        precondition(id < 64, "item ids of the protocol are below 64")
+        defer { bits |= 1 << id }
+        return !contains(id)
     }
-
-    mutating func uuid(_ id: UInt8, _ value: UUID) {
-        bytes(id, withUnsafeBytes(of: value.uuid) { Array($0) })
-    }
-
-    func frame(_ command: UInt8) -> DeviceFrame { DeviceFrame(command: command, items: items) }
 }
 
 /// The items of a received frame, checked for repeats of items that may
@@ -248,10 +270,10 @@ private struct FrameBuilder {
 private struct ItemSet {
     let items: [DeviceFrame.Item]
 
-    init(_ frame: DeviceFrame, repeatable: Set<UInt8>, known: Set<UInt8>) throws {
-        var seen = Set<UInt8>()
+    init(_ frame: DeviceFrame, repeatable: ItemIDs, known: ItemIDs) throws {
+        var seen = ItemIDs()
         for item in frame.items where known.contains(item.id) && !repeatable.contains(item.id) {
-            guard seen.insert(item.id).inserted else {
+            guard seen.insert(item.id) else {
                 throw DeviceProtocolError(.malformedFrame, "item 0x\(String(item.id, radix: 16)) appears twice")
             }
         }
@@ -294,11 +316,16 @@ private struct ItemSet {
     }
 
     private static func check(_ value: ByteBuffer, size: Int?, _ name: String) throws -> [UInt8] {
+        try checkLength(value, size: size, name)
+        return Array(value.readableBytesView)
+    }
+
+    /// The value is `size` bytes, or (without a size) not empty.
+    private static func checkLength(_ value: ByteBuffer, size: Int?, _ name: String) throws {
         if let size, value.readableBytes != size {
             throw DeviceProtocolError(.badItemValue, "\(name) is \(value.readableBytes) bytes, not \(size)")
         }
         if size == nil, value.readableBytes == 0 { throw DeviceProtocolError(.badItemValue, "\(name) is empty") }
-        return Array(value.readableBytesView)
     }
 
     func optionalString(_ id: UInt8, maxLength: Int, allowEmpty: Bool = false, _ name: String) throws -> String? {
@@ -318,9 +345,8 @@ private struct ItemSet {
     }
 
     func uuid(_ id: UInt8, _ name: String) throws -> UUID {
-        let bytes = try self.bytes(id, size: 16, name)
-        return bytes.withUnsafeBytes { raw in
-            UUID(uuid: raw.loadUnaligned(as: uuid_t.self))
-        }
+        let value = try required(id, name)
+        try Self.checkLength(value, size: 16, name)
+        return value.withUnsafeReadableBytes { UUID(uuid: $0.loadUnaligned(as: uuid_t.self)) }
     }
 }

@@ -70,6 +70,31 @@ let sampleID = UUID(uuidString: "123E4567-E89B-12D3-A456-426655440000")!
         #expect(try message(buffer) == original)
     }
 
+    /// The bytes of two frames, spelled out from docs/device-protocol.md.
+    @Test func framesAreWrittenAsDocumented() {
+        let id = UUID(uuid: (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16))
+        let idBytes: [UInt8] = Array(1...16)
+        var ack = ByteBuffer()
+        DeviceMessage.ack(id: id, status: 0).write(to: &ack)
+        #expect(Array(ack.readableBytesView) == [0x0B, 0, 0, 0, 23, 0x01, 0, 1, 0, 0x03, 0, 16] + idBytes)
+
+        let token = [UInt8](repeating: 0xAB, count: 32)
+        let notification = DeviceNotification(
+            token: token, payload: Array(#"{"a":1}"#.utf8), id: id, expiration: 0x0102_0304, priority: 10, topic: "t.x", collapseID: "c",
+            pushType: "alert")
+        var frame = ByteBuffer()
+        DeviceMessage.notification(notification).write(to: &frame)
+        var items: [UInt8] = [0x01, 0, 32] + token
+        items += [0x02, 0, 7] + Array(#"{"a":1}"#.utf8)
+        items += [0x03, 0, 16] + idBytes
+        items += [0x04, 0, 4, 1, 2, 3, 4]
+        items += [0x05, 0, 1, 10]
+        items += [0x06, 0, 3] + Array("t.x".utf8)
+        items += [0x07, 0, 1] + Array("c".utf8)
+        items += [0x08, 0, 5] + Array("alert".utf8)
+        #expect(Array(frame.readableBytesView) == [0x0A, 0, 0, 0, UInt8(items.count)] + items)
+    }
+
     @Test func verifierDripFeedsAndBatchesFrames() throws {
         let pairs: [(ByteBuffer, [DeviceFrame])] = Self.everyMessage.map { message in
             var buffer = ByteBuffer()
