@@ -115,7 +115,7 @@ public enum PayloadRules {
     /// Checks `payload` as received on `channel` with priority `priority`
     /// (nil when the interface carried none; 10 is assumed).
     public static func check(
-        _ payload: some BidirectionalCollection<UInt8>,
+        _ payload: some Collection<UInt8>,
         priority rawPriority: UInt8?,
         channel: PayloadChannel,
         limits: PayloadLimits = PayloadLimits()
@@ -127,10 +127,20 @@ public enum PayloadRules {
             guard let known = Priority(rawValue: rawPriority) else { return .failure(.unknownPriority) }
             explicitPriority = known
         }
-        guard !payload.isEmpty else { return .failure(.empty) }
-        guard payload.count <= limits.limit(for: channel) else { return .failure(.tooLarge) }
-        guard payload.last != 0 else { return .failure(.nullTerminated) }
-        guard let aps = PayloadScanner.scan(payload) else { return .failure(.notJSONObject) }
+        // The bytes in place: `last` through the unspecialized collection
+        // cost an allocation per notification.
+        let scanned = PayloadScanner.withBytes(of: payload) { bytes -> Result<PayloadScanner.Aps, PayloadError> in
+            guard !bytes.isEmpty else { return .failure(.empty) }
+            guard bytes.count <= limits.limit(for: channel) else { return .failure(.tooLarge) }
+            guard bytes.last != 0 else { return .failure(.nullTerminated) }
+            guard let aps = PayloadScanner.scan(bytes: bytes) else { return .failure(.notJSONObject) }
+            return .success(aps)
+        }
+        let aps: PayloadScanner.Aps
+        switch scanned {
+        case .failure(let error): return .failure(error)
+        case .success(let result): aps = result
+        }
         // Silent: content-available 1 and nothing the user would see.
         let summary = PayloadSummary(isSilent: aps.contentAvailable && !aps.visible)
         if summary.isSilent, explicitPriority == .immediate, aps.keyCount == 1, aps.hasContentAvailable {

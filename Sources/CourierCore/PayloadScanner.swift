@@ -28,15 +28,19 @@ struct PayloadScanner {
     /// The top-level `aps` dictionary's summary (empty when there is none
     /// or it is not an object); nil when the payload is not a JSON object.
     static func scan(_ payload: some Collection<UInt8>) -> Aps? {
-        let scanned = payload.withContiguousStorageIfAvailable { buffer in
-            var scanner = PayloadScanner(UnsafeRawBufferPointer(buffer))
-            return scanner.document()
-        }
-        if let scanned { return scanned }
-        return Array(payload).withUnsafeBytes { buffer in
-            var scanner = PayloadScanner(buffer)
-            return scanner.document()
-        }
+        withBytes(of: payload, scan(bytes:))
+    }
+
+    static func scan(bytes: UnsafeRawBufferPointer) -> Aps? {
+        var scanner = PayloadScanner(bytes)
+        return scanner.document()
+    }
+
+    /// Runs `body` with the payload's bytes: in place when they are
+    /// contiguous (a buffer's bytes, an array), copied otherwise.
+    static func withBytes<R>(of payload: some Collection<UInt8>, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        if let result = payload.withContiguousStorageIfAvailable({ body(UnsafeRawBufferPointer($0)) }) { return result }
+        return Array(payload).withUnsafeBytes(body)
     }
 
     private mutating func document() -> Aps? {
@@ -153,6 +157,7 @@ struct PayloadScanner {
     /// The `aps` object: its keys, `content-available`'s value.
     private mutating func apsObject(depth: Int, into aps: inout Aps) -> Bool {
         var keys: [Key] = []
+        keys.reserveCapacity(8)  // one allocation for the usual few keys
         var contentAvailable = false
         var first = true
         members: while true {

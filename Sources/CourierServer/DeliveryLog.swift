@@ -47,6 +47,12 @@ final class DeliveryLogWriter: Service, Sendable {
         wake.yield()
     }
 
+    /// One event, without an array for it.
+    func append(_ event: DeliveryEvent) {
+        buffer.withLock { $0.events.append(event) }
+        wake.yield()
+    }
+
     /// Producers waiting for room.
     var waitingProducers: Int { buffer.withLock { $0.waiters.count } }
 

@@ -1,4 +1,5 @@
 import CourierWire
+import Foundation
 
 /// The protocol rules of one device connection, apart from I/O: which
 /// message is allowed when, and what to do with it.
@@ -14,7 +15,7 @@ struct DeviceConnectionStateMachine {
         case connect(tokens: [[UInt8]], generation: UInt32?)
         case requestToken(bundleID: String, requestID: UInt32)
         case unregister(bundleID: String, requestID: UInt32)
-        case acknowledge(UInt8, id: [UInt8])
+        case acknowledge(UInt8, id: UUID)
         case filter([[UInt8]])
         case keepAlive
         /// Send an Error frame and close.
@@ -45,7 +46,7 @@ struct DeviceConnectionStateMachine {
         case (.connected, .unregister(let bundleID, let requestID)):
             return .unregister(bundleID: bundleID, requestID: requestID)
         case (.connected, .ack(let id, let status)):
-            return .acknowledge(status, id: withUnsafeBytes(of: id.uuid) { Array($0) })
+            return .acknowledge(status, id: id)
         case (.connected, .filter(let hashes)):
             return .filter(hashes)
         case (.connected, .keepAlive):

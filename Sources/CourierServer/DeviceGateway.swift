@@ -131,8 +131,7 @@ final class DeviceGateway: Service {
         case .keepAlive:
             link.send(.keepAliveAck)
             return nil
-        case .acknowledge(_, let idBytes):
-            let id = idBytes.withUnsafeBytes { UUID(uuid: $0.loadUnaligned(as: uuid_t.self)) }
+        case .acknowledge(_, let id):
             return dispatcher.acknowledge(id, by: conversation.session!).map(DeviceStep.removeAcknowledged)
         case let action:
             return .act(action)

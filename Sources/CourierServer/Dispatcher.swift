@@ -295,7 +295,7 @@ public final class Dispatcher: Sendable {
 
     /// Logs a refusal.
     private func reject(_ notification: PushNotification, _ reason: Reason, now: Date, timestamp: Date? = nil) -> (AcceptResult, Pending<Void>?) {
-        log.append([DeliveryEvent(notificationID: notification.id, kind: .rejected, at: now, detail: reason.rawValue)])
+        log.append(DeliveryEvent(notificationID: notification.id, kind: .rejected, at: now, detail: reason.rawValue))
         return (.rejected(reason, timestamp: timestamp), nil)
     }
 
@@ -319,7 +319,10 @@ public final class Dispatcher: Sendable {
         guard takeTokenRate(TokenKey(environment: environment, bytes: notification.token), now: now) else {
             return reject(notification, .tooManyRequests, now: now)
         }
-        var events = [DeliveryEvent(notificationID: notification.id, kind: .accepted, at: now)]
+        // Room for every event one notification can get, in one allocation.
+        var events: [DeliveryEvent] = []
+        events.reserveCapacity(4)
+        events.append(DeliveryEvent(notificationID: notification.id, kind: .accepted, at: now))
         defer { log.append(events) }
         if let expiration = notification.expiration, notification.mayBeStored, expiration <= now {
             events.append(DeliveryEvent(notificationID: notification.id, kind: .expired, at: now, detail: "expired before it was accepted"))
@@ -509,7 +512,7 @@ public final class Dispatcher: Sendable {
         guard let inFlight = session.untrack(id) else { return nil }
         // A notification that was never stored (expiration 0) has nothing to remove.
         guard inFlight.stored else {
-            log.append([DeliveryEvent(notificationID: id, kind: .acknowledged, at: clock.now())])
+            log.append(DeliveryEvent(notificationID: id, kind: .acknowledged, at: clock.now()))
             return nil
         }
         let reference = PendingReference(deviceID: session.deviceID, bundleID: inFlight.bundleID, environment: session.environment, id: id)
@@ -525,7 +528,7 @@ public final class Dispatcher: Sendable {
         } catch {
             logger.error("store failed removing an acknowledged notification", metadata: ["courier.error": "\(error)"])
         }
-        log.append([DeliveryEvent(notificationID: held.reference.id, kind: .acknowledged, at: clock.now())])
+        log.append(DeliveryEvent(notificationID: held.reference.id, kind: .acknowledged, at: clock.now()))
     }
 
     /// The device sent a Filter.
