@@ -17,7 +17,7 @@ import Synchronization
 /// the demo app when asked, and records and acknowledges every notification.
 final class LightDevice: ChannelInboundHandler {
     typealias InboundIn = DeviceFrame
-    typealias OutboundOut = DeviceFrame
+    typealias OutboundOut = DeviceMessage
 
     private let tokens: [[UInt8]]
     private let generation: UInt32?
@@ -44,7 +44,7 @@ final class LightDevice: ChannelInboundHandler {
         guard let context else { return connected.futureResult.eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel) }
         let promise = context.eventLoop.makePromise(of: [UInt8].self)
         registered = promise
-        context.writeAndFlush(wrapOutboundOut(DeviceMessage.appTokenRequest(bundleID: demoBundleID, requestID: 1).frame), promise: nil)
+        context.writeAndFlush(wrapOutboundOut(DeviceMessage.appTokenRequest(bundleID: demoBundleID, requestID: 1)), promise: nil)
         return promise.futureResult
     }
 
@@ -52,7 +52,7 @@ final class LightDevice: ChannelInboundHandler {
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if case .handshakeCompleted = event as? TLSUserEvent {
             let connect = DeviceMessage.connect(version: DeviceMessage.version, tokens: tokens, keepAlive: nil, generation: generation)
-            context.writeAndFlush(wrapOutboundOut(connect.frame), promise: nil)
+            context.writeAndFlush(wrapOutboundOut(connect), promise: nil)
         }
         context.fireUserInboundEventTriggered(event)
     }
@@ -68,7 +68,7 @@ final class LightDevice: ChannelInboundHandler {
         switch message {
         case .notification(let notification):
             collector.record(notification.payload)
-            context.write(wrapOutboundOut(DeviceMessage.ack(id: notification.id, status: 0).frame), promise: nil)
+            context.write(wrapOutboundOut(DeviceMessage.ack(id: notification.id, status: 0)), promise: nil)
             unflushed = true
         case .connectAck(let status, _, _, _, _, _):
             guard status == .ok else { return fail(context, "connection refused: \(status)") }
@@ -77,7 +77,7 @@ final class LightDevice: ChannelInboundHandler {
             guard status == .ok, let token else { return fail(context, "registration refused: \(status)") }
             registered?.succeed(token)
         case .keepAlive:
-            context.writeAndFlush(wrapOutboundOut(DeviceMessage.keepAliveAck.frame), promise: nil)
+            context.writeAndFlush(wrapOutboundOut(DeviceMessage.keepAliveAck), promise: nil)
         case .error(let code, let text):
             fail(context, "server error \(code): \(text)")
         default:
@@ -135,7 +135,7 @@ func connectLightDevices(
                     try channel.pipeline.syncOperations.addHandlers([
                         try NIOSSLClientHandler(context: context, serverHostname: "localhost"),
                         ByteToMessageHandler(DeviceFrameDecoder(maxFrameLength: 1 << 20)),
-                        MessageToByteHandler(DeviceFrameEncoder()),
+                        MessageToByteHandler(DeviceMessageEncoder()),
                         device,
                     ])
                     return (channel, device.connected.futureResult)

@@ -47,7 +47,7 @@ public actor DeviceClient {
     private let logger: Logger
     private let tls: NIOSSLContext
 
-    private var writer: NIOAsyncChannelOutboundWriter<DeviceFrame>?
+    private var writer: NIOAsyncChannelOutboundWriter<DeviceMessage>?
     private var channel: (any Channel)?
     private var connectedWaiters: [CheckedContinuation<Void, any Error>] = []
     private var drainWaiters: [CheckedContinuation<Void, Never>] = []
@@ -132,7 +132,7 @@ public actor DeviceClient {
             pingWaiters.append(continuation)
             Task {
                 do {
-                    try await writer.write(DeviceMessage.keepAlive.frame)
+                    try await writer.write(DeviceMessage.keepAlive)
                 } catch {
                     self.failPings(error)
                 }
@@ -177,9 +177,9 @@ public actor DeviceClient {
                     try channel.pipeline.syncOperations.addHandlers([
                         ssl,
                         ByteToMessageHandler(DeviceFrameDecoder(maxFrameLength: 1 << 20)),
-                        MessageToByteHandler(DeviceFrameEncoder()),
+                        MessageToByteHandler(DeviceMessageEncoder()),
                     ])
-                    return try NIOAsyncChannel<DeviceFrame, DeviceFrame>(wrappingChannelSynchronously: channel)
+                    return try NIOAsyncChannel<DeviceFrame, DeviceMessage>(wrappingChannelSynchronously: channel)
                 }
             }
         channel = connection.channel
@@ -189,11 +189,11 @@ public actor DeviceClient {
         }
     }
 
-    private func session(inbound: NIOAsyncChannelInboundStream<DeviceFrame>, outbound: NIOAsyncChannelOutboundWriter<DeviceFrame>) async throws {
+    private func session(inbound: NIOAsyncChannelInboundStream<DeviceFrame>, outbound: NIOAsyncChannelOutboundWriter<DeviceMessage>) async throws {
         let tokens = credentials.tokens(in: environment)
         tokenLength = tokens.first?.count ?? 32
         try await outbound.write(
-            DeviceMessage.connect(version: DeviceMessage.version, tokens: tokens, keepAlive: nil, generation: credentials.file.generation).frame)
+            DeviceMessage.connect(version: DeviceMessage.version, tokens: tokens, keepAlive: nil, generation: credentials.file.generation))
         var keepAliveTask: Task<Void, Never>?
         defer { keepAliveTask?.cancel() }
         for try await frame in inbound {
@@ -207,7 +207,7 @@ public actor DeviceClient {
     }
 
     /// Handles the first frame, which must be a ConnectAck, and starts the keepalive.
-    private func accept(connectAck message: DeviceMessage, outbound: NIOAsyncChannelOutboundWriter<DeviceFrame>) throws -> Task<Void, Never> {
+    private func accept(connectAck message: DeviceMessage, outbound: NIOAsyncChannelOutboundWriter<DeviceMessage>) throws -> Task<Void, Never> {
         guard case .connectAck(let status, _, let keepAlive, _, let refused, let announcedLength) = message else {
             throw DeviceClientError.protocolError(code: DeviceProtocolCode.malformedFrame.rawValue, message: "expected ConnectAck")
         }
@@ -226,7 +226,7 @@ public actor DeviceClient {
             while !Task.isCancelled {
                 try? await Task.sleep(for: .seconds(interval / 2))
                 if Task.isCancelled { return }
-                try? await outbound.write(DeviceMessage.keepAlive.frame)
+                try? await outbound.write(DeviceMessage.keepAlive)
             }
         }
     }
@@ -235,12 +235,12 @@ public actor DeviceClient {
     /// before that the size of the tokens held, else 32.
     private var tokenLength = 32
 
-    private func handle(_ message: DeviceMessage, outbound: NIOAsyncChannelOutboundWriter<DeviceFrame>) async throws {
+    private func handle(_ message: DeviceMessage, outbound: NIOAsyncChannelOutboundWriter<DeviceMessage>) async throws {
         switch message {
         case .notification(let notification):
             if seen.contains(notification.id) {
                 // Delivered before and handled: acknowledge again, do not hand it over twice.
-                try await outbound.write(DeviceMessage.ack(id: notification.id, status: 0).frame)
+                try await outbound.write(DeviceMessage.ack(id: notification.id, status: 0))
                 return
             }
             remember(notification.id)
@@ -257,7 +257,7 @@ public actor DeviceClient {
         case .error(let code, let text):
             throw DeviceClientError.protocolError(code: code.rawValue, message: text)
         default:
-            throw DeviceClientError.protocolError(code: DeviceProtocolCode.unknownCommand.rawValue, message: "unexpected \(message.frame.command)")
+            throw DeviceClientError.protocolError(code: DeviceProtocolCode.unknownCommand.rawValue, message: "unexpected \(message.command)")
         }
     }
 
@@ -297,12 +297,12 @@ public actor DeviceClient {
         guard let writer else { throw DeviceClientError.disconnected }
         let requestID = nextRequestID
         nextRequestID &+= 1
-        let frame = make(requestID).frame
+        let message = make(requestID)
         return try await withCheckedThrowingContinuation { continuation in
             requests[requestID] = continuation
             Task {
                 do {
-                    try await writer.write(frame)
+                    try await writer.write(message)
                 } catch {
                     self.failRequest(requestID, error)
                 }
@@ -339,14 +339,14 @@ public actor DeviceClient {
     public func setEnabledApps(_ bundleIDs: [String]) async throws {
         guard let writer else { throw DeviceClientError.disconnected }
         let hashes = bundleIDs.map(topicHash(of:))
-        try await writer.write(DeviceMessage.filter(enabledTopicHashes: hashes).frame)
+        try await writer.write(DeviceMessage.filter(enabledTopicHashes: hashes))
         try await ping()
     }
 
     /// The app handled the notification: the server stops holding it.
     public func acknowledge(_ id: UUID) async throws {
         guard let writer else { throw DeviceClientError.disconnected }
-        try await writer.write(DeviceMessage.ack(id: id, status: 0).frame)
+        try await writer.write(DeviceMessage.ack(id: id, status: 0))
     }
 
     /// The token held for an app (after `register`).

@@ -131,3 +131,12 @@ public struct DeviceFrameEncoder: MessageToByteEncoder {
         data.write(to: &out)
     }
 }
+
+/// Writes device messages, each straight into the outbound buffer.
+public struct DeviceMessageEncoder: MessageToByteEncoder {
+    public typealias OutboundIn = DeviceMessage
+    public init() {}
+    public func encode(data: DeviceMessage, out: inout ByteBuffer) throws {
+        data.write(to: &out)
+    }
+}
