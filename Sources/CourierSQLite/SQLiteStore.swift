@@ -365,8 +365,9 @@ public final class SQLiteStore: Store {
         }
     }
 
-    /// What `count` (device, app, environment) triples hold; each looked up
-    /// by the primary key (a join: `IN (VALUES …)` would scan the table).
+    /// What `count` (device, app, environment) triples hold, each found by
+    /// the primary key: a join, which SQLite plans as a key search in every
+    /// version (`IN (VALUES …)` scans the table in older ones, 3.40 here).
     static func heldPendingSQL(_ count: Int) -> String {
         """
         WITH slot(device_id, bundle_id, environment) AS (VALUES \(rows(count, of: 3)))
