@@ -32,10 +32,16 @@ final class DeliveryLogWriter: Service, Sendable {
     private let gate = SerialGate()
     private let wake: AsyncStream<Void>.Continuation
     private let wakeups: AsyncStream<Void>
+    /// Waits out the gathering time; returns early when cancelled.
+    private let sleep: @Sendable (Duration) async -> Void
 
-    init(store: any Store, logger: Logger, highWater: Int = 50_000, gathering: Duration = .milliseconds(10)) {
+    init(
+        store: any Store, logger: Logger, highWater: Int = 50_000, gathering: Duration = .milliseconds(10),
+        sleep: @escaping @Sendable (Duration) async -> Void = { try? await Task.sleep(for: $0) }
+    ) {
         self.highWater = highWater
         self.gathering = gathering
+        self.sleep = sleep
         self.store = store
         self.logger = logger
         (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
@@ -100,7 +106,7 @@ final class DeliveryLogWriter: Service, Sendable {
             for await _ in wakeups {
                 if buffer.withLock({ $0.events.count < Self.batch }) {
                     // Cancelled, it writes at once.
-                    try? await Task.sleep(for: gathering)
+                    await sleep(gathering)
                 }
                 await flush()
             }

@@ -3,6 +3,7 @@ import CourierSQLite
 @testable import CourierServer
 import Foundation
 import Logging
+import Synchronization
 import Testing
 
 @Suite(.timeLimit(.minutes(1))) struct DeliveryLogTests {
@@ -32,4 +33,61 @@ import Testing
         #expect(try await store.deliveryEvents(notificationID: id).count == 15)
         running.cancel()
     }
+
+    /// At a low rate the writer lets events gather before it writes them,
+    /// in one write; a batch's worth waiting is written without gathering.
+    /// The gathering time is the injected sleep, held at a gate: nothing
+    /// here waits for real time.
+    @Test func eventsGatherForAMomentUnlessABatchIsWaiting() async throws {
+        let id = UUID()
+        func events(_ count: Int) -> [DeliveryEvent] {
+            (0..<count).map { _ in DeliveryEvent(notificationID: id, kind: .accepted, at: Date(timeIntervalSince1970: 1)) }
+        }
+        /// A writer whose gathering waits at `gathering`, and the times it asked for.
+        func writer(_ store: FaultyStore, _ gathering: Gate) -> (DeliveryLogWriter, SleepLog) {
+            let asked = SleepLog()
+            let writer = DeliveryLogWriter(
+                store: store, logger: Logger(label: "test"), gathering: .milliseconds(10),
+                sleep: { duration in
+                    asked.durations.withLock { $0.append(duration) }
+                    await gathering.pass()
+                })
+            return (writer, asked)
+        }
+
+        // A few events: the writer gathers, and writes what came meanwhile with them.
+        let store = FaultyStore(try await SQLiteStore.inMemory(logger: Logger(label: "test")))
+        let gathering = Gate()
+        gathering.close()
+        let (slow, asked) = writer(store, gathering)
+        let running = Task { try await slow.run() }
+        slow.append(events(3))
+        await gathering.waitUntilHolding()
+        #expect(asked.durations.withLock { $0 } == [.milliseconds(10)])
+        slow.append(events(2))
+        #expect(store.logWrites.isEmpty)  // nothing written while gathering
+        gathering.open()
+        while store.logWrites.isEmpty { await Task.yield() }
+        #expect(store.logWrites == [5])  // all five in one write
+        running.cancel()
+
+        // A batch's worth at once: written without gathering.
+        let busyStore = FaultyStore(try await SQLiteStore.inMemory(logger: Logger(label: "test")))
+        let held = Gate()
+        held.close()
+        let (busy, busyAsked) = writer(busyStore, held)
+        let busyRunning = Task { try await busy.run() }
+        busy.append(events(DeliveryLogWriter.batch))
+        while busyStore.logWrites.isEmpty { await Task.yield() }
+        #expect(busyStore.logWrites == [DeliveryLogWriter.batch])
+        #expect(busyAsked.durations.withLock { $0 }.isEmpty)
+        #expect(try await busyStore.deliveryEvents(notificationID: id).count == DeliveryLogWriter.batch)
+        held.open()
+        busyRunning.cancel()
+    }
+}
+
+/// The sleeps a delivery-log writer asked for.
+final class SleepLog: Sendable {
+    let durations = Mutex<[Duration]>([])
 }

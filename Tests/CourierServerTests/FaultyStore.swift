@@ -27,6 +27,7 @@ final class FaultyStore: Store {
 
     private struct State {
         var failStorePending = false
+        var logWrites: [Int] = []
         var failRegistrationReads = false
         var failKeyReads = false
         var missingTeams: Set<String> = []
@@ -103,7 +104,11 @@ final class FaultyStore: Store {
     func appendDeliveryEvents(_ events: [DeliveryEvent]) async throws {
         await logGate.pass()
         try await base.appendDeliveryEvents(events)
+        state.withLock { $0.logWrites.append(events.count) }
     }
+
+    /// The number of events of each delivery-log write, in order.
+    var logWrites: [Int] { state.withLock { $0.logWrites } }
 
     /// Holds delivery-log writes while closed.
     let logGate = Gate()
