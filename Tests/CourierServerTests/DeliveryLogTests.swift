@@ -23,7 +23,7 @@ import Testing
         await store.logGate.waitUntilHolding()
         writer.append(events(12))
         let producer = Task { await writer.waitForRoom() }
-        while writer.waitingProducers == 0 { await Task.yield() }
+        try await yieldUntil { writer.waitingProducers > 0 }
         // The producer is parked while the store has written nothing.
         #expect(store.logGate.waiting == 1)
         store.logGate.open()
@@ -67,7 +67,7 @@ import Testing
         slow.append(events(2))
         #expect(store.logWrites.isEmpty)  // nothing written while gathering
         gathering.open()
-        while store.logWrites.isEmpty { await Task.yield() }
+        try await yieldUntil { !store.logWrites.isEmpty }
         #expect(store.logWrites == [5])  // all five in one write
         running.cancel()
 
@@ -78,7 +78,7 @@ import Testing
         let (busy, busyAsked) = writer(busyStore, held)
         let busyRunning = Task { try await busy.run() }
         busy.append(events(DeliveryLogWriter.batch))
-        while busyStore.logWrites.isEmpty { await Task.yield() }
+        try await yieldUntil { !busyStore.logWrites.isEmpty }
         #expect(busyStore.logWrites == [DeliveryLogWriter.batch])
         #expect(busyAsked.durations.withLock { $0 }.isEmpty)
         #expect(try await busyStore.deliveryEvents(notificationID: id).count == DeliveryLogWriter.batch)
@@ -90,4 +90,13 @@ import Testing
 /// The sleeps a delivery-log writer asked for.
 final class SleepLog: Sendable {
     let durations = Mutex<[Duration]>([])
+}
+
+/// Yields until `condition` holds; ends with an error when the test is
+/// cancelled (its time limit), instead of spinning on.
+func yieldUntil(_ condition: () -> Bool) async throws {
+    while !condition() {
+        try Task.checkCancellation()
+        await Task.yield()
+    }
 }
