@@ -129,18 +129,14 @@ public enum PayloadRules {
         }
         // The bytes in place: `last` through the unspecialized collection
         // cost an allocation per notification.
-        let scanned = PayloadScanner.withBytes(of: payload) { bytes -> Result<PayloadScanner.Aps, PayloadError> in
-            guard !bytes.isEmpty else { return .failure(.empty) }
-            guard bytes.count <= limits.limit(for: channel) else { return .failure(.tooLarge) }
-            guard bytes.last != 0 else { return .failure(.nullTerminated) }
-            guard let aps = PayloadScanner.scan(bytes: bytes) else { return .failure(.notJSONObject) }
-            return .success(aps)
-        }
-        let aps: PayloadScanner.Aps
-        switch scanned {
-        case .failure(let error): return .failure(error)
-        case .success(let result): aps = result
-        }
+        return PayloadScanner.withBytes(of: payload) { check(bytes: $0, explicitPriority: explicitPriority, limit: limits.limit(for: channel)) }
+    }
+
+    private static func check(bytes: UnsafeRawBufferPointer, explicitPriority: Priority?, limit: Int) -> Result<PayloadSummary, PayloadError> {
+        guard !bytes.isEmpty else { return .failure(.empty) }
+        guard bytes.count <= limit else { return .failure(.tooLarge) }
+        guard bytes.last != 0 else { return .failure(.nullTerminated) }
+        guard let aps = PayloadScanner.scan(bytes: bytes) else { return .failure(.notJSONObject) }
         // Silent: content-available 1 and nothing the user would see.
         let summary = PayloadSummary(isSilent: aps.contentAvailable && !aps.visible)
         if summary.isSilent, explicitPriority == .immediate, aps.keyCount == 1, aps.hasContentAvailable {
