@@ -333,8 +333,7 @@ public final class SQLiteStore: Store {
         let written = notifications.indices.filter { last[PendingSlot(notifications[$0])] == $0 }.map { notifications[$0] }
         var held = try await transaction {
             var held: [PendingSlot: PendingNotification] = [:]
-            for start in stride(from: 0, to: written.count, by: Self.rowsPerStatement) {
-                let chunk = written[start..<min(start + Self.rowsPerStatement, written.count)]
+            for chunk in written.slices(of: Self.rowsPerStatement) {
                 let slots = chunk.flatMap { PendingSlot($0).binds }
                 for row in try await self.connection.query(Self.heldPendingSQL(chunk.count), slots) {
                     let old = try PendingNotification(row: row)
@@ -403,11 +402,8 @@ public final class SQLiteStore: Store {
         guard !references.isEmpty else { return [] }
         var removed = try await transaction {
             var removed = Set<PendingReference>()
-            for start in stride(from: 0, to: references.count, by: Self.rowsPerStatement) {
-                let chunk = references[start..<min(start + Self.rowsPerStatement, references.count)]
-                let binds = chunk.flatMap { reference -> [SQLiteData] in
-                    [.device(reference.deviceID), .text(reference.bundleID), .text(reference.environment.rawValue), .text(reference.id.lowercasedString)]
-                }
+            for chunk in references.slices(of: Self.rowsPerStatement) {
+                let binds = chunk.flatMap { PendingSlot($0).binds + [.text($0.id.lowercasedString)] }
                 for row in try await self.connection.query(Self.removePendingSQL(chunk.count), binds) {
                     removed.insert(
                         PendingReference(
@@ -473,9 +469,7 @@ public final class SQLiteStore: Store {
 
     public func appendDeliveryEvents(_ events: [DeliveryEvent]) async throws {
         guard !events.isEmpty else { return }
-        let batches = stride(from: 0, to: events.count, by: Self.eventsPerBatch).map {
-            DeliveryLogBatch(events[$0..<min($0 + Self.eventsPerBatch, events.count)])
-        }
+        let batches = events.slices(of: Self.eventsPerBatch).map(DeliveryLogBatch.init)
         try await transaction(on: logConnection) {
             for batch in batches {
                 _ = try await self.logConnection.query(
@@ -530,5 +524,19 @@ private struct PendingSlot: Hashable {
         environment = pending.environment
     }
 
+    init(_ reference: PendingReference) {
+        deviceID = reference.deviceID
+        bundleID = reference.bundleID
+        environment = reference.environment
+    }
+
     var binds: [SQLiteData] { [.device(deviceID), .text(bundleID), .text(environment.rawValue)] }
+}
+
+extension Array {
+    /// The array in consecutive slices of at most `size` elements: a batch
+    /// split into statements or rows.
+    fileprivate func slices(of size: Int) -> [ArraySlice<Element>] {
+        stride(from: 0, to: count, by: size).map { self[$0..<Swift.min($0 + size, count)] }
+    }
 }
