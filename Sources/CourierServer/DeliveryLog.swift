@@ -47,7 +47,7 @@ final class DeliveryLogWriter: Service, Sendable {
         (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
-    func append(_ events: [DeliveryEvent]) {
+    func append(_ events: some Collection<DeliveryEvent>) {
         guard !events.isEmpty else { return }
         buffer.withLock { $0.events.append(contentsOf: events) }
         wake.yield()
@@ -55,8 +55,7 @@ final class DeliveryLogWriter: Service, Sendable {
 
     /// One event, without an array for it.
     func append(_ event: DeliveryEvent) {
-        buffer.withLock { $0.events.append(event) }
-        wake.yield()
+        append(CollectionOfOne(event))
     }
 
     /// Producers waiting for room.
