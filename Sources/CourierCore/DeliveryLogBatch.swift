@@ -26,22 +26,36 @@ public struct DeliveryLogBatch: Sendable, Hashable {
     }
 
     public init(_ events: some Collection<DeliveryEvent>) {
+        // Packed from contiguous storage: the generic collection's iterator
+        // is not specialized across modules and costs more than the packing.
+        self = events.withContiguousStorageIfAvailable(Self.init(packing:)) ?? Array(events).withUnsafeBufferPointer(Self.init(packing:))
+    }
+
+    private init(packing events: UnsafeBufferPointer<DeliveryEvent>) {
         let bits = max(64, (events.count * Self.bitsPerEvent + 63) / 64 * 64)
         var filter = [UInt8](repeating: 0, count: bits / 8)
         var packed: [UInt8] = [Self.version]
         packed.reserveCapacity(1 + events.count * 40)
+        filter.withUnsafeMutableBufferPointer { filter in
+            for event in events {
+                Self.probe(event.notificationID, bits: bits) { filter[$0 >> 3] |= 1 << UInt8($0 & 7) }
+            }
+        }
         for event in events {
-            Self.probe(event.notificationID, bits: bits) { filter[$0 >> 3] |= 1 << UInt8($0 & 7) }
             withUnsafeBytes(of: event.notificationID.uuid) { packed.append(contentsOf: $0) }
             let millis = Int64((event.at.timeIntervalSince1970 * 1000).rounded())
             withUnsafeBytes(of: millis.bigEndian) { packed.append(contentsOf: $0) }
-            let kind = event.kind.rawValue.utf8
-            packed.append(UInt8(kind.count))
-            packed.append(contentsOf: kind)
-            if let detail = event.detail {
-                let bytes = detail.utf8.prefix(Int(Self.noDetail - 1))
-                withUnsafeBytes(of: UInt16(bytes.count).bigEndian) { packed.append(contentsOf: $0) }
-                packed.append(contentsOf: bytes)
+            var kind = event.kind.rawValue
+            kind.withUTF8 { kind in
+                packed.append(UInt8(kind.count))
+                packed.append(contentsOf: kind)
+            }
+            if var detail = event.detail {
+                detail.withUTF8 { detail in
+                    let bytes = UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(detail).prefix(Int(Self.noDetail - 1)))
+                    withUnsafeBytes(of: UInt16(bytes.count).bigEndian) { packed.append(contentsOf: $0) }
+                    packed.append(contentsOf: bytes)
+                }
             } else {
                 withUnsafeBytes(of: Self.noDetail.bigEndian) { packed.append(contentsOf: $0) }
             }

@@ -3,6 +3,7 @@ import CourierCore
 import CourierPKI
 import CourierWire
 import Crypto
+import Foundation
 import NIOCore
 
 /// A command-2 frame of exactly 150 bytes: token (32), payload (89),
@@ -44,6 +45,25 @@ let benchmarks: @Sendable () -> Void = {
         }
         benchmark.stopMeasurement()
         blackHole(decoded)
+    }
+
+    // One million delivery-log events packed as the log writer packs them:
+    // batches of 1,000, the kinds a delivered notification gets and one
+    // with a detail.
+    Benchmark("Pack delivery-log events (batches of 1,000)") { benchmark in
+        let at = Date(timeIntervalSince1970: 1_900_000_000)
+        let kinds: [DeliveryEvent.Kind] = [.accepted, .delivered, .acknowledged, .expired]
+        let events = (0..<1_000).map { n in
+            DeliveryEvent(
+                notificationID: UUID(), kind: kinds[n % kinds.count], at: at, detail: n % kinds.count == 3 ? "device offline and expiration 0" : nil)
+        }
+        var packed = 0
+        benchmark.startMeasurement()
+        for _ in 0..<(benchmark.scaledIterations.count / 1_000) {
+            packed &+= DeliveryLogBatch(events).events.count
+        }
+        benchmark.stopMeasurement()
+        blackHole(packed)
     }
 
     // One million device tokens opened and authenticated.
