@@ -17,6 +17,22 @@ import Testing
         #expect(try DeliveryLogBatch([DeliveryEvent]()).decoded() == [])
     }
 
+    /// A detail longer than its 16-bit length can say is cut, the events
+    /// around it intact; events from a collection that is not an array
+    /// pack the same.
+    @Test func aLongDetailIsCutAndAnyCollectionPacks() throws {
+        let long = String(repeating: "d", count: 70_000)
+        let events = [
+            DeliveryEvent(notificationID: UUID(), kind: .rejected, at: at(1), detail: long),
+            DeliveryEvent(notificationID: UUID(), kind: .accepted, at: at(2)),
+        ]
+        let decoded = try DeliveryLogBatch(events).decoded()
+        #expect(decoded.map(\.detail?.count) == [65_534, nil])
+        #expect(decoded[1] == events[1])
+        #expect(DeliveryLogBatch(events.lazy.reversed()) == DeliveryLogBatch(events.reversed()))
+        #expect(try DeliveryLogBatch(CollectionOfOne(events[1])).decoded() == [events[1]])
+    }
+
     /// Every id of the batch passes its filter; ids not in it rarely do
     /// (about 1 % by design), random ones and ids counted up alike.
     @Test(arguments: [false, true]) func theFilterHasNoFalseNegativesAndFewFalsePositives(counted: Bool) {
