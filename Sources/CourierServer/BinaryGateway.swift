@@ -131,8 +131,7 @@ final class BinaryGateway: Service {
                         try self.open.add(channel)
                         try channel.pipeline.syncOperations.addHandlers(
                             verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
-                                ByteToMessageHandler(BinaryProviderDecoder(limits: limits)),
-                                BinaryConnectionHandler(gateway: self, peer: box),
+                                BinaryConnectionHandler(gateway: self, peer: box, limits: limits),
                             ])
                     }
                 }
@@ -197,14 +196,16 @@ final class BinaryGateway: Service {
     }
 }
 
-/// One binary connection's notifications, admitted in order on the
-/// connection's event loop. The dispatcher decides most at once; when it
-/// has to wait (the store is asked about a token, or the delivery log has
-/// no room), the decision runs in a task, the frames decoded meanwhile
-/// wait here, and the channel reads no more until it is decided — TCP
-/// holds back a provider that writes faster than the server admits.
+/// One binary connection's notifications, decoded from the bytes TLS
+/// hands over and admitted in order on the connection's event loop, each
+/// frame as it is decoded (no message per frame through the pipeline). The
+/// dispatcher decides most at once; when it has to wait (the store is
+/// asked about a token, or the delivery log has no room), the decision
+/// runs in a task, the bytes after that frame wait here undecoded, and the
+/// channel reads no more until it is decided — TCP holds back a provider
+/// that writes faster than the server admits.
 final class BinaryConnectionHandler: ChannelDuplexHandler {
-    typealias InboundIn = BinaryProviderInbound
+    typealias InboundIn = ByteBuffer
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
@@ -216,8 +217,13 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     private let state = BinaryConnectionState()
     /// The certificate's identity and topic, once the handshake is done.
     private var sender: (identity: ProviderIdentity, topic: String)?
-    /// Frames decoded while a notification waits for the dispatcher.
-    private var waiting = CircularBuffer<BinaryProviderInbound>()
+    private var decoder: BinaryProviderDecoder
+    /// Bytes received and not decoded yet: the start of a frame that the
+    /// next read completes, or what arrived while a notification waits.
+    /// Always a copy of its own: the TLS handler reuses the buffer it hands
+    /// over, and keeping a reference to it would make it copy that buffer
+    /// on its next read.
+    private var carried: ByteBuffer
     /// A notification waits for the dispatcher.
     private var busy = false
     /// The channel asked for a read while `busy`.
@@ -229,9 +235,11 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     /// which tells the provider everything before it was taken, waits for it.
     private var lastDurable: Pending<Void>?
 
-    init(gateway: BinaryGateway, peer: PeerIdentityBox) {
+    init(gateway: BinaryGateway, peer: PeerIdentityBox, limits: BinaryDecoderLimits) {
         self.gateway = gateway
         self.peer = peer
+        decoder = BinaryProviderDecoder(limits: limits)
+        carried = ByteBuffer()
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
@@ -256,11 +264,19 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let message = unwrapInboundIn(data)
-        if busy {
-            waiting.append(message)
+        // After the first bad notification (or status 10) everything is discarded.
+        guard !over else { return }
+        var bytes = unwrapInboundIn(data)
+        if busy || carried.readableBytes > 0 {
+            carried.writeBuffer(&bytes)
+            handleCarried(context: context)
         } else {
-            handle(message, context: context)
+            // The usual case: whole frames decoded straight from the TLS
+            // handler's buffer; only an unfinished last one is copied.
+            while !busy, !over, let message = decoder.next(from: &bytes) {
+                handle(message, context: context)
+            }
+            if !over { carried.writeBuffer(&bytes) }
         }
     }
 
@@ -274,7 +290,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         over = true
-        waiting.removeAll()
+        carried = ByteBuffer()
         context.fireChannelInactive()
     }
 
@@ -285,7 +301,6 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     }
 
     private func handle(_ message: BinaryProviderInbound, context: ChannelHandlerContext) {
-        // After the first bad notification (or status 10) everything is discarded.
         guard !over, let sender else { return }
         switch message {
         case .failure(let failure):
@@ -314,12 +329,23 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
 
     /// Handles the frames that waited, until one waits again; then reads on.
     private func resume(context: ChannelHandlerContext) {
-        while !busy, let next = waiting.popFirst() {
-            handle(next, context: context)
-        }
+        handleCarried(context: context)
         if !busy, readHeld {
             readHeld = false
             context.read()
+        }
+    }
+
+    /// Decodes and handles the carried bytes until a notification waits
+    /// for the dispatcher or only an unfinished frame is left.
+    private func handleCarried(context: ChannelHandlerContext) {
+        while !busy, !over, let message = decoder.next(from: &carried) {
+            handle(message, context: context)
+        }
+        if over || carried.readableBytes == 0 {
+            carried.clear()
+        } else if carried.readerIndex >= 4096 {
+            carried.discardReadBytes()
         }
     }
 
@@ -350,7 +376,6 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     /// without an answer) once everything admitted before it is durable.
     private func refuse(_ status: BinaryStatus?, _ identifier: UInt32, context: ChannelHandlerContext) {
         over = true
-        waiting.removeAll()
         guard let lastDurable else {
             answer(status, identifier, context: context)
             return

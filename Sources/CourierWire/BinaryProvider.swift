@@ -103,6 +103,12 @@ public struct BinaryProviderDecoder: NIOSingleStepByteToMessageDecoder {
     }
 
     public mutating func decode(buffer: inout ByteBuffer) throws -> BinaryProviderInbound? {
+        next(from: &buffer)
+    }
+
+    /// The next notification (or the first failure) in `buffer`; nil while
+    /// the next frame is not complete, and after a failure.
+    public mutating func next(from buffer: inout ByteBuffer) -> BinaryProviderInbound? {
         if failed {
             buffer.moveReaderIndex(to: buffer.writerIndex)
             return nil
@@ -124,7 +130,7 @@ public struct BinaryProviderDecoder: NIOSingleStepByteToMessageDecoder {
     }
 
     public mutating func decodeLast(buffer: inout ByteBuffer, seenEOF: Bool) throws -> BinaryProviderInbound? {
-        try decode(buffer: &buffer)
+        next(from: &buffer)
     }
 
     // Command 2: |2|frame length:u32|items|
