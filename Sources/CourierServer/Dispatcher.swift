@@ -366,23 +366,23 @@ public final class Dispatcher: Sendable {
 
     private func takeTokenRate(_ token: TokenKey, now: Date) -> Bool {
         state.withLock { state in
-            var window = state.tokenRates[token] ?? Window(start: now, count: 0)
-            if now.timeIntervalSince(window.start) >= qos.tokenRateWindow { window = Window(start: now, count: 0) }
-            guard window.count < qos.tokenRateLimit else { return false }
-            window.count += 1
-            state.tokenRates[token] = window
-            return true
+            // Found (or made) and updated in place: the token is hashed once.
+            Self.take(from: &state.tokenRates[token, default: Window(start: now, count: 0)], limit: qos.tokenRateLimit, per: qos.tokenRateWindow, now: now)
         }
+    }
+
+    /// Counts one more in `window` unless `limit` is reached; a window
+    /// older than `length` starts again.
+    private static func take(from window: inout Window, limit: Int, per length: TimeInterval, now: Date) -> Bool {
+        if now.timeIntervalSince(window.start) >= length { window = Window(start: now, count: 0) }
+        guard window.count < limit else { return false }
+        window.count += 1
+        return true
     }
 
     private func takeSilentBudget(_ key: DeviceKey, now: Date) -> Bool {
         state.withLock { state in
-            var window = state.silent[key] ?? Window(start: now, count: 0)
-            if now.timeIntervalSince(window.start) >= Self.silentWindow { window = Window(start: now, count: 0) }
-            guard window.count < qos.silentBudgetPerHour else { return false }
-            window.count += 1
-            state.silent[key] = window
-            return true
+            Self.take(from: &state.silent[key, default: Window(start: now, count: 0)], limit: qos.silentBudgetPerHour, per: Self.silentWindow, now: now)
         }
     }
 
