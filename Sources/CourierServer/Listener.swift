@@ -122,7 +122,7 @@ func listenerBootstrap(backlog: Int32 = 256) -> ServerBootstrap {
 /// - `.handshake`: the TLS handshake has not finished within `timeout` — a
 ///   client that connects and says nothing must not hold a socket for
 ///   ever. Sits after the TLS handler, whose handshake event it waits for.
-public final class ConnectionTimeout: ChannelInboundHandler {
+public final class ConnectionTimeout: ChannelInboundHandler, RemovableChannelHandler {
     public typealias InboundIn = NIOAny
 
     public enum Kind: Sendable {
@@ -156,11 +156,15 @@ public final class ConnectionTimeout: ChannelInboundHandler {
     }
 
     public func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if kind == .handshake, case .handshakeCompleted = event as? TLSUserEvent {
-            stopped = true
-            check?.cancel()
+        guard kind == .handshake, case .handshakeCompleted = event as? TLSUserEvent else {
+            context.fireUserInboundEventTriggered(event)
+            return
         }
+        stopped = true
+        check?.cancel()
         context.fireUserInboundEventTriggered(event)
+        // Its work is done: every later read would only pass through it.
+        context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
     }
 
     public func channelInactive(context: ChannelHandlerContext) {

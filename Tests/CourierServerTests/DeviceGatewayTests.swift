@@ -233,5 +233,7 @@ import Testing
         prompt.pipeline.fireUserInboundEventTriggered(TLSUserEvent.handshakeCompleted(negotiatedProtocol: nil))
         loop.advanceTime(by: .seconds(60))
         #expect(prompt.isActive, "a finished handshake keeps the connection")
+        // Done after the handshake, it leaves the pipeline (reads no longer pass through it).
+        #expect(throws: ChannelPipelineError.notFound) { try prompt.pipeline.syncOperations.context(handlerType: ConnectionTimeout.self) }
     }
 }
