@@ -95,8 +95,7 @@ final class DeviceGateway: Service {
                         try channel.pipeline.syncOperations.addHandlers(
                             verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
                                 ConnectionTimeout(.silence, timeout: .seconds(Int64(2 * keepAlive))),
-                                ByteToMessageHandler(DeviceFrameDecoder(maxFrameLength: maxFrame)),
-                                DeviceConnectionHandler(connection),
+                                DeviceConnectionHandler(connection, maxFrameLength: maxFrame),
                             ])
                     }
                 }
@@ -385,21 +384,57 @@ final class DeviceConnection: Sendable {
     }
 }
 
-/// The last handler of a device connection: hands its frames and a
-/// failure to the connection's `DeviceConnection`, and holds back reads
-/// while too many frames wait.
+/// The last handler of a device connection: decodes its frames from the
+/// bytes TLS hands over and hands them (or a failure) to the connection's
+/// `DeviceConnection`, and holds back reads while too many frames wait.
 final class DeviceConnectionHandler: ChannelDuplexHandler {
-    typealias InboundIn = DeviceFrame
+    typealias InboundIn = ByteBuffer
     typealias OutboundIn = ByteBuffer
 
     private let connection: DeviceConnection
+    private var decoder: DeviceFrameDecoder
+    /// The start of a frame that a later read completes. A copy of its own:
+    /// the TLS handler reuses the buffer it hands over, and keeping a
+    /// reference to it would make it copy that buffer on its next read.
+    private var carried = ByteBuffer()
+    /// The stream could not be read: everything after is discarded.
+    private var failed = false
 
-    init(_ connection: DeviceConnection) {
+    init(_ connection: DeviceConnection, maxFrameLength: Int) {
         self.connection = connection
+        decoder = DeviceFrameDecoder(maxFrameLength: maxFrameLength)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        connection.enqueue(.frame(unwrapInboundIn(data)))
+        guard !failed else { return }
+        var bytes = unwrapInboundIn(data)
+        if carried.readableBytes > 0 {
+            carried.writeBuffer(&bytes)
+            handOn(&carried)
+            if carried.readableBytes == 0 {
+                carried.clear()
+            } else if carried.readerIndex >= 4096 {
+                carried.discardReadBytes()
+            }
+        } else {
+            // The usual case: whole frames read straight from the TLS
+            // handler's buffer; only an unfinished last one is copied.
+            handOn(&bytes)
+            carried.writeBuffer(&bytes)
+        }
+    }
+
+    /// Hands on every whole frame in `buffer`; a malformed one ends the stream.
+    private func handOn(_ buffer: inout ByteBuffer) {
+        do {
+            while let frame = try decoder.decode(buffer: &buffer) {
+                connection.enqueue(.frame(frame))
+            }
+        } catch {
+            failed = true
+            buffer.moveReaderIndex(to: buffer.writerIndex)
+            connection.enqueue(.failed(error))
+        }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

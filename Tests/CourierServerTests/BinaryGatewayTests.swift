@@ -47,6 +47,39 @@ func nextFailure(_ client: BinaryProviderClient) async -> BinaryPushFailure? {
         try await server.stop()
     }
 
+    /// Several notifications in one TLS record, and one cut in two: its
+    /// start sent with a whole one, its end only once that one was
+    /// delivered (so the halves are certainly two reads of the gateway).
+    /// Each is delivered, once, in order.
+    @Test func notificationsAcrossReadsAndSeveralInOneRead() async throws {
+        let server = try await TestServer()
+        let device = try await server.device()
+        let token = try await device.client.register("com.example.demo")
+        let client = try await server.binaryClient()
+        func frame(_ n: UInt32) -> ByteBuffer {
+            var buffer = ByteBuffer()
+            buffer.writeBinaryNotification(token: token, payload: Array(#"{"aps":{"alert":"\#(n)"}}"#.utf8), identifier: n, expiry: 0, priority: 10)
+            return buffer
+        }
+        func alert(_ notification: DeviceNotification?) -> String? { notification.map { String(decoding: $0.payload, as: UTF8.self) } }
+
+        var firstAndStart = frame(1)
+        let second = frame(2)
+        firstAndStart.writeImmutableBuffer(second.getSlice(at: 0, length: 10)!)
+        try await client.sendRaw(firstAndStart, identifier: 1)
+        #expect(alert(await device.next()) == #"{"aps":{"alert":"1"}}"#)
+        var endAndMore = second.getSlice(at: 10, length: second.readableBytes - 10)!
+        for n: UInt32 in 3...5 { endAndMore.writeImmutableBuffer(frame(n)) }
+        try await client.sendRaw(endAndMore, identifier: 5)
+        var alerts: [String?] = []
+        for _ in 2...5 { alerts.append(alert(await device.next())) }
+        #expect(alerts == (2...5).map { #"{"aps":{"alert":"\#($0)"}}"# })
+        #expect(await client.settle(seconds: 0) == [])
+        await client.close()
+        await server.disconnect(device)
+        try await server.stop()
+    }
+
     /// docs/protocol.md §1: each status from a real malformed stream.
     @Test func everyStatusFromARealStream() async throws {
         let server = try await TestServer()

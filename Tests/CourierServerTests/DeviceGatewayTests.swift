@@ -81,7 +81,7 @@ import Testing
 
     /// A raw TLS connection to the device gateway with a new device's
     /// certificate: frames in and out, no client library.
-    func rawConnection(_ server: TestServer) async throws -> NIOAsyncChannel<DeviceFrame, DeviceFrame> {
+    func rawConnection<Outbound: Sendable>(_ server: TestServer, writing: Outbound.Type = DeviceFrame.self) async throws -> NIOAsyncChannel<DeviceFrame, Outbound> {
         let path = server.directory + "/raw-device-\(UUID().uuidString)"
         _ = try await server.application.provisioner.issueDeviceIdentity(directory: path)
         let port = try await server.devicePort()
@@ -92,9 +92,10 @@ import Testing
                     try channel.pipeline.syncOperations.addHandlers([
                         try NIOSSLClientHandler(context: context, serverHostname: "localhost"),
                         ByteToMessageHandler(DeviceFrameDecoder()),
-                        MessageToByteHandler(DeviceFrameEncoder()),
                     ])
-                    return try NIOAsyncChannel<DeviceFrame, DeviceFrame>(wrappingChannelSynchronously: channel)
+                    // Frames are encoded; bytes go out as they are.
+                    if Outbound.self == DeviceFrame.self { try channel.pipeline.syncOperations.addHandler(MessageToByteHandler(DeviceFrameEncoder())) }
+                    return try NIOAsyncChannel<DeviceFrame, Outbound>(wrappingChannelSynchronously: channel)
                 }
             }
     }
@@ -119,6 +120,49 @@ import Testing
             return
         }
         #expect(code == .notConnected)
+        try await server.stop()
+    }
+
+    /// A frame cut in two, its start sent in one TLS record after a whole
+    /// frame and its end only once that frame was answered (so the two
+    /// halves are certainly two reads), is put together and answered; a
+    /// frame that announces more than the frame limit is answered with
+    /// frameTooLarge.
+    @Test func aFrameAcrossReadsIsReadWholeAndAnOversizedOneIsRefused() async throws {
+        let server = try await TestServer()
+        let connection = try await rawConnection(server, writing: ByteBuffer.self)
+        try await connection.executeThenClose { inbound, outbound in
+            var answers = inbound.makeAsyncIterator()
+            func next() async throws -> DeviceMessage? { try await answers.next().map { try DeviceMessage(frame: $0) } }
+            func bytes(_ message: DeviceMessage) -> ByteBuffer {
+                var buffer = ByteBuffer()
+                message.write(to: &buffer)
+                return buffer
+            }
+            try await outbound.write(bytes(.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: nil)))
+            guard case .connectAck(.ok, _, _, _, _, _) = try await next() else {
+                Issue.record("expected ConnectAck ok")
+                return
+            }
+            #expect(try await next() == .noStorage)
+
+            let keepAlive = bytes(.keepAlive)
+            var wholeAndStart = keepAlive
+            wholeAndStart.writeImmutableBuffer(keepAlive.getSlice(at: 0, length: 2)!)
+            try await outbound.write(wholeAndStart)
+            #expect(try await next() == .keepAliveAck)
+            try await outbound.write(keepAlive.getSlice(at: 2, length: keepAlive.readableBytes - 2)!)
+            #expect(try await next() == .keepAliveAck, "the frame whose start came in the read before")
+
+            var oversized = ByteBuffer()
+            oversized.writeMultipleIntegers(keepAlive.getInteger(at: 0, as: UInt8.self)!, UInt32(server.application.configuration.limits.deviceMaxFrameLength + 1))
+            try await outbound.write(oversized)
+            guard case .error(let code, _) = try await next() else {
+                Issue.record("expected an Error frame")
+                return
+            }
+            #expect(code == .frameTooLarge)
+        }
         try await server.stop()
     }
 
