@@ -49,8 +49,14 @@ final class DeliveryLogWriter: Service, Sendable {
 
     func append(_ events: some Collection<DeliveryEvent>) {
         guard !events.isEmpty else { return }
-        buffer.withLock { $0.events.append(contentsOf: events) }
-        wake.yield()
+        let wasEmpty = buffer.withLock { backlog in
+            defer { backlog.events.append(contentsOf: events) }
+            return backlog.events.isEmpty
+        }
+        // Only the first event of a backlog wakes the writer: it takes
+        // everything appended until it writes, and a flush empties the
+        // backlog, so the next append wakes it again.
+        if wasEmpty { wake.yield() }
     }
 
     /// One event, without an array for it.
