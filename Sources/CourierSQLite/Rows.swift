@@ -60,7 +60,7 @@ extension SQLiteRow {
 
     func bytes(_ name: String) throws -> [UInt8] {
         guard let blob = try required(name).blob else { throw StoreError(.corrupt, "column \(name) is not a blob") }
-        return Array(blob.readableBytesView)
+        return Array(buffer: blob)
     }
 
     func date(_ name: String) throws -> Date {

@@ -498,7 +498,7 @@ public final class SQLiteStore: Store {
             let candidates = Mutex<[Int]>([])
             try await self.logConnection.query("SELECT seq, filter FROM delivery_batches ORDER BY seq", []) { row in
                 guard let seq = row.column("seq")?.integer, let filter = row.column("filter")?.blob else { return }
-                if DeliveryLogBatch.filter(Array(filter.readableBytesView), mayContain: notificationID) {
+                if DeliveryLogBatch.filter(Array(buffer: filter), mayContain: notificationID) {
                     candidates.withLock { $0.append(seq) }
                 }
             }

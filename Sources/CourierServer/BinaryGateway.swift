@@ -162,7 +162,7 @@ final class BinaryGateway: Service {
         let expiration = frame.expiry.map { Date(timeIntervalSince1970: TimeInterval($0)) }
         return .success(
             PushNotification(
-                id: .notificationID(), token: Array(frame.token.readableBytesView), topic: topic, payload: Array(frame.payload.readableBytesView),
+                id: .notificationID(), token: Array(buffer: frame.token), topic: topic, payload: Array(buffer: frame.payload),
                 expiration: expiration, priority: priority, isSilent: summary.isSilent))
     }
 

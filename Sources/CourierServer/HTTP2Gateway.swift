@@ -281,7 +281,7 @@ public final class HTTP2Gateway: Service, Sendable {
         }
         let priority = fields.priority.flatMap(Priority.init(rawValue:)) ?? (summary.isSilent ? .conservePower : .immediate)
         let notification = PushNotification(
-            id: fields.id, token: fields.token, topic: topic, payload: Array(body.readableBytesView), expiration: fields.expiration, priority: priority,
+            id: fields.id, token: fields.token, topic: topic, payload: Array(buffer: body), expiration: fields.expiration, priority: priority,
             collapseID: fields.collapseID, pushType: fields.pushType, isSilent: summary.isSilent)
         switch await dispatcher.accept(notification, environment: environment, from: identity) {
         case .accepted: return HTTP2Answer(status: 200, apnsID: apnsID, body: nil)

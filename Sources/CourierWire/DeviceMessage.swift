@@ -317,7 +317,7 @@ private struct ItemSet {
 
     private static func check(_ value: ByteBuffer, size: Int?, _ name: String) throws -> [UInt8] {
         try checkLength(value, size: size, name)
-        return Array(value.readableBytesView)
+        return Array(buffer: value)
     }
 
     /// The value is `size` bytes, or (without a size) not empty.
