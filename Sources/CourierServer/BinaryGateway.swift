@@ -309,9 +309,11 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
         case .notification(let frame):
             switch gateway.admitAtOnce(frame, topic: sender.topic, identity: sender.identity) {
             case .decided(let outcome):
-                settle(outcome, frame, context: context)
+                settle(outcome, command: frame.command, identifier: frame.identifier, context: context)
             case .waits(let notification):
                 busy = true
+                // Not the frame: its bytes are the TLS handler's, which it reuses.
+                let (command, identifier) = (frame.command, frame.identifier)
                 let (gateway, loop) = (self.gateway, context.eventLoop)
                 let bound = NIOLoopBound((self, context), eventLoop: loop)
                 Task {
@@ -319,7 +321,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
                     loop.execute {
                         let (handler, context) = bound.value
                         handler.busy = false
-                        if !handler.over { handler.settle(gateway.outcome(decided), frame, context: context) }
+                        if !handler.over { handler.settle(gateway.outcome(decided), command: command, identifier: identifier, context: context) }
                         handler.resume(context: context)
                     }
                 }
@@ -349,14 +351,14 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
         }
     }
 
-    private func settle(_ outcome: Result<Pending<Void>?, BinaryGateway.Refusal>, _ frame: BinaryNotificationFrame, context: ChannelHandlerContext) {
+    private func settle(_ outcome: Result<Pending<Void>?, BinaryGateway.Refusal>, command: UInt8, identifier: UInt32, context: ChannelHandlerContext) {
         switch outcome {
         case .success(nil):
-            state.admitted(frame.identifier)
+            state.admitted(identifier)
         case .success(let durable?):
             let loop = context.eventLoop
             let bound = NIOLoopBound((self, context), eventLoop: loop)
-            state.admitted(frame.identifier, committing: durable) { identifier in
+            state.admitted(identifier, committing: durable) { identifier in
                 // A commit failed: status 1, as soon as it is known.
                 loop.execute {
                     let (handler, context) = bound.value
@@ -366,9 +368,9 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
             }
             lastDurable = durable
         case .failure(let refusal):
-            gateway.logger.info("refused notification", metadata: ["courier.status": "\(refusal.status)", "courier.identifier": "\(frame.identifier)"])
+            gateway.logger.info("refused notification", metadata: ["courier.status": "\(refusal.status)", "courier.identifier": "\(identifier)"])
             // Command 0 has no error response.
-            refuse(frame.command != 0 ? refusal.status : nil, frame.identifier, context: context)
+            refuse(command != 0 ? refusal.status : nil, identifier, context: context)
         }
     }
 
