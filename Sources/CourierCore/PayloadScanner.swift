@@ -156,8 +156,7 @@ struct PayloadScanner {
 
     /// The `aps` object: its keys, `content-available`'s value.
     private mutating func apsObject(depth: Int, into aps: inout Aps) -> Bool {
-        var keys: [Key] = []
-        keys.reserveCapacity(8)  // one allocation for the usual few keys
+        var keys = DistinctKeys()
         var contentAvailable = false
         var first = true
         members: while true {
@@ -167,18 +166,44 @@ struct PayloadScanner {
             case .key(let key):
                 let valueStart = index
                 guard value(depth: depth + 1) else { return false }
-                if equal(key, "content-available") {
+                let isContentAvailable = equal(key, "content-available")
+                if isContentAvailable {
                     contentAvailable = Self.isNumberOne(UnsafeRawBufferPointer(rebasing: bytes[valueStart..<index]))
                 }
-                if !keys.contains(where: { equal($0, key) }) { keys.append(key) }
+                if keys.insert(key, scanner: self) {
+                    aps.hasContentAvailable = aps.hasContentAvailable || isContentAvailable
+                    aps.visible = aps.visible || equal(key, "alert") || equal(key, "sound") || equal(key, "badge")
+                }
             }
             first = false
         }
         aps.keyCount = keys.count
         aps.contentAvailable = contentAvailable
-        aps.hasContentAvailable = keys.contains { equal($0, "content-available") }
-        aps.visible = keys.contains { equal($0, "alert") || equal($0, "sound") || equal($0, "badge") }
         return true
+    }
+
+    /// The distinct keys of one object: the usual few kept inline (no
+    /// allocation per payload), any beyond them and keys with escapes in
+    /// an array.
+    private struct DistinctKeys {
+        private var inline = InlineArray<8, Range<Int>>(repeating: 0..<0)
+        private var inlineCount = 0
+        private var others: [Key] = []
+
+        var count: Int { inlineCount + others.count }
+
+        /// Adds `key`; false when an equal key was there already.
+        mutating func insert(_ key: Key, scanner: PayloadScanner) -> Bool {
+            for slot in 0..<inlineCount where scanner.equal(key, .raw(inline[slot])) { return false }
+            if others.contains(where: { scanner.equal(key, $0) }) { return false }
+            if case .raw(let range) = key, inlineCount < inline.count {
+                inline[inlineCount] = range
+                inlineCount += 1
+            } else {
+                others.append(key)
+            }
+            return true
+        }
     }
 
     private func keyBytes(_ key: Key) -> UnsafeRawBufferPointer {

@@ -24,6 +24,10 @@ import Testing
         // Escaped keys: the same keys as the plain ones, duplicates counted once.
         #"{"a\u0070s":{"content-\u0061vailable":1,"content-available":1,"b\/adge":2}}"#,
         #"{"aps":{"al\u0065rt":"x","alert":"y","sound":"s"},"\u0061ps":{"badge":1}}"#,
+        #"{"aps":{"sound":"a","so\u0075nd":"b","content-available":1}}"#,
+        // More keys than are kept without an allocation, with repeats on both sides of that line.
+        #"{"aps":{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"a":11,"j":12,"\u006a":13,"content-available":1}}"#,
+        #"{"aps":{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"content-available":1,"content-available":1}}"#,
     ]
 
     /// What the rules need, as Foundation's dictionary shows it.

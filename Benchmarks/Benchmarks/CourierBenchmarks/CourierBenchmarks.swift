@@ -66,6 +66,23 @@ let benchmarks: @Sendable () -> Void = {
         blackHole(packed)
     }
 
+    // One million payloads checked against the payload rules (the 89-byte
+    // payload of the frame benchmark, read from a buffer as a gateway does).
+    Benchmark("Check payload (89 bytes)") { benchmark in
+        let payload = ByteBuffer(bytes: #"{"aps":{"alert":"Your order has shipped","badge":1,"sound":"default"},"order":"A-123456"}"#.utf8)
+        var silent = 0
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            if case .success(let summary) = PayloadRules.check(payload.readableBytesView, priority: 10, channel: .binaryCommand2, limits: PayloadLimits()),
+                summary.isSilent
+            {
+                silent &+= 1
+            }
+        }
+        benchmark.stopMeasurement()
+        blackHole(silent)
+    }
+
     // One million device tokens opened and authenticated.
     Benchmark("Open device token (32 bytes)") { benchmark in
         let codec = try DeviceTokenCodec(secret: SymmetricKey(size: .bits256), environment: .production)
