@@ -28,7 +28,7 @@ public struct DeliveryLogBatch: Sendable, Hashable {
     public init(_ events: some Collection<DeliveryEvent>) {
         // Packed from contiguous storage: the generic collection's iterator
         // is not specialized across modules and costs more than the packing.
-        self = events.withContiguousStorageIfAvailable(Self.init(packing:)) ?? Array(events).withUnsafeBufferPointer(Self.init(packing:))
+        self = events.withContiguousElements(Self.init(packing:))
     }
 
     private init(packing events: UnsafeBufferPointer<DeliveryEvent>) {

@@ -116,8 +116,7 @@ public enum PayloadRules {
     /// (nil when the interface carried none; 10 is assumed).
     ///
     /// Inlinable so that it is specialized for the caller's collection (a
-    /// received buffer's view): reaching the bytes through an unspecialized
-    /// collection cost a third as much as scanning them.
+    /// received buffer's view), as `withContiguousBytes` is.
     @inlinable
     public static func check(
         _ payload: some Collection<UInt8>,
@@ -132,12 +131,8 @@ public enum PayloadRules {
             guard let known = Priority(rawValue: rawPriority) else { return .failure(.unknownPriority) }
             explicitPriority = known
         }
-        // The bytes in place (copied only when they are not contiguous).
         let limit = limits.limit(for: channel)
-        if let result = payload.withContiguousStorageIfAvailable({ check(bytes: UnsafeRawBufferPointer($0), explicitPriority: explicitPriority, limit: limit) }) {
-            return result
-        }
-        return Array(payload).withUnsafeBytes { check(bytes: $0, explicitPriority: explicitPriority, limit: limit) }
+        return payload.withContiguousBytes { check(bytes: $0, explicitPriority: explicitPriority, limit: limit) }
     }
 
     @usableFromInline

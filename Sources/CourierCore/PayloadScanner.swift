@@ -28,19 +28,12 @@ struct PayloadScanner {
     /// The top-level `aps` dictionary's summary (empty when there is none
     /// or it is not an object); nil when the payload is not a JSON object.
     static func scan(_ payload: some Collection<UInt8>) -> Aps? {
-        withBytes(of: payload, scan(bytes:))
+        payload.withContiguousBytes(scan(bytes:))
     }
 
     static func scan(bytes: UnsafeRawBufferPointer) -> Aps? {
         var scanner = PayloadScanner(bytes)
         return scanner.document()
-    }
-
-    /// Runs `body` with the payload's bytes: in place when they are
-    /// contiguous (a buffer's bytes, an array), copied otherwise.
-    static func withBytes<R>(of payload: some Collection<UInt8>, _ body: (UnsafeRawBufferPointer) -> R) -> R {
-        if let result = payload.withContiguousStorageIfAvailable({ body(UnsafeRawBufferPointer($0)) }) { return result }
-        return Array(payload).withUnsafeBytes(body)
     }
 
     private mutating func document() -> Aps? {

@@ -90,8 +90,7 @@ public struct DeviceTokenCodec: Sendable {
     /// Opens a token; fails when it is not this environment's or was altered.
     public func open(_ token: some Collection<UInt8>) -> Result<DeviceTokenContents, DeviceTokenError> {
         guard token.count == length else { return .failure(.badLength(token.count)) }
-        if let opened = token.withContiguousStorageIfAvailable({ open(UnsafeRawBufferPointer($0)) }) { return opened }
-        return Array(token).withUnsafeBytes { open($0) }
+        return token.withContiguousBytes { open($0) }
     }
 
     /// Opens a token held in contiguous memory (the hot path: no copies
