@@ -218,12 +218,9 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     /// The certificate's identity and topic, once the handshake is done.
     private var sender: (identity: ProviderIdentity, topic: String)?
     private var decoder: BinaryProviderDecoder
-    /// Bytes received and not decoded yet: the start of a frame that the
+    /// What is received and not decoded yet: the start of a frame that the
     /// next read completes, or what arrived while a notification waits.
-    /// Always a copy of its own: the TLS handler reuses the buffer it hands
-    /// over, and keeping a reference to it would make it copy that buffer
-    /// on its next read.
-    private var carried: ByteBuffer
+    private var received = ReceivedBytes()
     /// A notification waits for the dispatcher.
     private var busy = false
     /// The channel asked for a read while `busy`.
@@ -239,7 +236,6 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
         self.gateway = gateway
         self.peer = peer
         decoder = BinaryProviderDecoder(limits: limits)
-        carried = ByteBuffer()
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
@@ -266,18 +262,8 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         // After the first bad notification (or status 10) everything is discarded.
         guard !over else { return }
-        var bytes = unwrapInboundIn(data)
-        if busy || carried.readableBytes > 0 {
-            carried.writeBuffer(&bytes)
-            handleCarried(context: context)
-        } else {
-            // The usual case: whole frames decoded straight from the TLS
-            // handler's buffer; only an unfinished last one is copied.
-            while !busy, !over, let message = decoder.next(from: &bytes) {
-                handle(message, context: context)
-            }
-            if !over { carried.writeBuffer(&bytes) }
-        }
+        received.receive(unwrapInboundIn(data)) { handleFrames(in: &$0, context: context) }
+        if over { received.discard() }
     }
 
     func read(context: ChannelHandlerContext) {
@@ -289,8 +275,9 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        // Can come in the middle of a read (a refusal closes at once): what
+        // is received stays where it is, never to be read.
         over = true
-        carried = ByteBuffer()
         context.fireChannelInactive()
     }
 
@@ -331,23 +318,20 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
 
     /// Handles the frames that waited, until one waits again; then reads on.
     private func resume(context: ChannelHandlerContext) {
-        handleCarried(context: context)
+        received.readCarried { handleFrames(in: &$0, context: context) }
+        if over { received.discard() }
         if !busy, readHeld {
             readHeld = false
             context.read()
         }
     }
 
-    /// Decodes and handles the carried bytes until a notification waits
-    /// for the dispatcher or only an unfinished frame is left.
-    private func handleCarried(context: ChannelHandlerContext) {
-        while !busy, !over, let message = decoder.next(from: &carried) {
+    /// Decodes and handles the frames at the front of `bytes` until a
+    /// notification waits for the dispatcher (what follows it waits too)
+    /// or only an unfinished frame is left.
+    private func handleFrames(in bytes: inout ByteBuffer, context: ChannelHandlerContext) {
+        while !busy, !over, let message = decoder.next(from: &bytes) {
             handle(message, context: context)
-        }
-        if over || carried.readableBytes == 0 {
-            carried.clear()
-        } else if carried.readerIndex >= 4096 {
-            carried.discardReadBytes()
         }
     }
 

@@ -393,10 +393,8 @@ final class DeviceConnectionHandler: ChannelDuplexHandler {
 
     private let connection: DeviceConnection
     private var decoder: DeviceFrameDecoder
-    /// The start of a frame that a later read completes. A copy of its own:
-    /// the TLS handler reuses the buffer it hands over, and keeping a
-    /// reference to it would make it copy that buffer on its next read.
-    private var carried = ByteBuffer()
+    /// The start of a frame that a later read completes.
+    private var received = ReceivedBytes()
     /// The stream could not be read: everything after is discarded.
     private var failed = false
 
@@ -407,21 +405,7 @@ final class DeviceConnectionHandler: ChannelDuplexHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard !failed else { return }
-        var bytes = unwrapInboundIn(data)
-        if carried.readableBytes > 0 {
-            carried.writeBuffer(&bytes)
-            handOn(&carried)
-            if carried.readableBytes == 0 {
-                carried.clear()
-            } else if carried.readerIndex >= 4096 {
-                carried.discardReadBytes()
-            }
-        } else {
-            // The usual case: whole frames read straight from the TLS
-            // handler's buffer; only an unfinished last one is copied.
-            handOn(&bytes)
-            carried.writeBuffer(&bytes)
-        }
+        received.receive(unwrapInboundIn(data)) { handOn(&$0) }
     }
 
     /// Hands on every whole frame in `buffer`; a malformed one ends the stream.

@@ -200,6 +200,46 @@ public final class ConnectionTimeout: ChannelInboundHandler, RemovableChannelHan
 @available(*, unavailable)
 extension ConnectionTimeout: Sendable {}
 
+/// The bytes a connection handler reads its frames from. A read's bytes
+/// are read where they are, in the buffer the TLS handler hands over; what
+/// the reading leaves (the start of a frame that a later read completes,
+/// or frames left for later) is copied into a buffer of its own, to which
+/// the next read's bytes are appended. Keeping a reference to the TLS
+/// handler's buffer instead would make it copy that buffer on its next read.
+struct ReceivedBytes {
+    private var carried = ByteBuffer()
+
+    /// Reads frames off the front of `bytes`, preceded by what is carried,
+    /// with `read`, and carries what it leaves. `read` must not reach this
+    /// value again (a handler's state that is reset on close, say).
+    mutating func receive(_ bytes: ByteBuffer, _ read: (inout ByteBuffer) -> Void) {
+        var bytes = bytes
+        guard carried.readableBytes > 0 else {
+            // The usual case: whole frames read in place, only the rest copied.
+            read(&bytes)
+            carried.writeBuffer(&bytes)
+            return
+        }
+        carried.writeBuffer(&bytes)
+        readCarried(read)
+    }
+
+    /// Reads on in what is carried, with `read` (one that stopped early).
+    mutating func readCarried(_ read: (inout ByteBuffer) -> Void) {
+        read(&carried)
+        if carried.readableBytes == 0 {
+            carried.clear()
+        } else if carried.readerIndex >= 4096 {
+            carried.discardReadBytes()
+        }
+    }
+
+    /// Forgets what is carried: nothing more will be read.
+    mutating func discard() {
+        carried.clear()
+    }
+}
+
 extension CourierConfiguration {
     /// The TLS handshake limit as the event loop counts time.
     var handshakeTimeout: TimeAmount { .milliseconds(Int64(network.handshakeTimeout * 1000)) }
