@@ -34,44 +34,52 @@ struct TokenKey: Hashable, Sendable {
     }
 }
 
-/// Tokens already opened and apps' token hashes: a token's contents
-/// depend only on its bytes and the environment's key, so opening each
-/// once (four AES blocks) is enough. Bounded: emptied when full.
-final class TokenCache: Sendable {
-    static let capacity = 100_000
-    private struct Entries {
-        var opened: [TokenKey: DeviceTokenContents] = [:]
-        var appHashes: [String: UInt64] = [:]
-    }
-    private let entries = Mutex(Entries())
-    private let codecs: [Environment: DeviceTokenCodec]
+/// What the dispatcher knows of a token that opened. A token's contents
+/// depend only on its bytes and the environment's key, so it is opened
+/// once (four AES blocks); the app it belongs to and whether it is that
+/// app's active registration are kept beside them, with its rate window,
+/// so that a notification to a known token costs one dictionary lookup.
+struct TokenEntry {
+    var contents: DeviceTokenContents
+    /// The app the token was found to belong to.
+    var bundleID: String?
+    /// The `State.registrationEpoch` in which the token was found to be its
+    /// app's active registration: a later change of any registration
+    /// makes the mark stale.
+    var registeredEpoch: Int?
+    /// Its rate window, from the first notification admitted.
+    var window: Dispatcher.Window?
 
-    init(codecs: [Environment: DeviceTokenCodec]) {
-        self.codecs = codecs
-    }
-
-    func open(_ token: [UInt8], environment: Environment) -> Result<DeviceTokenContents, DeviceTokenError> {
-        let key = TokenKey(environment: environment, bytes: token)
-        if let known = entries.withLock({ $0.opened[key] }) { return .success(known) }
-        let result = codecs[environment]!.open(token)
-        if case .success(let contents) = result {
-            entries.withLock { entries in
-                if entries.opened.count >= Self.capacity { entries.opened.removeAll() }
-                entries.opened[key] = contents
-            }
-        }
-        return result
+    init(contents: DeviceTokenContents) {
+        self.contents = contents
     }
 
-    /// `DeviceTokenContents.belongs(to:)` without hashing the bundle id each time.
-    func contents(_ contents: DeviceTokenContents, belongTo bundleID: String) -> Bool {
-        if let hash = entries.withLock({ $0.appHashes[bundleID] }) { return hash == contents.appHash }
-        let hash = DeviceTokenContents.appHash(of: bundleID)
-        entries.withLock { entries in
-            if entries.appHashes.count >= Self.capacity { entries.appHashes.removeAll() }
-            entries.appHashes[bundleID] = hash
-        }
-        return hash == contents.appHash
+    /// True when the window has ended (or was never opened): the entry
+    /// holds nothing that cannot be found again.
+    func isIdle(at now: Date, window length: TimeInterval) -> Bool {
+        guard let window else { return true }
+        return now.timeIntervalSince(window.start) >= length
+    }
+
+    /// For a token marked as `bundleID`'s active registration in `epoch`:
+    /// its contents, and whether its rate window took one more. Nil (and
+    /// nothing counted) otherwise.
+    mutating func take(ifRegisteredIn epoch: Int, for bundleID: String, limit: Int, per length: TimeInterval, now: Date) -> (DeviceTokenContents, Bool)? {
+        guard registeredEpoch == epoch, self.bundleID == bundleID else { return nil }
+        return (contents, takeWindow(limit: limit, per: length, now: now))
+    }
+
+    /// Counts one more in the rate window, and marks the token as
+    /// `bundleID`'s active registration in `epoch` (unmarked when nil).
+    mutating func take(markedRegisteredIn epoch: Int?, for bundleID: String, limit: Int, per length: TimeInterval, now: Date) -> Bool {
+        self.bundleID = bundleID
+        registeredEpoch = epoch
+        return takeWindow(limit: limit, per: length, now: now)
+    }
+
+    private mutating func takeWindow(limit: Int, per length: TimeInterval, now: Date) -> Bool {
+        if window == nil { window = Dispatcher.Window(start: now, count: 0) }
+        return window!.take(limit: limit, per: length, now: now)
     }
 }
 
@@ -138,6 +146,15 @@ public final class Dispatcher: Sendable {
     struct Window {
         var start: Date
         var count: Int
+
+        /// Counts one more unless `limit` is reached; a window older than
+        /// `length` starts again.
+        mutating func take(limit: Int, per length: TimeInterval, now: Date) -> Bool {
+            if now.timeIntervalSince(start) >= length { self = Window(start: now, count: 0) }
+            guard count < limit else { return false }
+            count += 1
+            return true
+        }
     }
 
     struct State {
@@ -145,21 +162,46 @@ public final class Dispatcher: Sendable {
         var registrations: [RegistrationKey: AppRegistration] = [:]
         var bursts: [DeviceKey: Burst] = [:]
         var silent: [DeviceKey: Window] = [:]
-        var tokenRates: [TokenKey: Window] = [:]
+        /// Tokens that opened (see `TokenEntry`).
+        var tokens: [TokenKey: TokenEntry] = [:]
+        /// Prune `tokens` of idle entries when it reaches this many.
+        var tokensPruneAt = Dispatcher.tokenCapacity
+        /// Apps' token hashes (`DeviceTokenContents.appHash(of:)`), by bundle id.
+        var appHashes: [String: UInt64] = [:]
+        /// Counts changes of `registrations` (see `TokenEntry.registeredEpoch`).
+        var registrationEpoch = 0
         var offlineWaiters: [DeviceKey: [CheckedContinuation<Void, Never>]] = [:]
         /// When the rate windows were last pruned.
         var pruned: Date?
+
+        /// Keeps a token that opened, and the app it belongs to when known.
+        /// A full table first loses its idle entries.
+        mutating func remember(_ key: TokenKey, _ contents: DeviceTokenContents, bundleID: String?, now: Date, window: TimeInterval) {
+            if tokens[key] == nil, tokens.count >= tokensPruneAt {
+                tokens = tokens.filter { !$0.value.isIdle(at: now, window: window) }
+                tokensPruneAt = max(Dispatcher.tokenCapacity, 2 * tokens.count)
+            }
+            if let bundleID {
+                tokens[key, default: TokenEntry(contents: contents)].bundleID = bundleID
+            } else if tokens[key] == nil {
+                tokens[key] = TokenEntry(contents: contents)
+            }
+        }
     }
 
     /// The silent-push budget's window.
     static let silentWindow: TimeInterval = 3600
+
+    /// Token entries kept before idle ones are pruned; entries with an open
+    /// rate window are never pruned, so the table may hold more (it is
+    /// pruned again at twice what was left).
+    static let tokenCapacity = 100_000
 
     let store: any Store
     let clock: any WallClock
     let qos: QoSConfiguration
     let log: DeliveryLogWriter
     private let codecs: [Environment: DeviceTokenCodec]
-    private let tokens: TokenCache
     private let logger: Logger
     let state = Mutex(State())
     private let pendingWriter: GroupCommit<PendingNotification, Void>
@@ -168,7 +210,6 @@ public final class Dispatcher: Sendable {
     init(store: any Store, codecs: [Environment: DeviceTokenCodec], clock: any WallClock, qos: QoSConfiguration, log: DeliveryLogWriter, logger: Logger) {
         self.store = store
         self.codecs = codecs
-        tokens = TokenCache(codecs: codecs)
         self.clock = clock
         self.qos = qos
         self.log = log
@@ -238,11 +279,14 @@ public final class Dispatcher: Sendable {
         // A delivery log that cannot keep up holds the providers back.
         await log.waitForRoom()
         let now = clock.now()
+        guard identity.topics.contains(notification.topic) else { return reject(notification, .topicDisallowed, now: now) }
         let token: CheckedToken
-        switch check(notification, environment: environment, from: identity, now: now) {
+        switch check(notification, environment: environment, now: now) {
         case .success(let checked): token = checked
         case .failure(let refusal): return refusal.decided
         }
+        // Read before the registration: a change while it is loaded makes the token's mark stale.
+        let epoch = state.withLock { $0.registrationEpoch }
         let registration: AppRegistration?
         do {
             registration = try await self.registration(token.key)
@@ -261,6 +305,7 @@ public final class Dispatcher: Sendable {
             }
             return reject(notification, .unregistered, now: now, timestamp: removedAt)
         }
+        guard takeTokenRate(token, registeredIn: epoch, now: now) else { return reject(notification, .tooManyRequests, now: now) }
         return admit(notification, token, now: now)
     }
 
@@ -272,13 +317,28 @@ public final class Dispatcher: Sendable {
     {
         guard log.hasRoom else { return nil }
         let now = clock.now()
+        guard identity.topics.contains(notification.topic) else { return reject(notification, .topicDisallowed, now: now) }
+        // A token already found to be its app's active registration: one
+        // lookup of its entry, which takes the rate window too.
+        let bundleID = Topic(notification.topic).bundleID
+        let key = TokenKey(environment: environment, bytes: notification.token)
+        let known = state.withLock { state in
+            state.tokens[key]?.take(ifRegisteredIn: state.registrationEpoch, for: bundleID, limit: qos.tokenRateLimit, per: qos.tokenRateWindow, now: now)
+        }
+        if let (contents, taken) = known {
+            guard taken else { return reject(notification, .tooManyRequests, now: now) }
+            let registrationKey = RegistrationKey(deviceID: contents.deviceID, bundleID: bundleID, environment: environment)
+            return admit(notification, CheckedToken(contents: contents, key: registrationKey, tokenKey: key), now: now)
+        }
         let token: CheckedToken
-        switch check(notification, environment: environment, from: identity, now: now) {
+        switch check(notification, environment: environment, now: now) {
         case .success(let checked): token = checked
         case .failure(let refusal): return refusal.decided
         }
-        guard let registration = state.withLock({ $0.registrations[token.key] }), registration.active else { return nil }
+        let (registration, epoch) = state.withLock { ($0.registrations[token.key], $0.registrationEpoch) }
+        guard let registration, registration.active else { return nil }
         guard registration.token == notification.token else { return reject(notification, .badDeviceToken, now: now) }
+        guard takeTokenRate(token, registeredIn: epoch, now: now) else { return reject(notification, .tooManyRequests, now: now) }
         return admit(notification, token, now: now)
     }
 
@@ -286,6 +346,7 @@ public final class Dispatcher: Sendable {
     private struct CheckedToken {
         var contents: DeviceTokenContents
         var key: RegistrationKey
+        var tokenKey: TokenKey
     }
 
     /// A notification refused before its registration was looked at.
@@ -299,26 +360,46 @@ public final class Dispatcher: Sendable {
         return (.rejected(reason, timestamp: timestamp), nil)
     }
 
-    /// The checks that need nothing but the notification: the provider may
-    /// push to the topic, the token opens and is the topic's.
-    private func check(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity, now: Date) -> Result<CheckedToken, Refusal> {
-        guard identity.topics.contains(notification.topic) else { return .failure(Refusal(decided: reject(notification, .topicDisallowed, now: now))) }
-        guard case .success(let contents) = tokens.open(notification.token, environment: environment) else {
-            return .failure(Refusal(decided: reject(notification, .badDeviceToken, now: now)))
-        }
+    /// The checks that need nothing but the token (the provider may push to
+    /// the topic): it opens in the environment, and is the topic's app's.
+    private func check(_ notification: PushNotification, environment: Environment, now: Date) -> Result<CheckedToken, Refusal> {
+        let key = TokenKey(environment: environment, bytes: notification.token)
         let bundleID = Topic(notification.topic).bundleID
-        guard tokens.contents(contents, belongTo: bundleID) else { return .failure(Refusal(decided: reject(notification, .deviceTokenNotForTopic, now: now))) }
-        return .success(CheckedToken(contents: contents, key: RegistrationKey(deviceID: contents.deviceID, bundleID: bundleID, environment: environment)))
+        let known = state.withLock { $0.tokens[key].map { (contents: $0.contents, ofTheApp: $0.bundleID == bundleID) } }
+        let contents: DeviceTokenContents
+        if let known {
+            contents = known.contents
+        } else {
+            guard case .success(let opened) = codecs[environment]!.open(notification.token) else {
+                return .failure(Refusal(decided: reject(notification, .badDeviceToken, now: now)))
+            }
+            contents = opened
+        }
+        let belongs = known?.ofTheApp ?? false || appHash(of: bundleID) == contents.appHash
+        if known?.ofTheApp != true {
+            state.withLock { $0.remember(key, contents, bundleID: belongs ? bundleID : nil, now: now, window: qos.tokenRateWindow) }
+        }
+        guard belongs else { return .failure(Refusal(decided: reject(notification, .deviceTokenNotForTopic, now: now))) }
+        return .success(CheckedToken(contents: contents, key: RegistrationKey(deviceID: contents.deviceID, bundleID: bundleID, environment: environment), tokenKey: key))
     }
 
-    /// The rules once the token's registration is known to be active:
-    /// rate limit, expiry, silent budget, store, deliver or queue.
+    /// `DeviceTokenContents.appHash(of:)`, computed once per app.
+    private func appHash(of bundleID: String) -> UInt64 {
+        if let hash = state.withLock({ $0.appHashes[bundleID] }) { return hash }
+        let hash = DeviceTokenContents.appHash(of: bundleID)
+        state.withLock { state in
+            if state.appHashes.count >= Self.tokenCapacity { state.appHashes.removeAll() }
+            state.appHashes[bundleID] = hash
+        }
+        return hash
+    }
+
+    /// The rules once the token's registration is known to be active and
+    /// its rate window took the notification: expiry, silent budget,
+    /// store, deliver or queue.
     private func admit(_ notification: PushNotification, _ token: CheckedToken, now: Date) -> (result: AcceptResult, durable: Pending<Void>?) {
         let environment = token.key.environment
         let bundleID = token.key.bundleID
-        guard takeTokenRate(TokenKey(environment: environment, bytes: notification.token), now: now) else {
-            return reject(notification, .tooManyRequests, now: now)
-        }
         // Room for every event one notification can get, in one allocation.
         var events: [DeliveryEvent] = []
         events.reserveCapacity(4)
@@ -341,7 +422,6 @@ public final class Dispatcher: Sendable {
             events.append(DeliveryEvent(notificationID: notification.id, kind: .stored, at: now))
         }
 
-        let queued = Queued(notification: notification, bundleID: bundleID, durable: durable)
         let session = state.withLock { $0.sessions[deviceKey] }
         guard let session, session.accepts(bundleID: bundleID) else {
             if !notification.mayBeStored {
@@ -349,6 +429,7 @@ public final class Dispatcher: Sendable {
             }
             return (.accepted, durable)
         }
+        let queued = Queued(notification: notification, bundleID: bundleID, durable: durable)
         if notification.priority == .immediate {
             deliver(queued, to: session, now: now, events: &events)
         } else {
@@ -364,25 +445,21 @@ public final class Dispatcher: Sendable {
         return loaded
     }
 
-    private func takeTokenRate(_ token: TokenKey, now: Date) -> Bool {
+    /// Counts the notification in its token's rate window, and marks the
+    /// token as its app's active registration (as of `epoch`, when no
+    /// registration changed since).
+    private func takeTokenRate(_ token: CheckedToken, registeredIn epoch: Int, now: Date) -> Bool {
         state.withLock { state in
-            // Found (or made) and updated in place: the token is hashed once.
-            Self.take(from: &state.tokenRates[token, default: Window(start: now, count: 0)], limit: qos.tokenRateLimit, per: qos.tokenRateWindow, now: now)
+            let current = state.registrationEpoch
+            // Found (or made again, if pruned since the check) and updated in place: the token is hashed once.
+            return state.tokens[token.tokenKey, default: TokenEntry(contents: token.contents)].take(
+                markedRegisteredIn: epoch == current ? epoch : nil, for: token.key.bundleID, limit: qos.tokenRateLimit, per: qos.tokenRateWindow, now: now)
         }
-    }
-
-    /// Counts one more in `window` unless `limit` is reached; a window
-    /// older than `length` starts again.
-    private static func take(from window: inout Window, limit: Int, per length: TimeInterval, now: Date) -> Bool {
-        if now.timeIntervalSince(window.start) >= length { window = Window(start: now, count: 0) }
-        guard window.count < limit else { return false }
-        window.count += 1
-        return true
     }
 
     private func takeSilentBudget(_ key: DeviceKey, now: Date) -> Bool {
         state.withLock { state in
-            Self.take(from: &state.silent[key, default: Window(start: now, count: 0)], limit: qos.silentBudgetPerHour, per: Self.silentWindow, now: now)
+            state.silent[key, default: Window(start: now, count: 0)].take(limit: qos.silentBudgetPerHour, per: Self.silentWindow, now: now)
         }
     }
 
@@ -429,7 +506,10 @@ public final class Dispatcher: Sendable {
         if let existing, existing.active, existing.token == token { return token }
         let registration = AppRegistration(deviceID: deviceID, bundleID: bundleID, environment: environment, token: token, registeredAt: clock.now())
         try await store.register(registration)
-        state.withLock { $0.registrations[key] = registration }
+        state.withLock { state in
+            state.registrations[key] = registration
+            state.registrationEpoch += 1
+        }
         return token
     }
 
@@ -439,13 +519,19 @@ public final class Dispatcher: Sendable {
         guard try await store.unregister(deviceID: deviceID, bundleID: bundleID, environment: environment, at: now) else { return false }
         let key = RegistrationKey(deviceID: deviceID, bundleID: bundleID, environment: environment)
         let updated = try await store.registration(deviceID: deviceID, bundleID: bundleID, environment: environment)
-        state.withLock { $0.registrations[key] = updated }
+        state.withLock { state in
+            state.registrations[key] = updated
+            state.registrationEpoch += 1
+        }
         return true
     }
 
     /// Forgets cached registrations of a device (after a generation change).
     func forgetRegistrations(deviceID: UInt64) {
-        state.withLock { state in state.registrations = state.registrations.filter { $0.key.deviceID != deviceID } }
+        state.withLock { state in
+            state.registrations = state.registrations.filter { $0.key.deviceID != deviceID }
+            state.registrationEpoch += 1
+        }
     }
 
     /// A device connected: it replaces an older connection of the same
@@ -562,7 +648,7 @@ public final class Dispatcher: Sendable {
         let due: [(DeviceSession?, [Queued])] = state.withLock { state in
             if now.timeIntervalSince(state.pruned ?? .distantPast) >= 60 {
                 state.pruned = now
-                state.tokenRates = state.tokenRates.filter { now.timeIntervalSince($0.value.start) < qos.tokenRateWindow }
+                state.tokens = state.tokens.filter { !$0.value.isIdle(at: now, window: qos.tokenRateWindow) }
                 state.silent = state.silent.filter { now.timeIntervalSince($0.value.start) < Self.silentWindow }
             }
             var due: [(DeviceSession?, [Queued])] = []

@@ -202,6 +202,12 @@ import Testing
         let server = try await TestServer()
         let device = try await server.device()
         let token = try await device.client.register("com.example.demo")
+        // Pushed once first (expiration 0: nothing held for later): the
+        // dispatcher then knows the token as registered, and must forget that.
+        let (first, accepted) = await server.push(token, expiration: Date(timeIntervalSince1970: 0))
+        #expect(accepted == .accepted)
+        #expect(await device.next()?.id == first)
+        try await device.client.acknowledge(first)
         let removedAt = server.clock.now()
         try await device.client.unregister("com.example.demo")
         server.clock.advance(by: 120)
@@ -275,10 +281,10 @@ import Testing
         #expect(await server.push(token).1 == .accepted)
         // A token that went quiet is forgotten at the next prune (once a minute), not kept forever.
         await server.dispatcher.tick()
-        #expect(server.dispatcher.state.withLock { $0.tokenRates.count } == 1, "its window is still open")
+        #expect(server.dispatcher.state.withLock { $0.tokens.count } == 1, "its window is still open")
         server.clock.advance(by: 60)
         await server.dispatcher.tick()
-        #expect(server.dispatcher.state.withLock { $0.tokenRates.isEmpty })
+        #expect(server.dispatcher.state.withLock { $0.tokens.isEmpty })
         await server.disconnect(device)
         try await server.stop()
     }

@@ -62,6 +62,12 @@ import Testing
         let server = try await TestServer()
         let device = try await server.device()
         let old = try await device.client.register("com.example.demo")
+        // Pushed once first (expiration 0: nothing held for later): the
+        // dispatcher then knows the old token as registered, and must forget that.
+        let (first, accepted) = await server.push(old, expiration: Date(timeIntervalSince1970: 0))
+        #expect(accepted == .accepted)
+        #expect(await device.next()?.id == first)
+        try await device.client.acknowledge(first)
         await server.disconnect(device)
         // A reset: the generation goes up, the device forgets its tokens.
         var credentials = try DeviceCredentials.load(from: device.directory)
