@@ -264,10 +264,11 @@ public final class SQLiteStore: Store {
     }
 
     public func setDeviceGeneration(id: UInt64, generation: UInt32) async throws {
-        try await gate.run {
+        try await transaction {
             _ = try await self.connection.query(
                 "UPDATE devices SET generation = ? WHERE id = ?", [.integer(Int(generation)), .device(id)])
             guard try await self.changes() > 0 else { throw StoreError(.notFound, "device \(id) does not exist") }
+            _ = try await self.connection.query("DELETE FROM app_registrations WHERE device_id = ?", [.device(id)])
         }
     }
 

@@ -132,11 +132,19 @@ public enum StoreConformance {
             let device = Device(id: 0xFEDC_BA98_7654_3210, certificateSerial: "01", generation: 1, createdAt: at(0))
             try await store.createDevice(device)
             report.equal(try await store.device(id: device.id), device, "device")
+            let other = Device(id: 0x0123, certificateSerial: "02", createdAt: at(0))
+            try await store.createDevice(other)
+            for (deviceID, environment) in [(device.id, Environment.production), (device.id, .sandbox), (other.id, .production)] {
+                try await store.register(
+                    AppRegistration(deviceID: deviceID, bundleID: "com.example.one", environment: environment, token: [1, 2, 3], registeredAt: at(1)))
+            }
             try await store.setDeviceGeneration(id: device.id, generation: 2)
             try await store.markDeviceSeen(id: device.id, at: at(30))
             let updated = try await store.device(id: device.id)
             report.equal(updated?.generation, 2, "generation")
             report.equal(updated?.lastSeen, at(30), "last seen")
+            report.equal(try await store.registrations(deviceID: device.id), [], "a new generation ends the device's registrations")
+            report.equal(try await store.registrations(deviceID: other.id).count, 1, "another device's registrations stay")
             do {
                 try await store.setDeviceGeneration(id: 42, generation: 3)
                 report.check(false, "changing a missing device's generation succeeded")

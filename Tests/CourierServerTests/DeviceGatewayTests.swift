@@ -75,6 +75,9 @@ import Testing
         credentials.file.tokens = [:]
         try credentials.save()
         let reset = try await server.device(directory: device.directory)
+        try await reset.client.waitUntilConnected()
+        // The old token is refused from the reset on, before the app registers again.
+        #expect(await server.push(old).1 == .rejected(.badDeviceToken))
         let new = try await reset.client.register("com.example.demo")
         #expect(new != old)
         #expect(await server.push(old).1 == .rejected(.badDeviceToken))
