@@ -281,7 +281,7 @@ public final class Dispatcher: Sendable {
         let now = clock.now()
         guard identity.topics.contains(notification.topic) else { return reject(notification, .topicDisallowed, now: now) }
         let token: CheckedToken
-        switch check(notification, environment: environment, now: now) {
+        switch check(notification, TokenKey(environment: environment, bytes: notification.token), bundleID: Topic(notification.topic).bundleID, now: now) {
         case .success(let checked): token = checked
         case .failure(let refusal): return refusal.decided
         }
@@ -331,7 +331,7 @@ public final class Dispatcher: Sendable {
             return admit(notification, CheckedToken(contents: contents, key: registrationKey, tokenKey: key), now: now)
         }
         let token: CheckedToken
-        switch check(notification, environment: environment, now: now) {
+        switch check(notification, key, bundleID: bundleID, now: now) {
         case .success(let checked): token = checked
         case .failure(let refusal): return refusal.decided
         }
@@ -360,11 +360,11 @@ public final class Dispatcher: Sendable {
         return (.rejected(reason, timestamp: timestamp), nil)
     }
 
-    /// The checks that need nothing but the token (the provider may push to
-    /// the topic): it opens in the environment, and is the topic's app's.
-    private func check(_ notification: PushNotification, environment: Environment, now: Date) -> Result<CheckedToken, Refusal> {
-        let key = TokenKey(environment: environment, bytes: notification.token)
-        let bundleID = Topic(notification.topic).bundleID
+    /// The checks of the token itself, once the provider may push to the
+    /// topic: it opens in its environment (`key`), and is the app's
+    /// (`bundleID`, the topic's).
+    private func check(_ notification: PushNotification, _ key: TokenKey, bundleID: String, now: Date) -> Result<CheckedToken, Refusal> {
+        let environment = key.environment
         let known = state.withLock { $0.tokens[key].map { (contents: $0.contents, ofTheApp: $0.bundleID == bundleID) } }
         let contents: DeviceTokenContents
         if let known {
