@@ -47,8 +47,8 @@ struct TokenEntry {
     /// app's active registration: a later change of any registration
     /// makes the mark stale.
     var registeredEpoch: Int?
-    /// Its rate window, from the first notification admitted.
-    var window: Dispatcher.Window?
+    /// Its rate window; one never opened reads as ended.
+    var window = Dispatcher.Window(start: .distantPast, count: 0)
 
     init(contents: DeviceTokenContents) {
         self.contents = contents
@@ -57,8 +57,7 @@ struct TokenEntry {
     /// True when the window has ended (or was never opened): the entry
     /// holds nothing that cannot be found again.
     func isIdle(at now: Date, window length: TimeInterval) -> Bool {
-        guard let window else { return true }
-        return now.timeIntervalSince(window.start) >= length
+        window.hasEnded(at: now, length: length)
     }
 
     /// For a token marked as `bundleID`'s active registration in `epoch`:
@@ -66,7 +65,7 @@ struct TokenEntry {
     /// nothing counted) otherwise.
     mutating func take(ifRegisteredIn epoch: Int, for bundleID: String, limit: Int, per length: TimeInterval, now: Date) -> (DeviceTokenContents, Bool)? {
         guard registeredEpoch == epoch, self.bundleID == bundleID else { return nil }
-        return (contents, takeWindow(limit: limit, per: length, now: now))
+        return (contents, window.take(limit: limit, per: length, now: now))
     }
 
     /// Counts one more in the rate window, and marks the token as
@@ -74,12 +73,7 @@ struct TokenEntry {
     mutating func take(markedRegisteredIn epoch: Int?, for bundleID: String, limit: Int, per length: TimeInterval, now: Date) -> Bool {
         self.bundleID = bundleID
         registeredEpoch = epoch
-        return takeWindow(limit: limit, per: length, now: now)
-    }
-
-    private mutating func takeWindow(limit: Int, per length: TimeInterval, now: Date) -> Bool {
-        if window == nil { window = Dispatcher.Window(start: now, count: 0) }
-        return window!.take(limit: limit, per: length, now: now)
+        return window.take(limit: limit, per: length, now: now)
     }
 }
 
@@ -147,10 +141,15 @@ public final class Dispatcher: Sendable {
         var start: Date
         var count: Int
 
-        /// Counts one more unless `limit` is reached; a window older than
-        /// `length` starts again.
+        /// At least `length` old: the next count starts a new window.
+        func hasEnded(at now: Date, length: TimeInterval) -> Bool {
+            now.timeIntervalSince(start) >= length
+        }
+
+        /// Counts one more unless `limit` is reached; a window that has
+        /// ended starts again.
         mutating func take(limit: Int, per length: TimeInterval, now: Date) -> Bool {
-            if now.timeIntervalSince(start) >= length { self = Window(start: now, count: 0) }
+            if hasEnded(at: now, length: length) { self = Window(start: now, count: 0) }
             guard count < limit else { return false }
             count += 1
             return true
@@ -649,7 +648,7 @@ public final class Dispatcher: Sendable {
             if now.timeIntervalSince(state.pruned ?? .distantPast) >= 60 {
                 state.pruned = now
                 state.tokens = state.tokens.filter { !$0.value.isIdle(at: now, window: qos.tokenRateWindow) }
-                state.silent = state.silent.filter { now.timeIntervalSince($0.value.start) < Self.silentWindow }
+                state.silent = state.silent.filter { !$0.value.hasEnded(at: now, length: Self.silentWindow) }
             }
             var due: [(DeviceSession?, [Queued])] = []
             for (key, burst) in state.bursts where now.timeIntervalSince(burst.since) >= qos.burstWindow {
