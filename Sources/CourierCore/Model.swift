@@ -211,6 +211,9 @@ public struct FeedbackEntry: Sendable, Hashable, Codable {
 public struct DeliveryEvent: Sendable, Hashable, Codable {
     public enum Kind: String, Sendable, Hashable, Codable, CaseIterable {
         case accepted, stored, replaced, coalesced, delivered, acknowledged, expired, throttled, rejected
+        /// Its device was reset before it was delivered: it was addressed
+        /// to a token that ended with the reset.
+        case discarded
     }
 
     public var notificationID: UUID

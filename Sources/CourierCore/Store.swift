@@ -34,9 +34,12 @@ public protocol Store: Sendable {
     func createDevice(_ device: Device) async throws
     func device(id: UInt64) async throws -> Device?
     /// Records a reset or restore of the device: its app registrations
-    /// (whose tokens were of the older generation) end with it, in the
-    /// same transaction; its apps register again.
-    func setDeviceGeneration(id: UInt64, generation: UInt32) async throws
+    /// (whose tokens were of the older generation) and the notifications
+    /// held for it (addressed to those tokens) end with it, in the same
+    /// transaction; its apps register again. Returns the notifications
+    /// removed.
+    @discardableResult
+    func setDeviceGeneration(id: UInt64, generation: UInt32) async throws -> [PendingNotification]
     func markDeviceSeen(id: UInt64, at: Date) async throws
     /// Records an app's registration (active) and returns it; registering
     /// again replaces the token and times.

@@ -263,12 +263,14 @@ public final class SQLiteStore: Store {
         try await query("SELECT * FROM devices WHERE id = ?", [.device(id)]).first.map(Device.init(row:))
     }
 
-    public func setDeviceGeneration(id: UInt64, generation: UInt32) async throws {
+    @discardableResult
+    public func setDeviceGeneration(id: UInt64, generation: UInt32) async throws -> [PendingNotification] {
         try await transaction {
             _ = try await self.connection.query(
                 "UPDATE devices SET generation = ? WHERE id = ?", [.integer(Int(generation)), .device(id)])
             guard try await self.changes() > 0 else { throw StoreError(.notFound, "device \(id) does not exist") }
             _ = try await self.connection.query("DELETE FROM app_registrations WHERE device_id = ?", [.device(id)])
+            return try await self.takePending(where: "device_id = ?", [.device(id)])
         }
     }
 
@@ -419,20 +421,20 @@ public final class SQLiteStore: Store {
     }
 
     public func removeExpiredPending(before date: Date) async throws -> [PendingNotification] {
-        try await removePending(where: "expiration IS NOT NULL AND expiration < ?", date)
+        try await transaction { try await self.takePending(where: "expiration IS NOT NULL AND expiration < ?", [.millis(date)]) }
     }
 
     public func removePending(acceptedBefore date: Date) async throws -> [PendingNotification] {
-        try await removePending(where: "accepted_at < ?", date)
+        try await transaction { try await self.takePending(where: "accepted_at < ?", [.millis(date)]) }
     }
 
-    private func removePending(where condition: String, _ date: Date) async throws -> [PendingNotification] {
-        try await transaction {
-            let rows = try await self.connection.query(
-                "SELECT * FROM pending_notifications WHERE \(condition) ORDER BY accepted_at", [.millis(date)])
-            _ = try await self.connection.query("DELETE FROM pending_notifications WHERE \(condition)", [.millis(date)])
-            return try rows.map(PendingNotification.init(row:))
-        }
+    /// Removes and returns the held notifications that meet `condition`,
+    /// oldest first; the caller holds a transaction.
+    private func takePending(where condition: String, _ binds: [SQLiteData]) async throws -> [PendingNotification] {
+        let rows = try await connection.query(
+            "SELECT * FROM pending_notifications WHERE \(condition) ORDER BY accepted_at", binds)
+        _ = try await connection.query("DELETE FROM pending_notifications WHERE \(condition)", binds)
+        return try rows.map(PendingNotification.init(row:))
     }
 
     // MARK: Feedback

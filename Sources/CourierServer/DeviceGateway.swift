@@ -213,8 +213,7 @@ final class DeviceGateway: Service {
     private func connect(peer: PeerIdentityBox, tokens: [[UInt8]], generation: UInt32?) async throws -> (Device, [[UInt8]])? {
         guard let record = peer.take(), let deviceID = record.deviceID, var device = try await store.device(id: deviceID) else { return nil }
         if let generation, generation > device.generation {
-            try await store.setDeviceGeneration(id: deviceID, generation: generation)
-            dispatcher.forgetRegistrations(deviceID: deviceID)
+            try await dispatcher.resetDevice(id: deviceID, generation: generation)
             device.generation = generation
         }
         try await store.markDeviceSeen(id: deviceID, at: dispatcher.clock.now())

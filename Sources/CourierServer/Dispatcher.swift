@@ -525,12 +525,22 @@ public final class Dispatcher: Sendable {
         return true
     }
 
-    /// Forgets cached registrations of a device (after a generation change).
-    func forgetRegistrations(deviceID: UInt64) {
-        state.withLock { state in
+    /// The device was reset (it connected with a higher generation): its
+    /// registrations end, and so do the notifications held or queued for
+    /// it, which were addressed to the tokens that ended (logged as
+    /// discarded).
+    func resetDevice(id deviceID: UInt64, generation: UInt32) async throws {
+        let held = try await store.setDeviceGeneration(id: deviceID, generation: generation)
+        let queued: [Queued] = state.withLock { state in
             state.registrations = state.registrations.filter { $0.key.deviceID != deviceID }
             state.registrationEpoch += 1
+            let keys = state.bursts.keys.filter { $0.deviceID == deviceID }
+            return keys.flatMap { state.bursts.removeValue(forKey: $0)?.queue ?? [] }
         }
+        let now = clock.now()
+        // A queued notification that may be stored is among the held ones too.
+        let ids = held.map(\.notification.id) + queued.filter { !$0.notification.mayBeStored }.map(\.notification.id)
+        log.append(ids.map { DeliveryEvent(notificationID: $0, kind: .discarded, at: now, detail: "the device was reset; its tokens ended") })
     }
 
     /// A device connected: it replaces an older connection of the same

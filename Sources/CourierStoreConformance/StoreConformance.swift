@@ -138,7 +138,19 @@ public enum StoreConformance {
                 try await store.register(
                     AppRegistration(deviceID: deviceID, bundleID: "com.example.one", environment: environment, token: [1, 2, 3], registeredAt: at(1)))
             }
-            try await store.setDeviceGeneration(id: device.id, generation: 2)
+            let token = Array(repeating: UInt8(1), count: 32)
+            let held = [(device.id, Environment.production), (device.id, .sandbox), (other.id, .production)].map { deviceID, environment in
+                PendingNotification(
+                    deviceID: deviceID, bundleID: "com.example.one", environment: environment,
+                    notification: notification(token, topic: "com.example.one", expiresIn: 3600), acceptedAt: at(2))
+            }
+            _ = try await store.storePending(held)
+            report.equal(
+                try await store.setDeviceGeneration(id: device.id, generation: 2).map(\.notification.id).sorted { $0.uuidString < $1.uuidString },
+                held.prefix(2).map(\.notification.id).sorted { $0.uuidString < $1.uuidString }, "a new generation returns what was held for the device")
+            report.equal(try await store.pending(deviceID: device.id, environment: .production), [], "nothing held for the device after")
+            report.equal(try await store.pending(deviceID: device.id, environment: .sandbox), [], "nor in the other environment")
+            report.equal(try await store.pending(deviceID: other.id, environment: .production), [held[2]], "another device's held notification stays")
             try await store.markDeviceSeen(id: device.id, at: at(30))
             let updated = try await store.device(id: device.id)
             report.equal(updated?.generation, 2, "generation")

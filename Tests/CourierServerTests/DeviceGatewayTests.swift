@@ -69,6 +69,9 @@ import Testing
         #expect(await device.next()?.id == first)
         try await device.client.acknowledge(first)
         await server.disconnect(device)
+        // Held for the device while it is offline, to the old token.
+        let (held, heldAccepted) = await server.push(old, payload: #"{"aps":{"alert":"held"}}"#, expiration: Date().addingTimeInterval(3600))
+        #expect(heldAccepted == .accepted)
         // A reset: the generation goes up, the device forgets its tokens.
         var credentials = try DeviceCredentials.load(from: device.directory)
         credentials.file.generation += 1
@@ -83,7 +86,9 @@ import Testing
         #expect(await server.push(old).1 == .rejected(.badDeviceToken))
         let (id, result) = await server.push(new)
         #expect(result == .accepted)
+        // The one held for the old token would have come at connect, before this one.
         #expect(await reset.next()?.id == id)
+        #expect(try await server.events(held) == [.accepted, .stored, .discarded])
         await server.disconnect(reset)
         try await server.stop()
     }

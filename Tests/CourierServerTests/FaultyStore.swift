@@ -89,7 +89,9 @@ final class FaultyStore: Store {
     func revokeCertificate(serial: String, at: Date) async throws -> Bool { try await base.revokeCertificate(serial: serial, at: at) }
     func createDevice(_ device: Device) async throws { try await base.createDevice(device) }
     func device(id: UInt64) async throws -> Device? { try await base.device(id: id) }
-    func setDeviceGeneration(id: UInt64, generation: UInt32) async throws { try await base.setDeviceGeneration(id: id, generation: generation) }
+    func setDeviceGeneration(id: UInt64, generation: UInt32) async throws -> [PendingNotification] {
+        try await base.setDeviceGeneration(id: id, generation: generation)
+    }
     func markDeviceSeen(id: UInt64, at: Date) async throws { try await base.markDeviceSeen(id: id, at: at) }
     func register(_ registration: AppRegistration) async throws { try await base.register(registration) }
     func registrations(deviceID: UInt64) async throws -> [AppRegistration] { try await base.registrations(deviceID: deviceID) }
