@@ -53,7 +53,7 @@ struct Arguments: ParsableCommand {
     var light = false
     @Option(name: .customLong("connect-wave"), help: "Devices that connect at a time at the start, each wave connected before the next (0: all at once).")
     var connectWave = 0
-    @Option(name: .customLong("latency-file"), help: "Write each phase's latencies to PATH.fixed and PATH.saturation, one per line in arrival order.")
+    @Option(name: .customLong("latency-file"), help: "Write each phase's latencies to PATH.fixed and PATH.saturation, one line per notification in arrival order: send time (Unix seconds) and latency (ms).")
     var latencyFile: String?
     @Option(name: .customLong("write-interval"), help: "Microseconds between the provider's writes in the fixed-rate phase (--light): each write carries the notifications due by then.")
     var writeInterval = 1000
@@ -76,7 +76,7 @@ func percentile(_ sorted: [Double], _ p: Double) -> Double {
 
 /// Latencies and counts collected by the devices.
 final class Collector: Sendable {
-    private let state = Mutex<(latencies: [Double], count: Int)>(([], 0))
+    private let state = Mutex<(latencies: [Double], sendTimes: [UInt64], count: Int)>(([], [], 0))
     /// Where each phase's latencies are written (`PATH.fixed`, `PATH.saturation`), if anywhere.
     private let latencyFile: String?
 
@@ -97,12 +97,15 @@ final class Collector: Sendable {
         let latency: Double? = scale > 1 && payload[index] == UInt8(ascii: ":") ? Double(now &- sent) / 1e6 : nil
         state.withLock { state in
             state.count += 1
-            if let latency { state.latencies.append(latency) }
+            if let latency {
+                state.latencies.append(latency)
+                state.sendTimes.append(sent)
+            }
         }
     }
-    func take() -> (latencies: [Double], count: Int) {
+    func take() -> (latencies: [Double], sendTimes: [UInt64], count: Int) {
         state.withLock { state in
-            defer { state = ([], 0) }
+            defer { state = ([], [], 0) }
             return state
         }
     }
@@ -116,12 +119,14 @@ final class Collector: Sendable {
 
     /// Prints a phase's rate, deliveries and latency, and starts counting anew.
     func report(_ name: String, sent: Int, seconds: Double) {
-        let (latencies, count) = take()
+        let (latencies, sendTimes, count) = take()
         if let latencyFile {
-            // One latency in ms per line, in the order the notifications arrived.
+            // A line per notification, in the order they arrived: its send
+            // time (Unix time, seconds) and its latency in ms.
             let path = latencyFile + "." + name.prefix { $0 != " " }
             do {
-                try latencies.map { String($0) }.joined(separator: "\n").write(toFile: path, atomically: true, encoding: .utf8)
+                try zip(sendTimes, latencies).map { String(format: "%.6f", Double($0) / 1e9) + " " + String($1) }
+                    .joined(separator: "\n").write(toFile: path, atomically: true, encoding: .utf8)
             } catch {
                 print("cannot write \(path): \(error)")
             }
