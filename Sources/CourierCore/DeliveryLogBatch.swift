@@ -12,7 +12,8 @@ import Foundation
 /// detail (UInt16 length, 0xFFFF for none, + UTF-8).
 public struct DeliveryLogBatch: Sendable, Hashable {
     public static let version: UInt8 = 1
-    /// Filter bits per event: with 7 probes about 1 % false positives.
+    /// Filter bits per event at least (the filter's size is rounded up to a
+    /// power of two): with 7 probes at most about 1 % false positives.
     static let bitsPerEvent = 10
     static let probes = 7
     private static let noDetail = UInt16.max
@@ -32,35 +33,63 @@ public struct DeliveryLogBatch: Sendable, Hashable {
     }
 
     private init(packing events: UnsafeBufferPointer<DeliveryEvent>) {
-        let bits = max(64, (events.count * Self.bitsPerEvent + 63) / 64 * 64)
-        var filter = [UInt8](repeating: 0, count: bits / 8)
-        var packed: [UInt8] = [Self.version]
-        packed.reserveCapacity(1 + events.count * 40)
-        filter.withUnsafeMutableBufferPointer { filter in
+        // A power of two, so that a probe's bit is a mask, not a division.
+        let wanted = max(64, events.count * Self.bitsPerEvent)
+        let bits = 1 << (Int.bitWidth - (wanted - 1).leadingZeroBitCount)
+        let filter = [UInt8](unsafeUninitializedCapacity: bits / 8) { filter, count in
+            filter.initialize(repeating: 0)
             for event in events {
                 Self.probe(event.notificationID, bits: bits) { filter[$0 >> 3] |= 1 << UInt8($0 & 7) }
             }
+            count = bits / 8
         }
+        // Sized first, then written in place.
+        var size = 1
         for event in events {
-            withUnsafeBytes(of: event.notificationID.uuid) { packed.append(contentsOf: $0) }
-            let millis = Int64((event.at.timeIntervalSince1970 * 1000).rounded())
-            withUnsafeBytes(of: millis.bigEndian) { packed.append(contentsOf: $0) }
-            var kind = event.kind.rawValue
-            kind.withUTF8 { kind in
-                packed.append(UInt8(kind.count))
-                packed.append(contentsOf: kind)
-            }
-            if var detail = event.detail {
-                detail.withUTF8 { detail in
-                    let bytes = UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(detail).prefix(Int(Self.noDetail - 1)))
-                    withUnsafeBytes(of: UInt16(bytes.count).bigEndian) { packed.append(contentsOf: $0) }
-                    packed.append(contentsOf: bytes)
+            size += 16 + 8 + 1 + event.kind.rawValue.utf8.count + 2 + min(event.detail?.utf8.count ?? 0, Int(Self.noDetail - 1))
+        }
+        let packed = [UInt8](unsafeUninitializedCapacity: size) { buffer, count in
+            var out = Writer(rest: UnsafeMutableRawBufferPointer(buffer))
+            out.write(Self.version)
+            for index in events.indices {
+                withUnsafeBytes(of: events[index].notificationID.uuid) { out.write($0) }
+                out.write(Int64((events[index].at.timeIntervalSince1970 * 1000).rounded()))
+                let kind = events[index].kind.rawValue
+                out.write(UInt8(kind.utf8.count))
+                out.write(utf8: kind, prefix: Int(UInt8.max))
+                if let detail = events[index].detail {
+                    let length = min(detail.utf8.count, Int(Self.noDetail - 1))
+                    out.write(UInt16(length))
+                    out.write(utf8: detail, prefix: length)
+                } else {
+                    out.write(Self.noDetail)
                 }
-            } else {
-                withUnsafeBytes(of: Self.noDetail.bigEndian) { packed.append(contentsOf: $0) }
             }
+            precondition(out.rest.isEmpty, "delivery log batch sized wrongly")
+            count = size
         }
         self.init(filter: filter, events: packed)
+    }
+
+    /// Writes into memory sized beforehand.
+    private struct Writer {
+        var rest: UnsafeMutableRawBufferPointer
+
+        mutating func write(_ bytes: UnsafeRawBufferPointer) {
+            rest.copyMemory(from: bytes)
+            rest = UnsafeMutableRawBufferPointer(rebasing: rest[bytes.count...])
+        }
+
+        /// Big-endian.
+        mutating func write<T: FixedWidthInteger>(_ value: T) {
+            rest.storeBytes(of: value.bigEndian, as: T.self)
+            rest = UnsafeMutableRawBufferPointer(rebasing: rest[MemoryLayout<T>.size...])
+        }
+
+        mutating func write(utf8 text: String, prefix: Int) {
+            var text = text
+            text.withUTF8 { write(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer($0).prefix(prefix))) }
+        }
     }
 
     /// False when the batch certainly holds no event of `id`.
@@ -101,8 +130,12 @@ public struct DeliveryLogBatch: Sendable, Hashable {
         let first = mix(high ^ mix(low))
         let step = mix(low &+ 0x9E37_79B9_7F4A_7C15 ^ first) | 1
         let modulus = UInt64(bits)
+        // Batches written since filters are a power of two take a mask;
+        // older ones, of any size, the remainder (the same bit for a power of two).
+        let mask = modulus & (modulus - 1) == 0 ? modulus - 1 : nil
         for round in 0..<UInt64(probes) {
-            body(Int((first &+ round &* step) % modulus))
+            let hash = first &+ round &* step
+            body(Int(mask.map { hash & $0 } ?? hash % modulus))
         }
     }
 

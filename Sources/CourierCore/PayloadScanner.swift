@@ -18,6 +18,9 @@ struct PayloadScanner {
 
     private let bytes: UnsafeRawBufferPointer
     private var index = 0
+    /// The decoded contents of the strings with escapes read so far, one
+    /// after the other (empty for most payloads).
+    private var decoded: [UInt8] = []
     /// Nesting depth limit, as Foundation's parser has one.
     private static let maximumDepth = 512
 
@@ -77,11 +80,11 @@ struct PayloadScanner {
         }
     }
 
-    /// An object key: where it stands in the payload when it has no
-    /// escapes (the usual case, no copy), its decoded bytes otherwise.
-    private enum Key {
-        case raw(Range<Int>)
-        case decoded([UInt8])
+    /// A string's contents: where they stand in the payload when it has no
+    /// escapes (the usual case, no copy), in `decoded` otherwise.
+    private struct Key {
+        var range: Range<Int>
+        var isDecoded = false
     }
 
     /// One step through an object's members.
@@ -176,10 +179,9 @@ struct PayloadScanner {
     }
 
     /// The distinct keys of one object: the usual few kept inline (no
-    /// allocation per payload), any beyond them and keys with escapes in
-    /// an array.
+    /// allocation per payload), any beyond them in an array.
     private struct DistinctKeys {
-        private var inline = InlineArray<8, Range<Int>>(repeating: 0..<0)
+        private var inline = InlineArray<8, Key>(repeating: Key(range: 0..<0))
         private var inlineCount = 0
         private var others: [Key] = []
 
@@ -187,10 +189,10 @@ struct PayloadScanner {
 
         /// Adds `key`; false when an equal key was there already.
         mutating func insert(_ key: Key, scanner: PayloadScanner) -> Bool {
-            for slot in 0..<inlineCount where scanner.equal(key, .raw(inline[slot])) { return false }
+            for slot in 0..<inlineCount where scanner.equal(key, inline[slot]) { return false }
             if others.contains(where: { scanner.equal(key, $0) }) { return false }
-            if case .raw(let range) = key, inlineCount < inline.count {
-                inline[inlineCount] = range
+            if inlineCount < inline.count {
+                inline[inlineCount] = key
                 inlineCount += 1
             } else {
                 others.append(key)
@@ -199,28 +201,23 @@ struct PayloadScanner {
         }
     }
 
-    private func keyBytes(_ key: Key) -> UnsafeRawBufferPointer {
-        switch key {
-        case .raw(let range): UnsafeRawBufferPointer(rebasing: bytes[range])
-        case .decoded: UnsafeRawBufferPointer(start: nil, count: 0)
-        }
+    private func withBytes<R>(of key: Key, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        guard key.isDecoded else { return body(UnsafeRawBufferPointer(rebasing: bytes[key.range])) }
+        return decoded.withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[key.range])) }
     }
 
     private func equal(_ key: Key, _ text: StaticString) -> Bool {
-        let expected = UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)
-        switch key {
-        case .raw: return keyBytes(key).elementsEqual(expected)
-        case .decoded(let decoded): return decoded.elementsEqual(expected)
-        }
+        withBytes(of: key) { Self.same($0, UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount)) }
     }
 
     private func equal(_ left: Key, _ right: Key) -> Bool {
-        switch (left, right) {
-        case (.raw, .raw): keyBytes(left).elementsEqual(keyBytes(right))
-        case (.raw, .decoded(let decoded)): keyBytes(left).elementsEqual(decoded)
-        case (.decoded(let decoded), .raw): decoded.elementsEqual(keyBytes(right))
-        case (.decoded(let one), .decoded(let other)): one == other
-        }
+        withBytes(of: left) { left in withBytes(of: right) { right in Self.same(left, right) } }
+    }
+
+    private static func same(_ left: UnsafeRawBufferPointer, _ right: UnsafeRawBufferPointer) -> Bool {
+        guard left.count == right.count else { return false }
+        for offset in 0..<left.count where left[offset] != right[offset] { return false }
+        return true
     }
 
     private mutating func array(depth: Int) -> Bool {
@@ -249,12 +246,22 @@ struct PayloadScanner {
     private mutating func string() -> Key? {
         guard expect(UInt8(ascii: "\"")) else { return nil }
         let start = index
-        // The plain run: no escape, nothing to copy.
+        // The plain run: no escape, nothing to copy. Eight bytes at a time
+        // while none of them needs a look of its own.
         while index < bytes.count {
+            if bytes.count - index >= 8 {
+                let special = Self.specialBytes(UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self)))
+                guard special != 0 else {
+                    index += 8
+                    continue
+                }
+                // Read little-endian: the lowest flagged byte comes first.
+                index += special.trailingZeroBitCount / 8
+            }
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
                 index += 1
-                return .raw(start..<index - 1)
+                return Key(range: start..<index - 1)
             }
             if byte == UInt8(ascii: "\\") { break }
             if byte < 0x20 { return nil }
@@ -266,29 +273,47 @@ struct PayloadScanner {
             }
         }
         guard index < bytes.count else { return nil }
-        return escapedString(decodedSoFar: Array(bytes[start..<index]))
+        return escapedString(plainFrom: start)
     }
 
-    /// The rest of a string from its first backslash, decoded.
-    private mutating func escapedString(decodedSoFar: [UInt8]) -> Key? {
-        var out = decodedSoFar
+    /// The bytes of `word` (eight bytes of a string, read little-endian)
+    /// that a string's plain run stops at — a quote, a backslash, a control
+    /// character or a byte of a multi-byte sequence — flagged by their high
+    /// bit. The lowest flag is exact (a flag can be wrong only above a
+    /// true one).
+    private static func specialBytes(_ word: UInt64) -> UInt64 {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        /// Flags the bytes that are zero.
+        func zeroBytes(_ value: UInt64) -> UInt64 { (value &- ones) & ~value & highs }
+        let quote = zeroBytes(word ^ (ones &* 0x22))
+        let backslash = zeroBytes(word ^ (ones &* 0x5C))
+        let control = (word &- ones &* 0x20) & ~word & highs
+        return quote | backslash | control | (word & highs)
+    }
+
+    /// The rest of a string from its first backslash, decoded into
+    /// `decoded` after its plain run (from `start`).
+    private mutating func escapedString(plainFrom start: Int) -> Key? {
+        let first = decoded.count
+        decoded.append(contentsOf: bytes[start..<index])
         while index < bytes.count {
             let byte = bytes[index]
             switch byte {
             case UInt8(ascii: "\""):
                 index += 1
-                return .decoded(out)
+                return Key(range: first..<decoded.count, isDecoded: true)
             case UInt8(ascii: "\\"):
                 index += 1
                 guard let escaped = peek else { return nil }
                 index += 1
                 switch escaped {
-                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): out.append(escaped)
-                case UInt8(ascii: "b"): out.append(0x08)
-                case UInt8(ascii: "f"): out.append(0x0C)
-                case UInt8(ascii: "n"): out.append(0x0A)
-                case UInt8(ascii: "r"): out.append(0x0D)
-                case UInt8(ascii: "t"): out.append(0x09)
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): decoded.append(escaped)
+                case UInt8(ascii: "b"): decoded.append(0x08)
+                case UInt8(ascii: "f"): decoded.append(0x0C)
+                case UInt8(ascii: "n"): decoded.append(0x0A)
+                case UInt8(ascii: "r"): decoded.append(0x0D)
+                case UInt8(ascii: "t"): decoded.append(0x09)
                 case UInt8(ascii: "u"):
                     guard var scalar = hex4() else { return nil }
                     if (0xD800...0xDBFF).contains(scalar) {
@@ -298,17 +323,17 @@ struct PayloadScanner {
                     } else if (0xDC00...0xDFFF).contains(scalar) {
                         return nil
                     }
-                    out.append(contentsOf: Unicode.UTF8.encode(Unicode.Scalar(scalar)!)!)
+                    decoded.append(contentsOf: Unicode.UTF8.encode(Unicode.Scalar(scalar)!)!)
                 default: return nil
                 }
             case 0x00..<0x20:
                 return nil
             case 0x00..<0x80:
-                out.append(byte)
+                decoded.append(byte)
                 index += 1
             default:
                 guard let length = utf8Sequence() else { return nil }
-                out.append(contentsOf: bytes[index..<index + length])
+                decoded.append(contentsOf: bytes[index..<index + length])
                 index += length
             }
         }

@@ -48,6 +48,20 @@ import Testing
         #expect(falsePositives < strangers.count * 3 / 100, "\(falsePositives) false positives in \(strangers.count)")
     }
 
+    /// The filter's bits are the same in every process (they are stored),
+    /// and its size is a power of two; a filter of another size, as
+    /// batches were written before, still finds its ids.
+    @Test func filtersAreStableAndEarlierSizesStillRead() throws {
+        let ids = (0..<13).map { UUID(uuidString: String(format: "00000000-0000-0000-0000-%012x", $0))! }
+        let batch = DeliveryLogBatch(ids.map { DeliveryEvent(notificationID: $0, kind: .accepted, at: at(0)) })
+        #expect(Hex.encode(batch.filter) == "a6500b8050c8142e0413162c00f0022391cb24f0d811241146604188024025d8")
+        // 13 events made 192 bits before.
+        let earlier = try #require(Hex.decode("86fb6e0c0859203875c213b8d2d02587807105c05020367b"))
+        #expect(earlier.count * 8 == 192)
+        #expect(ids.allSatisfy { DeliveryLogBatch.filter(earlier, mayContain: $0) })
+        #expect(ids.allSatisfy { DeliveryLogBatch.filter(batch.filter, mayContain: $0) })
+    }
+
     @Test func aDamagedBatchIsAnErrorNotACrash() throws {
         let packed = DeliveryLogBatch([DeliveryEvent(notificationID: UUID(), kind: .delivered, at: at(1), detail: "x")])
         for cut in 2..<packed.events.count {

@@ -83,6 +83,31 @@ import Testing
         }
     }
 
+    /// Strings are read eight bytes at a time: whatever stops the plain run
+    /// (a quote, an escape, a control character, a multi-byte or invalid
+    /// sequence) is found at every position in a word and across words,
+    /// in keys and in values, as Foundation finds it.
+    @Test func longStringsAgreeWithFoundationWhereverTheirSpecialBytesFall() {
+        let specials: [[UInt8]] = [
+            [], Array(#"\""#.utf8), Array(#"\n"#.utf8), Array(#"\u00e9"#.utf8), [0x01], [0x1F], [0x20], [0x7F], Array("é".utf8), Array("€".utf8),
+            Array("😀".utf8), [0xFF], [0xC3], [0xE2, 0x82], Array(#"""#.utf8),
+        ]
+        var disagreements: [String] = []
+        for special in specials {
+            for offset in 0..<20 {
+                let text = Array(repeating: UInt8(ascii: "a"), count: offset) + special + Array("bcdefghijk".utf8)
+                for payload in [
+                    Array(#"{"aps":{"alert":""#.utf8) + text + Array(#""}}"#.utf8),
+                    Array(#"{"aps":{""#.utf8) + text + Array(#"":1,"content-available":1}}"#.utf8),
+                    Array(#"{""#.utf8) + text + Array(#"":{"aps":1},"aps":{"sound":"s"}}"#.utf8),
+                ] where !Self.same(PayloadScanner.scan(payload), Self.foundationSummary(payload)) {
+                    disagreements.append(String(decoding: payload, as: UTF8.self))
+                }
+            }
+        }
+        #expect(disagreements.isEmpty, "\(disagreements.prefix(10))")
+    }
+
     /// Every sample with bytes deleted, replaced or inserted at random: the
     /// decision and the summary match Foundation's (a fixed seed, so a
     /// failure repeats).
