@@ -148,7 +148,18 @@ func printServerMemory(_ pid: Int32?, before: Int?, connections: Int) {
 
 @main
 struct LoadGenerator {
-    static func main() async throws {
+    /// A run that fails (a connection the server closed, a refused
+    /// notification) ends with one line naming the error, not a crash.
+    static func main() async {
+        do {
+            try await run()
+        } catch {
+            FileHandle.standardError.write(Data("courier-load: the run failed: \(error)\n".utf8))
+            exit(1)
+        }
+    }
+
+    static func run() async throws {
         // Pinned with taskset, the load generator runs one event loop per CPU it may use, as the server does.
         ProcessorAffinity.fitSharedThreads()
         let arguments = Arguments.parseOrExit()
