@@ -36,17 +36,16 @@ public struct DeliveryLogBatch: Sendable, Hashable {
         // A power of two, so that a probe's bit is a mask, not a division.
         let wanted = max(64, events.count * Self.bitsPerEvent)
         let bits = 1 << (Int.bitWidth - (wanted - 1).leadingZeroBitCount)
-        let filter = [UInt8](unsafeUninitializedCapacity: bits / 8) { filter, count in
-            filter.initialize(repeating: 0)
+        var filter = [UInt8](repeating: 0, count: bits / 8)
+        filter.withUnsafeMutableBufferPointer { filter in
             for event in events {
                 Self.probe(event.notificationID, bits: bits) { filter[$0 >> 3] |= 1 << UInt8($0 & 7) }
             }
-            count = bits / 8
         }
         // Sized first, then written in place.
         var size = 1
         for event in events {
-            size += 16 + 8 + 1 + event.kind.rawValue.utf8.count + 2 + min(event.detail?.utf8.count ?? 0, Int(Self.noDetail - 1))
+            size += 16 + 8 + 1 + event.kind.rawValue.utf8.count + 2 + (event.detail.map(Self.detailLength) ?? 0)
         }
         let packed = [UInt8](unsafeUninitializedCapacity: size) { buffer, count in
             var out = Writer(rest: UnsafeMutableRawBufferPointer(buffer))
@@ -56,9 +55,9 @@ public struct DeliveryLogBatch: Sendable, Hashable {
                 out.write(Int64((events[index].at.timeIntervalSince1970 * 1000).rounded()))
                 let kind = events[index].kind.rawValue
                 out.write(UInt8(kind.utf8.count))
-                out.write(utf8: kind, prefix: Int(UInt8.max))
+                out.write(utf8: kind, prefix: kind.utf8.count)
                 if let detail = events[index].detail {
-                    let length = min(detail.utf8.count, Int(Self.noDetail - 1))
+                    let length = Self.detailLength(detail)
                     out.write(UInt16(length))
                     out.write(utf8: detail, prefix: length)
                 } else {
@@ -69,6 +68,12 @@ public struct DeliveryLogBatch: Sendable, Hashable {
             count = size
         }
         self.init(filter: filter, events: packed)
+    }
+
+    /// The bytes of `detail` that are packed: as many as its 16-bit length
+    /// can say (0xFFFF means none).
+    private static func detailLength(_ detail: String) -> Int {
+        min(detail.utf8.count, Int(noDetail - 1))
     }
 
     /// Writes into memory sized beforehand.
