@@ -120,6 +120,18 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         }
     }
 
+    /// How the server's threads are scheduled.
+    public struct Threads: Sendable, Hashable, Codable {
+        /// 0: the event loops are ordinary threads. 1 to 99: they run under
+        /// Linux's real-time round-robin policy at this priority, ahead of
+        /// every ordinary thread (`RealtimeScheduling`).
+        public var realtimePriority: Int
+
+        public init(realtimePriority: Int = 0) {
+            self.realtimePriority = realtimePriority
+        }
+    }
+
     public var dataDirectory: String
     public var network: Network
     public var http2: HTTP2
@@ -128,14 +140,16 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
     public var demo: Demo
     /// Quality of service: bursts, budgets, retention, rates, keepalive.
     public var qos: QoSConfiguration
+    public var threads: Threads
     /// swift-log level: trace, debug, info, notice, warning, error, critical.
     public var logLevel: String
 
     public init(
         dataDirectory: String = "./courier-data", network: Network = Network(), http2: HTTP2 = HTTP2(), limits: Limits = Limits(), paths: Paths = Paths(),
-        demo: Demo = Demo(), qos: QoSConfiguration = QoSConfiguration(), logLevel: String = "info"
+        demo: Demo = Demo(), qos: QoSConfiguration = QoSConfiguration(), threads: Threads = Threads(), logLevel: String = "info"
     ) {
         self.qos = qos
+        self.threads = threads
         self.dataDirectory = dataDirectory
         self.network = network
         self.http2 = http2
@@ -261,5 +275,8 @@ extension CourierConfiguration {
         guard qos.silentBudgetPerHour >= 0 else { throw ConfigurationError("\(source): 'qos.silentBudgetPerHour' must be 0 or more") }
         guard qos.tokenRateLimit >= 1 else { throw ConfigurationError("\(source): 'qos.tokenRateLimit' must be at least 1") }
         guard (1...86_400).contains(qos.keepAlive) else { throw ConfigurationError("\(source): 'qos.keepAlive' must be 1 to 86400") }
+        guard threads.realtimePriority == 0 || RealtimeScheduling.priorities.contains(threads.realtimePriority) else {
+            throw ConfigurationError("\(source): 'threads.realtimePriority' must be 0 (off) or 1 to 99")
+        }
     }
 }

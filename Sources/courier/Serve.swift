@@ -20,6 +20,9 @@ struct Serve: AsyncParsableCommand {
         // Before anything uses NIO's shared event loops.
         ProcessorAffinity.fitSharedThreads()
         let configuration = try options.load()
+        if configuration.threads.realtimePriority > 0 {
+            try RealtimeScheduling.applyToSharedEventLoops(priority: configuration.threads.realtimePriority)
+        }
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = Logger.Level(rawValue: configuration.logLevel) ?? .info

@@ -79,6 +79,51 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         #expect(result.stderr == "courier: cannot listen for device.production on 127.0.0.1:\(port): Address already in use\n", "\(result.stderr)")
     }
 
+    /// `threads.realtimePriority`: the running server's event loops (and
+    /// only they) are SCHED_RR at that priority, or, where the process may
+    /// not raise them, serve stops with one line saying why.
+    @Test func serveRunsItsEventLoopsAtTheRealtimePriorityItIsGiven() throws {
+        let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let config = directory + "/courier.json"
+        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0}"#
+        try #"{"network": {"production": \#(zero), "sandbox": \#(zero), "adminPort": 0}, "threads": {"realtimePriority": 2}}"#
+            .write(toFile: config, atomically: true, encoding: .utf8)
+        let server = try RunningProgram(courier, ["serve", "--data", directory + "/data", "--config", config], mergeStandardError: true)
+        guard server.waitForLine(containing: "Courier is running") != nil else {
+            #expect(server.waitForExit() == 1)
+            #expect(
+                server.output == [
+                    "courier: cannot run the event loops at real-time priority 2: not permitted (it needs CAP_SYS_NICE, or an RLIMIT_RTPRIO of at least 2)"
+                ], "\(server.output)")
+            return
+        }
+        defer {
+            server.signal(SIGTERM)
+            _ = server.waitForExit()
+        }
+        let tasks = "/proc/\(server.processIdentifier)/task"
+        var loops = 0
+        var others = 0
+        for task in try FileManager.default.contentsOfDirectory(atPath: tasks) {
+            let name = try String(contentsOfFile: "\(tasks)/\(task)/comm", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+            // Field 41 of stat is the policy (after the name in parentheses: the 39th).
+            let stat = try String(contentsOfFile: "\(tasks)/\(task)/stat", encoding: .utf8)
+            let fields = stat[stat.index(after: try #require(stat.lastIndex(of: ")")))...].split(separator: " ")
+            let (priority, policy) = (Int(fields[37]), Int32(fields[38]))
+            if name.hasPrefix("NIO-SGLTN-") {
+                loops += 1
+                #expect(policy == Int32(SCHED_RR), "\(name)")
+                #expect(priority == 2, "\(name)")
+            } else {
+                others += 1
+                #expect(policy == Int32(SCHED_OTHER), "\(name)")
+            }
+        }
+        #expect(loops >= 1)
+        #expect(others >= 1)
+    }
+
     @Test func provisioningFromTheCommandLine() throws {
         let directory = try temporaryDirectory()
         defer { removeTemporaryDirectory(directory) }

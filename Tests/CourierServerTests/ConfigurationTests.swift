@@ -1,6 +1,8 @@
 import CourierCore
 import CourierServer
 import Foundation
+import NIOCore
+import NIOPosix
 import Testing
 
 /// Flattens a JSON object to its key paths ("network.production.binary").
@@ -41,6 +43,7 @@ let everyKeyChanged = CourierConfiguration(
     paths: .init(database: "db.sqlite", pki: "certs", demo: "example"),
     demo: .init(enabled: false, teamID: "ABCDE12345", teamName: "Other", bundleID: "com.example.other"),
     qos: QoSConfiguration(burstWindow: 5, silentBudgetPerHour: 3, retention: 3600, tokenRateLimit: 10, tokenRateWindow: 1, tickInterval: 0.5, keepAlive: 30),
+    threads: .init(realtimePriority: 5),
     logLevel: "debug")
 
 @Suite struct ConfigurationTests {
@@ -104,6 +107,8 @@ let everyKeyChanged = CourierConfiguration(
         (#"{"qos": {"silentBudgetPerHour": -1}}"#, "'qos.silentBudgetPerHour' must be 0 or more"),
         (#"{"qos": {"tokenRateLimit": 0}}"#, "'qos.tokenRateLimit' must be at least 1"),
         (#"{"qos": {"keepAlive": 0}}"#, "'qos.keepAlive' must be 1 to 86400"),
+        (#"{"threads": {"realtimePriority": 100}}"#, "'threads.realtimePriority' must be 0 (off) or 1 to 99"),
+        (#"{"threads": {"realtimePriority": -1}}"#, "'threads.realtimePriority' must be 0 (off) or 1 to 99"),
         (#"{"demo": {"teamID": "short"}}"#, "'demo.teamID' must be ten characters"),
         (#"{"demo": {"bundleID": "nodots"}}"#, "'demo.bundleID' is not a bundle id"),
         (#"[1]"#, "must hold a JSON object"),
@@ -146,5 +151,46 @@ let everyKeyChanged = CourierConfiguration(
         let count = try #require(ProcessorAffinity.count)
         #expect(count >= 1)
         #expect(count <= ProcessInfo.processInfo.processorCount)
+    }
+}
+
+@Suite struct RealtimeSchedulingTests {
+    /// Two event loops of their own (not the shared ones the other tests
+    /// use) are raised to SCHED_RR at priority 3 — or, where this process
+    /// may not (no CAP_SYS_NICE), the refusal says so and the loops stay
+    /// ordinary threads.
+    @Test func theEventLoopsRunRoundRobinOrTheRefusalSaysWhy() throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        defer { try? group.syncShutdownGracefully() }
+        let loops = Array(group.makeIterator())
+        let before = try loops.map { try $0.submit { RealtimeScheduling.currentThread() }.wait() }
+        #expect(before.allSatisfy { !RealtimeScheduling.isRoundRobin($0.policy) })
+        do {
+            try RealtimeScheduling.apply(priority: 3, to: group)
+            for loop in loops {
+                let (policy, priority) = try loop.submit { RealtimeScheduling.currentThread() }.wait()
+                #expect(RealtimeScheduling.isRoundRobin(policy))
+                #expect(priority == 3)
+            }
+            // The calling thread is not one of the loops: it is unchanged.
+            #expect(!RealtimeScheduling.isRoundRobin(RealtimeScheduling.currentThread().policy))
+        } catch let refused as RealtimeScheduling.Refused {
+            #expect(refused.errno == EPERM)
+            #expect("\(refused)" == "cannot run the event loops at real-time priority 3: not permitted (it needs CAP_SYS_NICE, or an RLIMIT_RTPRIO of at least 3)")
+            let after = try loops.map { try $0.submit { RealtimeScheduling.currentThread() }.wait() }
+            #expect(after.allSatisfy { !RealtimeScheduling.isRoundRobin($0.policy) })
+        }
+    }
+
+    /// A priority SCHED_RR does not have is refused by the system, named.
+    @Test func aPriorityOutOfRangeIsRefused() throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        defer { try? group.syncShutdownGracefully() }
+        #expect {
+            try RealtimeScheduling.apply(priority: 100, to: group)
+        } throws: { error in
+            guard let refused = error as? RealtimeScheduling.Refused else { return false }
+            return refused.errno == EINVAL && "\(refused)".hasPrefix("cannot run the event loops at real-time priority 100: ")
+        }
     }
 }

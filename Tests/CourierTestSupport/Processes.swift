@@ -94,6 +94,8 @@ public final class RunningProgram: Sendable {
         }.start()
     }
 
+    public var processIdentifier: Int32 { process.processIdentifier }
+
     /// Every line printed so far.
     public var output: [String] { lines.withLock { $0 } }
 
