@@ -51,5 +51,17 @@ let package = Package(
             ],
             path: "LoadGenerator"
         ),
+        // A TLS server that only holds connections: the TLS stack's own memory per connection.
+        .executableTarget(
+            name: "tls-sink",
+            dependencies: [
+                .product(name: "CourierServer", package: courierPackage),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "TLSSink"
+        ),
     ]
 )

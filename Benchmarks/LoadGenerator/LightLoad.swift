@@ -434,3 +434,64 @@ final class StealBursts: Sendable {
         }
     }
 }
+
+/// Completes its promise when the TLS handshake is done; nothing else.
+private final class HandshakeWatcher: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    let done: EventLoopPromise<Void>
+
+    init(done: EventLoopPromise<Void>) { self.done = done }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if case .handshakeCompleted = event as? TLSUserEvent { done.succeed() }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        done.fail(LightLoadError(description: "a TLS-only connection was closed"))
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        done.fail(error)
+        context.close(promise: nil)
+    }
+}
+
+/// The server's memory per device connection that finished its TLS
+/// handshake (client certificate and all) and sent nothing: what the TLS
+/// stack and the connection's channel cost before Courier has a device
+/// session for it. `--connect-wave` connections at a time, as in delivery.
+func tlsIdleConnections(_ arguments: Arguments, directories: [String]) async throws {
+    let contexts = try directories.map { try NIOSSLContext(configuration: DeviceCredentials.load(from: $0).tlsConfiguration()) }
+    let before = arguments.serverPID.flatMap(residentKiB)
+    let start = Date()
+    let size = arguments.connectWave > 0 ? arguments.connectWave : contexts.count
+    var channels: [any Channel] = []
+    for first in stride(from: 0, to: contexts.count, by: size) {
+        try await withThrowingTaskGroup(of: (any Channel).self) { group in
+            for context in contexts[first..<min(first + size, contexts.count)] {
+                group.addTask {
+                    let (channel, done) = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                        .connect(host: arguments.host, port: arguments.devicePort) { channel in
+                            channel.eventLoop.makeCompletedFuture {
+                                let watcher = HandshakeWatcher(done: channel.eventLoop.makePromise())
+                                try channel.pipeline.syncOperations.addHandlers([
+                                    try NIOSSLClientHandler(context: context, serverHostname: "localhost"), watcher,
+                                ])
+                                return (channel, watcher.done.futureResult)
+                            }
+                        }
+                    try await done.get()
+                    return channel
+                }
+            }
+            for try await channel in group { channels.append(channel) }
+        }
+    }
+    print("\(channels.count) TLS-only device connections in \(String(format: "%.1f", Date().timeIntervalSince(start))) s")
+    // Let the server finish with the handshakes' leftovers before reading its memory.
+    try await Task.sleep(for: .seconds(2))
+    printServerMemory(arguments.serverPID, before: before, connections: channels.count)
+    for channel in channels { try? await channel.close() }
+}

@@ -43,7 +43,7 @@ struct Arguments: ParsableCommand {
     var binaryPort = 2195
     @Option
     var host = "127.0.0.1"
-    @Option(help: "delivery (devices and pushes), binary (the provider library) or binary-raw (pre-encoded frames).")
+    @Option(help: "delivery (devices and pushes), binary (the provider library), binary-raw (pre-encoded frames) or tls-idle (device connections that finish the TLS handshake and send nothing: the server's memory per connection without a device session).")
     var mode = "delivery"
     @Option(help: "Provider connections (binary mode).")
     var connections = 1
@@ -192,6 +192,10 @@ struct LoadGenerator {
         print("identities: \(arguments.devices) ready in \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
         if arguments.light {
             try await lightDelivery(arguments, directories: directories)
+            return
+        }
+        if arguments.mode == "tls-idle" {
+            try await tlsIdleConnections(arguments, directories: directories)
             return
         }
 

@@ -26,10 +26,10 @@ import Darwin
 /// decrypted-bytes buffer is copied so when the frames read from it are
 /// still held at the next read), and a plain copy would make every page of
 /// the new 32 KiB resident, for the life of the connection.
-enum PageBufferAllocator {
-    static let largeSize = 16 * 1024
+public enum PageBufferAllocator {
+    public static let largeSize = 16 * 1024
 
-    static let allocator = ByteBufferAllocator(
+    public static let allocator = ByteBufferAllocator(
         allocate: { size in pageBufferAllocate(size) },
         reallocate: { pointer, oldSize, newSize in pageBufferReallocate(pointer, oldSize, newSize) },
         deallocate: { pointer in pageBufferDeallocate(pointer) },
