@@ -175,12 +175,12 @@ final class BinaryGateway: Service {
     }
 
     /// Hands one notification to the dispatcher, without waiting.
-    fileprivate func admitAtOnce(_ frame: BinaryNotificationFrame, topic: String, identity: ProviderIdentity) -> Admission {
-        switch notification(frame, topic: topic) {
+    fileprivate func admitAtOnce(_ frame: BinaryNotificationFrame, grant: TopicGrant) -> Admission {
+        switch notification(frame, topic: grant.topic) {
         case .failure(let refusal):
             return .decided(.failure(refusal))
         case .success(let notification):
-            guard let decided = dispatcher.admitAtOnce(notification, environment: environment, from: identity) else { return .waits(notification) }
+            guard let decided = dispatcher.admitAtOnce(notification, environment: environment, grant: grant) else { return .waits(notification) }
             return .decided(outcome(decided))
         }
     }
@@ -215,8 +215,8 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     private let gateway: BinaryGateway
     private let peer: PeerIdentityBox
     private let state = BinaryConnectionState()
-    /// The certificate's identity and topic, once the handshake is done.
-    private var sender: (identity: ProviderIdentity, topic: String)?
+    /// The certificate's identity and its right to its topic, once the handshake is done.
+    private var sender: (identity: ProviderIdentity, grant: TopicGrant)?
     private var decoder: BinaryProviderDecoder
     /// What is received and not decoded yet: the start of a frame that the
     /// next read completes, or what arrived while a notification waits.
@@ -243,7 +243,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
             if let record = peer.record, let (identity, info) = try? ProviderIdentity.certificate(record),
                 let topic = info.bundleID ?? info.topics.first?.description
             {
-                sender = (identity, topic)
+                sender = (identity, TopicGrant(topic, for: identity))
             } else {
                 context.close(promise: nil)
             }
@@ -294,7 +294,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
             gateway.logger.info("malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"])
             refuse(failure.answers ? failure.status : nil, failure.identifier, context: context)
         case .notification(let frame):
-            switch gateway.admitAtOnce(frame, topic: sender.topic, identity: sender.identity) {
+            switch gateway.admitAtOnce(frame, grant: sender.grant) {
             case .decided(let outcome):
                 settle(outcome, command: frame.command, identifier: frame.identifier, context: context)
             case .waits(let notification):

@@ -22,15 +22,41 @@ struct RegistrationKey: Hashable, Sendable {
     var environment: Environment
 }
 
-/// A device token (with its environment) as a dictionary key: hashed in
-/// one pass over its bytes rather than byte by byte.
+/// A device token (with its environment) as a dictionary key.
+///
+/// Hashed by its first eight bytes only: a token is an AES block's output
+/// (DeviceTokens.swift), so those bytes are already spread evenly, and
+/// only tokens that opened — which only the server's key can make — are
+/// kept. Equality still compares every byte.
 struct TokenKey: Hashable, Sendable {
     var environment: Environment
     var bytes: [UInt8]
 
     func hash(into hasher: inout Hasher) {
         hasher.combine(environment)
-        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+        bytes.withUnsafeBytes { raw in
+            if raw.count >= 8 {
+                hasher.combine(raw.loadUnaligned(as: UInt64.self))
+            } else {
+                hasher.combine(bytes: raw)
+            }
+        }
+    }
+}
+
+/// A provider's right to push to one topic, and the topic's app, found
+/// once: a binary connection pushes only to its certificate's topic, so it
+/// asks once per connection what each notification would otherwise ask
+/// (a set lookup and a parse of the topic).
+struct TopicGrant: Sendable {
+    let topic: String
+    let bundleID: String
+    let allowed: Bool
+
+    init(_ topic: String, for identity: ProviderIdentity) {
+        self.topic = topic
+        bundleID = Topic(topic).bundleID
+        allowed = identity.topics.contains(topic)
     }
 }
 
@@ -314,12 +340,21 @@ public final class Dispatcher: Sendable {
     func admitAtOnce(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity)
         -> (result: AcceptResult, durable: Pending<Void>?)?
     {
+        admitAtOnce(notification, environment: environment, grant: TopicGrant(notification.topic, for: identity))
+    }
+
+    /// `admitAtOnce` with the provider's right to the notification's topic
+    /// already found (`grant.topic` is the notification's topic).
+    func admitAtOnce(_ notification: PushNotification, environment: Environment, grant: TopicGrant)
+        -> (result: AcceptResult, durable: Pending<Void>?)?
+    {
+        assert(grant.topic == notification.topic, "a grant for another topic")
         guard log.hasRoom else { return nil }
         let now = clock.now()
-        guard identity.topics.contains(notification.topic) else { return reject(notification, .topicDisallowed, now: now) }
+        guard grant.allowed else { return reject(notification, .topicDisallowed, now: now) }
         // A token already found to be its app's active registration: one
         // lookup of its entry, which takes the rate window too.
-        let bundleID = Topic(notification.topic).bundleID
+        let bundleID = grant.bundleID
         let key = TokenKey(environment: environment, bytes: notification.token)
         let known = state.withLock { state in
             state.tokens[key]?.take(ifRegisteredIn: state.registrationEpoch, for: bundleID, limit: qos.tokenRateLimit, per: qos.tokenRateWindow, now: now)
