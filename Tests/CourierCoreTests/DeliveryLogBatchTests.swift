@@ -70,9 +70,111 @@ import Testing
         var unknownVersion = packed.events
         unknownVersion[0] = 99
         #expect(throws: StoreError.self) { try DeliveryLogBatch(filter: packed.filter, events: unknownVersion).decoded() }
+        // Version, time, one event, one detail ("x"), then the event: its id, its time's difference, its kind.
+        let kindOffset = 1 + 8 + 1 + 1 + 1 + 1 + 16 + 1
+        #expect(packed.events[kindOffset] == 4)  // delivered
         var unknownKind = packed.events
-        unknownKind[1 + 16 + 8 + 1] = UInt8(ascii: "X")
+        unknownKind[kindOffset] = 10
         #expect(throws: StoreError.self) { try DeliveryLogBatch(filter: packed.filter, events: unknownKind).decoded() }
+        var unknownDetail = packed.events
+        unknownDetail[kindOffset + 1] = 2
+        #expect(throws: StoreError.self) { try DeliveryLogBatch(filter: packed.filter, events: unknownDetail).decoded() }
+        var tooManyDetails = packed.events
+        tooManyDetails[1 + 8 + 1] = 0x7F
+        var tooManyEvents = packed.events
+        tooManyEvents[1 + 8] = 2
+        #expect(throws: StoreError.self) { try DeliveryLogBatch(filter: packed.filter, events: tooManyEvents).decoded() }
+        #expect(throws: StoreError.self) { try DeliveryLogBatch(filter: packed.filter, events: packed.events + [0]).decoded() }
+        #expect(throws: StoreError.self) { try DeliveryLogBatch(filter: packed.filter, events: tooManyDetails).decoded() }
+        var overlong = packed.events
+        overlong.replaceSubrange((kindOffset - 1)...(kindOffset - 1), with: [UInt8](repeating: 0xFF, count: 11))
+        #expect(throws: StoreError.self) { try DeliveryLogBatch(filter: packed.filter, events: overlong).decoded() }
+        var unknownKindVersion1 = version1([DeliveryEvent(notificationID: UUID(), kind: .delivered, at: at(1), detail: "x")])
+        unknownKindVersion1[1 + 16 + 8 + 1] = UInt8(ascii: "X")
+        #expect(throws: StoreError.self) { try DeliveryLogBatch(filter: packed.filter, events: unknownKindVersion1).decoded() }
         #expect(DeliveryLogBatch.filter([], mayContain: UUID()) == false)
+    }
+
+    /// Batches as version 1 wrote them, from the format's description:
+    /// per event the id, the time in milliseconds (Int64, big-endian), the
+    /// kind's length and name, the detail's length (UInt16, 0xFFFF for none)
+    /// and bytes.
+    private func version1(_ events: [DeliveryEvent]) -> [UInt8] {
+        var bytes: [UInt8] = [1]
+        func bigEndian<T: FixedWidthInteger>(_ value: T) { withUnsafeBytes(of: value.bigEndian) { bytes += $0 } }
+        for event in events {
+            withUnsafeBytes(of: event.notificationID.uuid) { bytes += $0 }
+            bigEndian(Int64((event.at.timeIntervalSince1970 * 1000).rounded()))
+            bytes.append(UInt8(event.kind.rawValue.utf8.count))
+            bytes += event.kind.rawValue.utf8
+            if let detail = event.detail {
+                bigEndian(UInt16(detail.utf8.count))
+                bytes += detail.utf8
+            } else {
+                bigEndian(UInt16.max)
+            }
+        }
+        return bytes
+    }
+
+    /// Batches written before version 2 read as they did.
+    @Test func version1BatchesStillRead() throws {
+        let events = [
+            DeliveryEvent(notificationID: UUID(), kind: .accepted, at: at(1_700_000_000_123)),
+            DeliveryEvent(notificationID: UUID(), kind: .expired, at: at(1_700_000_000_124), detail: "device offline and expiration 0"),
+            DeliveryEvent(notificationID: UUID(), kind: .discarded, at: at(-5), detail: ""),
+        ]
+        #expect(try DeliveryLogBatch(filter: [], events: version1(events)).decoded() == events)
+    }
+
+    /// Version 2's bytes, pinned: batches are stored, so the form must not
+    /// drift. Three events, one detail; two events 3 ms apart sharing one detail, then one 2 ms
+    /// earlier than the one before it with none.
+    @Test func version2BytesArePinned() throws {
+        let first = UUID(uuid: (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16))
+        let second = UUID(uuid: (17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32))
+        let events = [
+            DeliveryEvent(notificationID: first, kind: .rejected, at: at(0x0102_0304_0506), detail: "BadTopic"),
+            DeliveryEvent(notificationID: second, kind: .rejected, at: at(0x0102_0304_0509), detail: "BadTopic"),
+            DeliveryEvent(notificationID: first, kind: .acknowledged, at: at(0x0102_0304_0507)),
+        ]
+        let batch = DeliveryLogBatch(events)
+        var expected: [UInt8] = [2, 0, 0, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 3, 1, 8] + Array("BadTopic".utf8)
+        expected += (1...16).map(UInt8.init) + [0, 8, 1]
+        expected += (17...32).map(UInt8.init) + [6, 8, 1]  // +3 ms: zigzag 6
+        expected += (1...16).map(UInt8.init) + [3, 5, 0]  // -2 ms: zigzag 3
+        #expect(batch.events == expected)
+        #expect(try batch.decoded() == events)
+    }
+
+    /// Many events with a few details take about 19 bytes each; distinct
+    /// details (a replacement's "by <id>"), times far apart and out of
+    /// order, and a long detail all come back.
+    @Test func version2IsSmallAndKeepsEverything() throws {
+        let now: Int64 = 1_790_000_000_000
+        let reasons = ["device offline and expiration 0", "BadDeviceToken", "Unregistered"]
+        var common: [DeliveryEvent] = []
+        for index in 0..<1_000 {
+            let kind: DeliveryEvent.Kind = index % 2 == 0 ? .accepted : .expired
+            let detail: String? = index % 2 == 0 ? nil : reasons[index % 3]
+            common.append(DeliveryEvent(notificationID: UUID(), kind: kind, at: at(now + Int64(index / 10)), detail: detail))
+        }
+        let small = DeliveryLogBatch(common)
+        let limit: Int = 1 + 8 + 2 + 64 + 1_000 * 19
+        #expect(small.events.count < limit)
+        #expect(try small.decoded() == common)
+
+        var varied: [DeliveryEvent] = []
+        let kinds = DeliveryEvent.Kind.allCases
+        for index in 0..<300 {
+            let millis: Int64 = index % 7 == 0 ? -Int64(index) * 86_400_000 : now - Int64(index % 5)
+            let detail: String = index % 3 == 0 ? "by \(UUID())" : reasons[index % 2]
+            varied.append(DeliveryEvent(notificationID: UUID(), kind: kinds[index % kinds.count], at: at(millis), detail: detail))
+        }
+        varied.append(DeliveryEvent(notificationID: UUID(), kind: .rejected, at: at(.max / 2), detail: String(repeating: "é", count: 40_000)))
+        let decoded = try DeliveryLogBatch(varied).decoded()
+        #expect(decoded.dropLast() == varied.dropLast())
+        #expect(decoded.last?.detail?.utf8.count == 65_534 || decoded.last?.detail?.utf8.count == 65_533)
+        #expect(decoded.last?.at == varied.last?.at)
     }
 }
