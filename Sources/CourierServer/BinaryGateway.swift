@@ -175,12 +175,12 @@ final class BinaryGateway: Service {
     }
 
     /// Hands one notification to the dispatcher, without waiting.
-    fileprivate func admitAtOnce(_ frame: BinaryNotificationFrame, grant: TopicGrant) -> Admission {
+    fileprivate func admitAtOnce(_ frame: BinaryNotificationFrame, grant: TopicGrant, now: Date) -> Admission {
         switch notification(frame, topic: grant.topic) {
         case .failure(let refusal):
             return .decided(.failure(refusal))
         case .success(let notification):
-            guard let decided = dispatcher.admitAtOnce(notification, environment: environment, grant: grant) else { return .waits(notification) }
+            guard let decided = dispatcher.admitAtOnce(notification, environment: environment, grant: grant, now: now) else { return .waits(notification) }
             return .decided(outcome(decided))
         }
     }
@@ -262,7 +262,9 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         // After the first bad notification (or status 10) everything is discarded.
         guard !over else { return }
-        received.receive(unwrapInboundIn(data)) { handleFrames(in: &$0, context: context) }
+        // One time for the frames of one read: they arrived together.
+        let now = gateway.dispatcher.clock.now()
+        received.receive(unwrapInboundIn(data)) { handleFrames(in: &$0, now: now, context: context) }
         if over { received.discard() }
     }
 
@@ -287,14 +289,14 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
         context.close(promise: nil)
     }
 
-    private func handle(_ message: BinaryProviderInbound, context: ChannelHandlerContext) {
+    private func handle(_ message: BinaryProviderInbound, now: Date, context: ChannelHandlerContext) {
         guard !over, let sender else { return }
         switch message {
         case .failure(let failure):
             gateway.logger.info("malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"])
             refuse(failure.answers ? failure.status : nil, failure.identifier, context: context)
         case .notification(let frame):
-            switch gateway.admitAtOnce(frame, grant: sender.grant) {
+            switch gateway.admitAtOnce(frame, grant: sender.grant, now: now) {
             case .decided(let outcome):
                 settle(outcome, command: frame.command, identifier: frame.identifier, context: context)
             case .waits(let notification):
@@ -318,7 +320,8 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
 
     /// Handles the frames that waited, until one waits again; then reads on.
     private func resume(context: ChannelHandlerContext) {
-        received.readCarried { handleFrames(in: &$0, context: context) }
+        let now = gateway.dispatcher.clock.now()
+        received.readCarried { handleFrames(in: &$0, now: now, context: context) }
         if over { received.discard() }
         if !busy, readHeld {
             readHeld = false
@@ -329,9 +332,9 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     /// Decodes and handles the frames at the front of `bytes` until a
     /// notification waits for the dispatcher (what follows it waits too)
     /// or only an unfinished frame is left.
-    private func handleFrames(in bytes: inout ByteBuffer, context: ChannelHandlerContext) {
+    private func handleFrames(in bytes: inout ByteBuffer, now: Date, context: ChannelHandlerContext) {
         while !busy, !over, let message = decoder.next(from: &bytes) {
-            handle(message, context: context)
+            handle(message, now: now, context: context)
         }
     }
 

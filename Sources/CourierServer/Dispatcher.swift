@@ -32,6 +32,11 @@ struct TokenKey: Hashable, Sendable {
     var environment: Environment
     var bytes: [UInt8]
 
+    static func == (left: TokenKey, right: TokenKey) -> Bool {
+        left.environment == right.environment && left.bytes.count == right.bytes.count
+            && left.bytes.withUnsafeBytes { l in right.bytes.withUnsafeBytes { r in l.isEmpty || memcmp(l.baseAddress!, r.baseAddress!, l.count) == 0 } }
+    }
+
     func hash(into hasher: inout Hasher) {
         hasher.combine(environment)
         bytes.withUnsafeBytes { raw in
@@ -340,17 +345,17 @@ public final class Dispatcher: Sendable {
     func admitAtOnce(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity)
         -> (result: AcceptResult, durable: Pending<Void>?)?
     {
-        admitAtOnce(notification, environment: environment, grant: TopicGrant(notification.topic, for: identity))
+        admitAtOnce(notification, environment: environment, grant: TopicGrant(notification.topic, for: identity), now: clock.now())
     }
 
     /// `admitAtOnce` with the provider's right to the notification's topic
-    /// already found (`grant.topic` is the notification's topic).
-    func admitAtOnce(_ notification: PushNotification, environment: Environment, grant: TopicGrant)
+    /// already found (`grant.topic` is the notification's topic), at `now`
+    /// (the binary gateway reads the clock once for the frames of one read).
+    func admitAtOnce(_ notification: PushNotification, environment: Environment, grant: TopicGrant, now: Date)
         -> (result: AcceptResult, durable: Pending<Void>?)?
     {
         assert(grant.topic == notification.topic, "a grant for another topic")
         guard log.hasRoom else { return nil }
-        let now = clock.now()
         guard grant.allowed else { return reject(notification, .topicDisallowed, now: now) }
         // A token already found to be its app's active registration: one
         // lookup of its entry, which takes the rate window too.

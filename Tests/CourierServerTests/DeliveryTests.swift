@@ -323,3 +323,25 @@ import Testing
         try await server.stop()
     }
 }
+
+@Suite struct TokenKeyTests {
+    /// Keys hash only their first eight bytes: tokens that share those
+    /// and differ after them are still different keys, each found as
+    /// itself; equal bytes in different arrays are the same key.
+    @Test func tokensSharingTheirFirstBytesStayApart() {
+        let prefix = [UInt8](repeating: 0xAB, count: 8)
+        let first = TokenKey(environment: .production, bytes: prefix + [UInt8](repeating: 1, count: 24))
+        let second = TokenKey(environment: .production, bytes: prefix + [UInt8](repeating: 1, count: 23) + [2])
+        let sandbox = TokenKey(environment: .sandbox, bytes: first.bytes)
+        #expect(first.hashValue == second.hashValue)
+        #expect(first != second)
+        #expect(first != sandbox)
+        #expect(first == TokenKey(environment: .production, bytes: Array(first.bytes)))
+        #expect(TokenKey(environment: .production, bytes: []) == TokenKey(environment: .production, bytes: []))
+        #expect(TokenKey(environment: .production, bytes: [1, 2]) != TokenKey(environment: .production, bytes: [1, 2, 3]))
+        let table = [first: 1, second: 2, sandbox: 3]
+        #expect(table[first] == 1)
+        #expect(table[second] == 2)
+        #expect(table[sandbox] == 3)
+    }
+}
