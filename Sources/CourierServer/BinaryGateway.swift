@@ -149,21 +149,21 @@ final class BinaryGateway: Service {
         var status: BinaryStatus
     }
 
-    /// The notification a frame carries, or the status to answer when its
-    /// payload breaks the rules.
-    fileprivate func notification(_ frame: BinaryNotificationFrame, topic: String) -> Result<PushNotification, Refusal> {
+    /// The notification a frame carries; throws the status to answer when
+    /// its payload breaks the rules. (Thrown rather than returned in a
+    /// `Result`, so that the caller owns the notification without a copy.)
+    fileprivate func notification(_ frame: BinaryNotificationFrame, topic: String) throws(Refusal) -> PushNotification {
         let channel: PayloadChannel = frame.command == 2 ? .binaryCommand2 : .binaryLegacy
         let summary: PayloadSummary
         switch PayloadRules.check(frame.payload.readableBytesView, priority: frame.priority, channel: channel, limits: configuration.limits.payload) {
-        case .failure(let error): return .failure(Refusal(status: error.binaryStatus))
+        case .failure(let error): throw Refusal(status: error.binaryStatus)
         case .success(let result): summary = result
         }
         let priority = frame.priority.flatMap(Priority.init(rawValue:)) ?? (summary.isSilent ? .conservePower : .immediate)
         let expiration = frame.expiry.map { Date(timeIntervalSince1970: TimeInterval($0)) }
-        return .success(
-            PushNotification(
-                id: .notificationID(), token: Array(buffer: frame.token), topic: topic, payload: Array(buffer: frame.payload),
-                expiration: expiration, priority: priority, isSilent: summary.isSilent))
+        return PushNotification(
+            id: .notificationID(), token: Array(buffer: frame.token), topic: topic, payload: Array(buffer: frame.payload),
+            expiration: expiration, priority: priority, isSilent: summary.isSilent)
     }
 
     /// A frame's outcome — its pending commit when admitted, or the status
@@ -176,13 +176,14 @@ final class BinaryGateway: Service {
 
     /// Hands one notification to the dispatcher, without waiting.
     fileprivate func admitAtOnce(_ frame: BinaryNotificationFrame, grant: TopicGrant, now: Date) -> Admission {
-        switch notification(frame, topic: grant.topic) {
-        case .failure(let refusal):
-            return .decided(.failure(refusal))
-        case .success(let notification):
-            guard let decided = dispatcher.admitAtOnce(notification, environment: environment, grant: grant, now: now) else { return .waits(notification) }
-            return .decided(outcome(decided))
+        let notification: PushNotification
+        do {
+            notification = try self.notification(frame, topic: grant.topic)
+        } catch {
+            return .decided(.failure(error))
         }
+        guard let decided = dispatcher.admitAtOnce(notification, environment: environment, grant: grant, now: now) else { return .waits(notification) }
+        return .decided(outcome(decided))
     }
 
     fileprivate func outcome(_ decided: (result: AcceptResult, durable: Pending<Void>?)) -> Result<Pending<Void>?, Refusal> {
@@ -216,7 +217,19 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     private let peer: PeerIdentityBox
     private let state = BinaryConnectionState()
     /// The certificate's identity and its right to its topic, once the handshake is done.
-    private var sender: (identity: ProviderIdentity, grant: TopicGrant)?
+    private var sender: Sender?
+
+    /// Who sends on the connection: one object, so that handing it to each
+    /// frame's admission costs one reference, not a copy of every string.
+    private final class Sender: Sendable {
+        let identity: ProviderIdentity
+        let grant: TopicGrant
+
+        init(identity: ProviderIdentity, topic: String) {
+            self.identity = identity
+            grant = TopicGrant(topic, for: identity)
+        }
+    }
     private var decoder: BinaryProviderDecoder
     /// What is received and not decoded yet: the start of a frame that the
     /// next read completes, or what arrived while a notification waits.
@@ -243,7 +256,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
             if let record = peer.record, let (identity, info) = try? ProviderIdentity.certificate(record),
                 let topic = info.bundleID ?? info.topics.first?.description
             {
-                sender = (identity, TopicGrant(topic, for: identity))
+                sender = Sender(identity: identity, topic: topic)
             } else {
                 context.close(promise: nil)
             }
@@ -289,7 +302,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
         context.close(promise: nil)
     }
 
-    private func handle(_ message: BinaryProviderInbound, now: Date, context: ChannelHandlerContext) {
+    private func handle(_ message: BinaryProviderInbound, sender: Sender?, now: Date, context: ChannelHandlerContext) {
         guard !over, let sender else { return }
         switch message {
         case .failure(let failure):
@@ -333,8 +346,9 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     /// notification waits for the dispatcher (what follows it waits too)
     /// or only an unfinished frame is left.
     private func handleFrames(in bytes: inout ByteBuffer, now: Date, context: ChannelHandlerContext) {
+        let sender = self.sender
         while !busy, !over, let message = decoder.next(from: &bytes) {
-            handle(message, now: now, context: context)
+            handle(message, sender: sender, now: now, context: context)
         }
     }
 
