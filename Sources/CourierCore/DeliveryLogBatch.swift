@@ -154,8 +154,10 @@ public struct DeliveryLogBatch: Sendable, Hashable {
         value == 0 ? 1 : (64 - value.leadingZeroBitCount + 6) / 7
     }
 
-    /// The bytes of `detail` that are packed: as many as its 16-bit length
-    /// can say (0xFFFF means none).
+    /// The bytes of `detail` that are packed: at most 65,534, as many as
+    /// version 1's 16-bit length could say (0xFFFF meant none). Version 2's
+    /// lengths have no such bound; it keeps the cut so that a detail reads
+    /// back the same whichever version wrote it.
     private static func detailLength(_ detail: String) -> Int {
         min(detail.utf8.count, Int(noDetail - 1))
     }
