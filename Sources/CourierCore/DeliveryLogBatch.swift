@@ -14,7 +14,7 @@ import Foundation
 /// lengths and counts as LEB128 varints); then per event the id (16
 /// bytes), its time as the zigzag varint of the milliseconds since the
 /// event before it (the first: since the time above), the kind's code (one
-/// byte, `kindCodes`), and its detail's number (varint: 0 none, n the n-th
+/// byte, `code(of:)`), and its detail's number (varint: 0 none, n the n-th
 /// detail). An event takes 19 bytes or so where version 1 took 35 to 65:
 /// most events of a batch share a handful of details ("device offline and
 /// expiration 0", a rejection's reason), and the log's cost is mostly the
@@ -61,14 +61,17 @@ public struct DeliveryLogBatch: Sendable, Hashable {
         var numbers: [String: Int] = [:]
         var detailNumbers = [Int](repeating: 0, count: events.count)
         var last: (detail: String, number: Int)?
+        // Each event's time as written: the difference from the one before.
+        var steps = [UInt64](repeating: 0, count: events.count)
         let base = events.first.map { Self.millis($0.at) } ?? 0
         // Sized first, then written in place.
         var size = 1 + 8 + Self.varintLength(UInt64(events.count))
         var previous = base
         for index in events.indices {
             let millis = Self.millis(events[index].at)
-            size += 16 + Self.varintLength(Self.zigzag(millis &- previous)) + 1
+            steps[index] = Self.zigzag(millis &- previous)
             previous = millis
+            size += 16 + Self.varintLength(steps[index]) + 1
             guard let detail = events[index].detail else { size += 1; continue }
             let number: Int
             if let last, last.detail == detail {
@@ -100,12 +103,9 @@ public struct DeliveryLogBatch: Sendable, Hashable {
                 out.write(varint: UInt64(length))
                 out.write(utf8: detail, prefix: length)
             }
-            var previous = base
             for index in events.indices {
                 withUnsafeBytes(of: events[index].notificationID.uuid) { out.write($0) }
-                let millis = Self.millis(events[index].at)
-                out.write(varint: Self.zigzag(millis &- previous))
-                previous = millis
+                out.write(varint: steps[index])
                 out.write(Self.code(of: events[index].kind))
                 out.write(varint: UInt64(detailNumbers[index]))
             }
@@ -115,12 +115,15 @@ public struct DeliveryLogBatch: Sendable, Hashable {
         self.init(filter: filter, events: packed)
     }
 
-    /// The kinds by their code in version 2: never reordered, new kinds
-    /// only appended.
-    private static let kindCodes: [DeliveryEvent.Kind] = [
-        .accepted, .stored, .replaced, .coalesced, .delivered, .acknowledged, .expired, .throttled, .rejected, .discarded,
-    ]
+    /// The kinds by their code in version 2 (`code(of:)`, the one table).
+    private static let kindCodes: [DeliveryEvent.Kind] = {
+        let table = DeliveryEvent.Kind.allCases.sorted { code(of: $0) < code(of: $1) }
+        precondition(table.indices.allSatisfy { Int(code(of: table[$0])) == $0 }, "kind codes must be 0, 1, 2, ... with no gap")
+        return table
+    }()
 
+    /// A kind's code in version 2: stored, so never changed; a new kind
+    /// takes the next number.
     private static func code(of kind: DeliveryEvent.Kind) -> UInt8 {
         switch kind {
         case .accepted: 0
