@@ -124,6 +124,17 @@ struct ServerTLS: Sendable {
     }
 }
 
+extension Provisioner {
+    /// The TLS server context of the device gateway (and, with TLS 1.2 at
+    /// most, of the binary and feedback listeners): this data directory's
+    /// server certificate, a client certificate from its CA required.
+    /// Public for the benchmarks' TLS-only server, which measures the TLS
+    /// stack with exactly these settings.
+    public func serverTLSContext() throws -> NIOSSLContext {
+        try ServerTLS.context(provisioner: self)
+    }
+}
+
 /// The ports listeners actually bound (port 0 picks one), for tests and
 /// for the start-up banner.
 public final class BoundPorts: Sendable {
