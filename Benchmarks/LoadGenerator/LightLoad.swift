@@ -123,7 +123,7 @@ func connectLightDevices(
     _ contexts: [(NIOSSLContext, DeviceCredentials)], tokens: [[UInt8]]?, wave: Int, collector: Collector, arguments: Arguments
 ) async throws -> [(channel: any Channel, token: [UInt8])] {
     let group = MultiThreadedEventLoopGroup.singleton
-    func connect(_ index: Int) async throws -> (any Channel, EventLoopFuture<Void>) {
+    @Sendable func connect(_ index: Int) async throws -> (any Channel, EventLoopFuture<Void>) {
         let (context, credentials) = contexts[index]
         let held = tokens.map { [$0[index]] } ?? credentials.tokens(in: .production)
         return try await ClientBootstrap(group: group)
@@ -142,7 +142,7 @@ func connectLightDevices(
                 }
             }
     }
-    func register(_ channel: any Channel) async throws -> [UInt8] {
+    @Sendable func register(_ channel: any Channel) async throws -> [UInt8] {
         try await channel.eventLoop.flatSubmit {
             do {
                 return try channel.pipeline.syncOperations.handler(type: LightDevice.self).register()
@@ -151,24 +151,30 @@ func connectLightDevices(
             }
         }.get()
     }
-    let size = wave > 0 ? wave : contexts.count
-    var devices: [(channel: any Channel, token: [UInt8])] = []
-    for start in stride(from: 0, to: contexts.count, by: size) {
-        try await withThrowingTaskGroup(of: (Int, any Channel, [UInt8]).self) { group in
-            for index in start..<min(start + size, contexts.count) {
-                group.addTask {
-                    let (channel, connected) = try await connect(index)
-                    try await connected.get()
-                    if let tokens { return (index, channel, tokens[index]) }
-                    return (index, channel, try await register(channel))
-                }
+    return try await inWaves(contexts.count, wave: wave) { index in
+        let (channel, connected) = try await connect(index)
+        try await connected.get()
+        if let tokens { return (channel, tokens[index]) }
+        return (channel, try await register(channel))
+    }
+}
+
+/// `body` for 0..<count, `wave` at a time (0: all at once), each wave done
+/// before the next starts; the results in index order.
+func inWaves<T: Sendable>(_ count: Int, wave: Int, _ body: @escaping @Sendable (Int) async throws -> T) async throws -> [T] {
+    let size = wave > 0 ? wave : count
+    var results: [T] = []
+    for start in stride(from: 0, to: count, by: size) {
+        try await withThrowingTaskGroup(of: (Int, T).self) { group in
+            for index in start..<min(start + size, count) {
+                group.addTask { (index, try await body(index)) }
             }
-            var wave: [(Int, any Channel, [UInt8])] = []
-            for try await connected in group { wave.append(connected) }
-            devices += wave.sorted { $0.0 < $1.0 }.map { ($0.1, $0.2) }
+            var done: [(Int, T)] = []
+            for try await result in group { done.append(result) }
+            results += done.sorted { $0.0 < $1.0 }.map(\.1)
         }
     }
-    return devices
+    return results
 }
 
 /// One binary provider connection with the demo certificate, and the
@@ -466,28 +472,19 @@ func tlsIdleConnections(_ arguments: Arguments, directories: [String]) async thr
     let contexts = try directories.map { try NIOSSLContext(configuration: DeviceCredentials.load(from: $0).tlsConfiguration()) }
     let before = arguments.serverPID.flatMap(residentKiB)
     let start = Date()
-    let size = arguments.connectWave > 0 ? arguments.connectWave : contexts.count
-    var channels: [any Channel] = []
-    for first in stride(from: 0, to: contexts.count, by: size) {
-        try await withThrowingTaskGroup(of: (any Channel).self) { group in
-            for context in contexts[first..<min(first + size, contexts.count)] {
-                group.addTask {
-                    let (channel, done) = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-                        .connect(host: arguments.host, port: arguments.devicePort) { channel in
-                            channel.eventLoop.makeCompletedFuture {
-                                let watcher = HandshakeWatcher(done: channel.eventLoop.makePromise())
-                                try channel.pipeline.syncOperations.addHandlers([
-                                    try NIOSSLClientHandler(context: context, serverHostname: "localhost"), watcher,
-                                ])
-                                return (channel, watcher.done.futureResult)
-                            }
-                        }
-                    try await done.get()
-                    return channel
+    let channels = try await inWaves(contexts.count, wave: arguments.connectWave) { index in
+        let (channel, done) = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .connect(host: arguments.host, port: arguments.devicePort) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let watcher = HandshakeWatcher(done: channel.eventLoop.makePromise())
+                    try channel.pipeline.syncOperations.addHandlers([
+                        try NIOSSLClientHandler(context: contexts[index], serverHostname: "localhost"), watcher,
+                    ])
+                    return (channel, watcher.done.futureResult)
                 }
             }
-            for try await channel in group { channels.append(channel) }
-        }
+        try await done.get()
+        return channel
     }
     print("\(channels.count) TLS-only device connections in \(String(format: "%.1f", Date().timeIntervalSince(start))) s")
     // Let the server finish with the handshakes' leftovers before reading its memory.
