@@ -216,20 +216,8 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     private let gateway: BinaryGateway
     private let peer: PeerIdentityBox
     private let state = BinaryConnectionState()
-    /// The certificate's identity and its right to its topic, once the handshake is done.
-    private var sender: Sender?
-
-    /// Who sends on the connection: one object, so that handing it to each
-    /// frame's admission costs one reference, not a copy of every string.
-    private final class Sender: Sendable {
-        let identity: ProviderIdentity
-        let grant: TopicGrant
-
-        init(identity: ProviderIdentity, topic: String) {
-            self.identity = identity
-            grant = TopicGrant(topic, for: identity)
-        }
-    }
+    /// The certificate's right to its topic, once the handshake is done.
+    private var grant: TopicGrant?
     private var decoder: BinaryProviderDecoder
     /// What is received and not decoded yet: the start of a frame that the
     /// next read completes, or what arrived while a notification waits.
@@ -256,12 +244,12 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
             if let record = peer.record, let (identity, info) = try? ProviderIdentity.certificate(record),
                 let topic = info.bundleID ?? info.topics.first?.description
             {
-                sender = Sender(identity: identity, topic: topic)
+                grant = TopicGrant(topic, for: identity)
             } else {
                 context.close(promise: nil)
             }
         } else if event is ShuttingDown {
-            if sender == nil {
+            if grant == nil {
                 context.close(promise: nil)  // still in its handshake
             } else if state.answer() {
                 over = true
@@ -302,14 +290,14 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
         context.close(promise: nil)
     }
 
-    private func handle(_ message: BinaryProviderInbound, sender: Sender?, now: Date, context: ChannelHandlerContext) {
-        guard !over, let sender else { return }
+    private func handle(_ message: BinaryProviderInbound, grant: TopicGrant?, now: Date, context: ChannelHandlerContext) {
+        guard !over, let grant else { return }
         switch message {
         case .failure(let failure):
             gateway.logger.info("malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"])
             refuse(failure.answers ? failure.status : nil, failure.identifier, context: context)
         case .notification(let frame):
-            switch gateway.admitAtOnce(frame, grant: sender.grant, now: now) {
+            switch gateway.admitAtOnce(frame, grant: grant, now: now) {
             case .decided(let outcome):
                 settle(outcome, command: frame.command, identifier: frame.identifier, context: context)
             case .waits(let notification):
@@ -319,7 +307,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
                 let (gateway, loop) = (self.gateway, context.eventLoop)
                 let bound = NIOLoopBound((self, context), eventLoop: loop)
                 Task {
-                    let decided = await gateway.dispatcher.admitAfterWaiting(notification, environment: gateway.environment, from: sender.identity)
+                    let decided = await gateway.dispatcher.admitAfterWaiting(notification, environment: gateway.environment, grant: grant)
                     loop.execute {
                         let (handler, context) = bound.value
                         handler.busy = false
@@ -346,9 +334,9 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     /// notification waits for the dispatcher (what follows it waits too)
     /// or only an unfinished frame is left.
     private func handleFrames(in bytes: inout ByteBuffer, now: Date, context: ChannelHandlerContext) {
-        let sender = self.sender
+        let grant = self.grant
         while !busy, !over, let message = decoder.next(from: &bytes) {
-            handle(message, sender: sender, now: now, context: context)
+            handle(message, grant: grant, now: now, context: context)
         }
     }
 

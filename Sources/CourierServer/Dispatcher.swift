@@ -52,8 +52,9 @@ struct TokenKey: Hashable, Sendable {
 /// A provider's right to push to one topic, and the topic's app, found
 /// once: a binary connection pushes only to its certificate's topic, so it
 /// asks once per connection what each notification would otherwise ask
-/// (a set lookup and a parse of the topic).
-struct TopicGrant: Sendable {
+/// (a set lookup and a parse of the topic). A class, so that handing it to
+/// each frame's admission costs one reference, not a copy of its strings.
+final class TopicGrant: Sendable {
     let topic: String
     let bundleID: String
     let allowed: Bool
@@ -297,21 +298,23 @@ public final class Dispatcher: Sendable {
     func admit(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity) async
         -> (result: AcceptResult, durable: Pending<Void>?)
     {
-        if let decided = admitAtOnce(notification, environment: environment, from: identity) { return decided }
-        return await admitAfterWaiting(notification, environment: environment, from: identity)
+        let grant = TopicGrant(notification.topic, for: identity)
+        if let decided = admitAtOnce(notification, environment: environment, grant: grant, now: clock.now()) { return decided }
+        return await admitAfterWaiting(notification, environment: environment, grant: grant)
     }
 
     /// `admit` once `admitAtOnce` declined: waits for room in the delivery
     /// log and for the store, then decides.
-    func admitAfterWaiting(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity) async
+    func admitAfterWaiting(_ notification: PushNotification, environment: Environment, grant: TopicGrant) async
         -> (result: AcceptResult, durable: Pending<Void>?)
     {
+        assert(grant.topic == notification.topic, "a grant for another topic")
         // A delivery log that cannot keep up holds the providers back.
         await log.waitForRoom()
         let now = clock.now()
-        guard identity.topics.contains(notification.topic) else { return reject(notification, .topicDisallowed, now: now) }
+        guard grant.allowed else { return reject(notification, .topicDisallowed, now: now) }
         let token: CheckedToken
-        switch check(notification, TokenKey(environment: environment, bytes: notification.token), bundleID: Topic(notification.topic).bundleID, now: now) {
+        switch check(notification, TokenKey(environment: environment, bytes: notification.token), bundleID: grant.bundleID, now: now) {
         case .success(let checked): token = checked
         case .failure(let refusal): return refusal.decided
         }
@@ -341,16 +344,10 @@ public final class Dispatcher: Sendable {
 
     /// `admit` when nothing has to wait: the delivery log has room and the
     /// app's registration is known and active (no feedback entry to write).
-    /// Nil when something has to wait; nothing was done then.
-    func admitAtOnce(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity)
-        -> (result: AcceptResult, durable: Pending<Void>?)?
-    {
-        admitAtOnce(notification, environment: environment, grant: TopicGrant(notification.topic, for: identity), now: clock.now())
-    }
-
-    /// `admitAtOnce` with the provider's right to the notification's topic
-    /// already found (`grant.topic` is the notification's topic), at `now`
-    /// (the binary gateway reads the clock once for the frames of one read).
+    /// Nil when something has to wait; nothing was done then. The
+    /// provider's right to the topic comes found (`grant.topic` is the
+    /// notification's topic), and the time too (the binary gateway reads
+    /// the clock once for the frames of one read).
     func admitAtOnce(_ notification: PushNotification, environment: Environment, grant: TopicGrant, now: Date)
         -> (result: AcceptResult, durable: Pending<Void>?)?
     {
