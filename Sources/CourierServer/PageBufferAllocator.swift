@@ -27,7 +27,7 @@ import Darwin
 /// still held at the next read), and a plain copy would make every page of
 /// the new 32 KiB resident, for the life of the connection.
 public enum PageBufferAllocator {
-    public static let largeSize = 16 * 1024
+    static let largeSize = 16 * 1024
 
     public static let allocator = ByteBufferAllocator(
         allocate: { size in pageBufferAllocate(size) },
