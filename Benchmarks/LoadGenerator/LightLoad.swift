@@ -68,7 +68,7 @@ final class LightDevice: ChannelInboundHandler {
         switch message {
         case .notification(let notification):
             collector.record(notification.payload)
-            context.write(wrapOutboundOut(DeviceMessage.ack(id: notification.id, status: 0)), promise: nil)
+            context.write(wrapOutboundOut(DeviceMessage.ack(deliveryID: notification.deliveryID, status: DeviceAckStatus.handled)), promise: nil)
             unflushed = true
         case .connectAck(let status, _, _, _, _, _):
             guard status == .ok else { return fail(context, "connection refused: \(status)") }

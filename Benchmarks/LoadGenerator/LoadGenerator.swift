@@ -220,7 +220,7 @@ struct LoadGenerator {
                 runners.append(Task {
                     for await notification in client.notifications {
                         collector.record(notification.payload)
-                        try? await client.acknowledge(notification.id)
+                        try? await client.acknowledge(notification)
                     }
                 })
             }

@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 
 /// Hexadecimal text for binary values such as device tokens.
@@ -60,36 +63,56 @@ extension UUID {
 }
 
 extension UUID {
-    private static let notificationIDs = NotificationIDs()
+    private static let randomIDs = RandomIDs()
 
-    /// A fresh id for a notification whose provider gave none: a version-4
-    /// UUID whose last 48 bits count up from a random base chosen once per
-    /// process. Unique like random ones, without asking the system for
-    /// randomness (a system call) for each notification.
-    public static func notificationID() -> UUID { notificationIDs.next() }
+    /// A fresh random version-4 UUID, as Apple's apns-ids are: for a
+    /// notification whose provider gave no apns-id, and for the delivery id
+    /// the server gives every notification (devices acknowledge and
+    /// de-duplicate by it). 122 bits from the system's random source, so
+    /// that no provider can predict another's ids from its own.
+    public static func notificationID() -> UUID { randomIDs.next() }
 }
 
-private final class NotificationIDs: Sendable {
-    private let base: uuid_t
-    private let counter = Atomic<UInt64>(0)
-
-    init() {
-        base = UUID().uuid
+/// Random UUIDs from the system's random source, read 4 KiB (256 ids) at
+/// a time: one system call per 256 ids instead of one per id.
+private final class RandomIDs: Sendable {
+    private struct Pool {
+        var bytes = [UInt8](repeating: 0, count: 4096)
+        /// The next unused byte; `bytes.count` when the pool is used up.
+        var next = 4096
     }
 
+    private let pool = Mutex(Pool())
+
     func next() -> UUID {
-        let count = counter.add(1, ordering: .relaxed).newValue
-        var id = base
-        withUnsafeMutableBytes(of: &id) { bytes in
-            // Bytes 10–15: base + count (mod 2^48); the version and variant bits (bytes 6 and 8) stay the base's.
-            var low: UInt64 = 0
-            for index in 10..<16 { low = low << 8 | UInt64(bytes[index]) }
-            low = (low &+ count) & 0xFFFF_FFFF_FFFF
-            for index in (10..<16).reversed() {
-                bytes[index] = UInt8(truncatingIfNeeded: low)
-                low >>= 8
+        var id = pool.withLock { pool -> uuid_t in
+            if pool.next == pool.bytes.count {
+                pool.bytes.withUnsafeMutableBytes(Self.fillRandomly)
+                pool.next = 0
             }
+            defer { pool.next += 16 }
+            return pool.bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: pool.next, as: uuid_t.self) }
         }
+        // Version 4 (random) and the RFC 4122 variant.
+        id.6 = id.6 & 0x0F | 0x40
+        id.8 = id.8 & 0x3F | 0x80
         return UUID(uuid: id)
+    }
+
+    /// Fills `buffer` from the system's random source, 256 bytes (its
+    /// most) per call (`SystemRandomNumberGenerator` asks for eight).
+    private static func fillRandomly(_ buffer: UnsafeMutableRawBufferPointer) {
+        #if canImport(Glibc)
+        var filled = 0
+        while filled < buffer.count {
+            let chunk = min(256, buffer.count - filled)
+            guard getentropy(buffer.baseAddress! + filled, chunk) == 0 else {
+                preconditionFailure("getentropy failed: errno \(errno)")
+            }
+            filled += chunk
+        }
+        #else
+        arc4random_buf(buffer.baseAddress!, buffer.count)
+        #endif
     }
 }

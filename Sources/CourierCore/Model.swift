@@ -141,8 +141,15 @@ public struct AppRegistration: Sendable, Hashable, Codable {
 /// A notification as the dispatcher handles it, whatever interface it came
 /// through.
 public struct PushNotification: Sendable, Hashable, Codable {
-    /// The apns-id (a UUID); binary notifications get a new one.
+    /// The apns-id (a UUID); binary notifications get a new one. Chosen by
+    /// the provider when it gives one, so it decides nothing about
+    /// delivery: two notifications may carry the same apns-id.
     public var id: UUID
+    /// The server's own id of this notification, random and never shown
+    /// to providers: devices acknowledge and drop redelivered duplicates
+    /// by it (docs/device-protocol.md), and the store names a held
+    /// notification by it.
+    public var deliveryID: UUID
     public var token: [UInt8]
     public var topic: String
     public var payload: [UInt8]
@@ -157,9 +164,10 @@ public struct PushNotification: Sendable, Hashable, Codable {
 
     public init(
         id: UUID, token: [UInt8], topic: String, payload: [UInt8], expiration: Date?, priority: Priority,
-        collapseID: String? = nil, pushType: String? = nil, isSilent: Bool = false
+        collapseID: String? = nil, pushType: String? = nil, isSilent: Bool = false, deliveryID: UUID = .notificationID()
     ) {
         self.id = id
+        self.deliveryID = deliveryID
         self.token = token
         self.topic = topic
         self.payload = payload

@@ -11,6 +11,7 @@ public struct Reason: Error, Sendable, Hashable, CustomStringConvertible {
         case badTopic = "BadTopic"
         case deviceTokenNotForTopic = "DeviceTokenNotForTopic"
         case duplicateHeaders = "DuplicateHeaders"
+        case invalidPushType = "InvalidPushType"
         case idleTimeout = "IdleTimeout"
         case missingDeviceToken = "MissingDeviceToken"
         case missingTopic = "MissingTopic"
@@ -36,7 +37,7 @@ public struct Reason: Error, Sendable, Hashable, CustomStringConvertible {
         public var httpStatus: Int {
             switch self {
             case .badCollapseId, .badDeviceToken, .badExpirationDate, .badMessageId, .badPriority, .badTopic,
-                .deviceTokenNotForTopic, .duplicateHeaders, .idleTimeout, .missingDeviceToken, .missingTopic,
+                .deviceTokenNotForTopic, .duplicateHeaders, .invalidPushType, .idleTimeout, .missingDeviceToken, .missingTopic,
                 .payloadEmpty, .topicDisallowed:
                 400
             case .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden,
@@ -96,6 +97,7 @@ extension Reason {
     public static let badTopic = Reason(.badTopic)
     public static let deviceTokenNotForTopic = Reason(.deviceTokenNotForTopic)
     public static let duplicateHeaders = Reason(.duplicateHeaders)
+    public static let invalidPushType = Reason(.invalidPushType)
     public static let idleTimeout = Reason(.idleTimeout)
     public static let missingDeviceToken = Reason(.missingDeviceToken)
     public static let missingTopic = Reason(.missingTopic)

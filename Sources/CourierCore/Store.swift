@@ -56,8 +56,9 @@ public protocol Store: Sendable {
     /// Returns, for each notification in order, the one it replaced.
     func storePending(_ notifications: [PendingNotification]) async throws -> [PendingNotification?]
     func pending(deviceID: UInt64, environment: Environment) async throws -> [PendingNotification]
-    /// Removes each held notification that is still the one with its id
-    /// (acknowledged ones), in one transaction; true where one was removed.
+    /// Removes each held notification that is still the one with its
+    /// delivery id (acknowledged ones), in one transaction; true where one
+    /// was removed.
     func removePending(_ references: [PendingReference]) async throws -> [Bool]
     /// Removes and returns every held notification whose expiration is
     /// before `date`.
@@ -79,18 +80,25 @@ public protocol Store: Sendable {
     func deliveryEvents(notificationID: UUID) async throws -> [DeliveryEvent]
 }
 
-/// Names one held notification: (device, app, environment) and its id.
+/// Names one held notification: (device, app, environment) and its
+/// delivery id (`PushNotification.deliveryID`, the server's own, never the
+/// provider's apns-id).
 public struct PendingReference: Sendable, Hashable {
     public var deviceID: UInt64
     public var bundleID: String
     public var environment: Environment
-    public var id: UUID
+    public var deliveryID: UUID
 
-    public init(deviceID: UInt64, bundleID: String, environment: Environment, id: UUID) {
+    public init(deviceID: UInt64, bundleID: String, environment: Environment, deliveryID: UUID) {
         self.deviceID = deviceID
         self.bundleID = bundleID
         self.environment = environment
-        self.id = id
+        self.deliveryID = deliveryID
+    }
+
+    /// The reference of a held notification.
+    public init(_ pending: PendingNotification) {
+        self.init(deviceID: pending.deviceID, bundleID: pending.bundleID, environment: pending.environment, deliveryID: pending.notification.deliveryID)
     }
 }
 

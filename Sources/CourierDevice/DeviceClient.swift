@@ -9,7 +9,8 @@ import NIOSSL
 /// The device side of Courier: keeps one TLS connection to the device
 /// gateway open (reconnecting with back-off), registers apps for tokens,
 /// hands notifications to the app as an `AsyncSequence`, acknowledges them
-/// once handled and drops duplicates by id.
+/// once handled and drops duplicates by their delivery id (the server's,
+/// never the provider's apns-id, which may repeat).
 ///
 /// Call `run()` in a task of its own; it returns when `stop()` is called or
 /// the task is cancelled.
@@ -197,7 +198,16 @@ public actor DeviceClient {
         var keepAliveTask: Task<Void, Never>?
         defer { keepAliveTask?.cancel() }
         for try await frame in inbound {
-            let message = try DeviceMessage(frame: frame, tokenLength: tokenLength)
+            let message: DeviceMessage
+            do {
+                message = try DeviceMessage(frame: frame, tokenLength: tokenLength)
+            } catch let error as DeviceProtocolError {
+                // A notification this device cannot read is refused, and the connection goes on.
+                guard keepAliveTask != nil, let deliveryID = frame.deliveryIDOfUnreadableNotification else { throw error }
+                logger.warning("refused a notification it could not read", metadata: ["courier.error": "\(error)"])
+                try await outbound.write(DeviceMessage.ack(deliveryID: deliveryID, status: DeviceAckStatus.unreadable))
+                continue
+            }
             guard keepAliveTask != nil else {
                 keepAliveTask = try accept(connectAck: message, outbound: outbound)
                 continue
@@ -238,12 +248,12 @@ public actor DeviceClient {
     private func handle(_ message: DeviceMessage, outbound: NIOAsyncChannelOutboundWriter<DeviceMessage>) async throws {
         switch message {
         case .notification(let notification):
-            if seen.contains(notification.id) {
+            if seen.contains(notification.deliveryID) {
                 // Delivered before and handled: acknowledge again, do not hand it over twice.
-                try await outbound.write(DeviceMessage.ack(id: notification.id, status: 0))
+                try await outbound.write(DeviceMessage.ack(deliveryID: notification.deliveryID, status: DeviceAckStatus.handled))
                 return
             }
-            remember(notification.id)
+            remember(notification.deliveryID)
             notificationSink.yield(notification)
         case .appTokenResponse(let requestID, _, _, _), .unregisterAck(let requestID, _):
             requests.removeValue(forKey: requestID)?.resume(returning: message)
@@ -344,9 +354,9 @@ public actor DeviceClient {
     }
 
     /// The app handled the notification: the server stops holding it.
-    public func acknowledge(_ id: UUID) async throws {
+    public func acknowledge(_ notification: DeviceNotification) async throws {
         guard let writer else { throw DeviceClientError.disconnected }
-        try await writer.write(DeviceMessage.ack(id: id, status: 0))
+        try await writer.write(DeviceMessage.ack(deliveryID: notification.deliveryID, status: DeviceAckStatus.handled))
     }
 
     /// The token held for an app (after `register`).

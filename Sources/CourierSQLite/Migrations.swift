@@ -150,5 +150,15 @@ enum SQLiteMigrations {
                 """
             ]
         ),
+        // Each held notification carries the server's delivery id, by which
+        // the device acknowledges it (a provider's apns-id may repeat).
+        // Rows held before keep their apns-id as their delivery id.
+        Migration(
+            version: 4,
+            statements: [
+                "ALTER TABLE pending_notifications ADD COLUMN delivery_id TEXT",
+                "UPDATE pending_notifications SET delivery_id = id",
+            ]
+        ),
     ]
 }

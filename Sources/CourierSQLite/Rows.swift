@@ -177,7 +177,7 @@ extension PendingNotification {
         let notification = PushNotification(
             id: try row.uuid("id"), token: try row.bytes("token"), topic: try row.text("topic"),
             payload: try row.bytes("payload"), expiration: row.optionalDate("expiration"), priority: priority,
-            collapseID: row.optionalText("collapse_id"), pushType: row.optionalText("push_type"))
+            collapseID: row.optionalText("collapse_id"), pushType: row.optionalText("push_type"), deliveryID: try row.uuid("delivery_id"))
         self.init(
             deviceID: try row.device("device_id"), bundleID: try row.text("bundle_id"),
             environment: try row.environment("environment"), notification: notification,

@@ -345,15 +345,15 @@ public final class SQLiteStore: Store {
                 _ = try await self.connection.query(
                     """
                     INSERT OR REPLACE INTO pending_notifications (device_id, bundle_id, environment, id, token, topic,
-                        payload, expiration, priority, collapse_id, push_type, accepted_at)
-                    VALUES \(Self.rows(chunk.count, of: 12))
+                        payload, expiration, priority, collapse_id, push_type, accepted_at, delivery_id)
+                    VALUES \(Self.rows(chunk.count, of: 13))
                     """,
                     chunk.flatMap { pending in
                         let n = pending.notification
                         return PendingSlot(pending).binds + [
                             .text(n.id.lowercasedString), .bytes(n.token), .text(n.topic), .bytes(n.payload),
                             .millis(n.expiration), .integer(Int(n.priority.rawValue)), .optionalText(n.collapseID),
-                            .optionalText(n.pushType), .millis(pending.acceptedAt),
+                            .optionalText(n.pushType), .millis(pending.acceptedAt), .text(n.deliveryID.lowercasedString),
                         ]
                     })
             }
@@ -378,13 +378,13 @@ public final class SQLiteStore: Store {
     }
 
     /// Removes `count` held notifications named by (device, app,
-    /// environment, id) and returns the ones it removed.
+    /// environment, delivery id) and returns the ones it removed.
     static func removePendingSQL(_ count: Int) -> String {
         """
-        WITH named(device_id, bundle_id, environment, id) AS (VALUES \(rows(count, of: 4)))
+        WITH named(device_id, bundle_id, environment, delivery_id) AS (VALUES \(rows(count, of: 4)))
         DELETE FROM pending_notifications WHERE rowid IN (
-            SELECT held.rowid FROM named JOIN pending_notifications AS held USING (device_id, bundle_id, environment, id))
-        RETURNING device_id, bundle_id, environment, id
+            SELECT held.rowid FROM named JOIN pending_notifications AS held USING (device_id, bundle_id, environment, delivery_id))
+        RETURNING device_id, bundle_id, environment, delivery_id
         """
     }
 
@@ -406,12 +406,12 @@ public final class SQLiteStore: Store {
         var removed = try await transaction {
             var removed = Set<PendingReference>()
             for chunk in references.slices(of: Self.rowsPerStatement) {
-                let binds = chunk.flatMap { PendingSlot($0).binds + [.text($0.id.lowercasedString)] }
+                let binds = chunk.flatMap { PendingSlot($0).binds + [.text($0.deliveryID.lowercasedString)] }
                 for row in try await self.connection.query(Self.removePendingSQL(chunk.count), binds) {
                     removed.insert(
                         PendingReference(
                             deviceID: try row.device("device_id"), bundleID: try row.text("bundle_id"),
-                            environment: try row.environment("environment"), id: try row.uuid("id")))
+                            environment: try row.environment("environment"), deliveryID: try row.uuid("delivery_id")))
                 }
             }
             return removed

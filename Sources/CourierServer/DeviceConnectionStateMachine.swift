@@ -15,7 +15,7 @@ struct DeviceConnectionStateMachine {
         case connect(tokens: [[UInt8]], generation: UInt32?)
         case requestToken(bundleID: String, requestID: UInt32)
         case unregister(bundleID: String, requestID: UInt32)
-        case acknowledge(UInt8, id: UUID)
+        case acknowledge(UInt8, deliveryID: UUID)
         case filter([[UInt8]])
         case keepAlive
         /// Send an Error frame and close.
@@ -45,8 +45,8 @@ struct DeviceConnectionStateMachine {
             return .requestToken(bundleID: bundleID, requestID: requestID)
         case (.connected, .unregister(let bundleID, let requestID)):
             return .unregister(bundleID: bundleID, requestID: requestID)
-        case (.connected, .ack(let id, let status)):
-            return .acknowledge(status, id: id)
+        case (.connected, .ack(let deliveryID, let status)):
+            return .acknowledge(status, deliveryID: deliveryID)
         case (.connected, .filter(let hashes)):
             return .filter(hashes)
         case (.connected, .keepAlive):

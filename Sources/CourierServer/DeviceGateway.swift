@@ -120,6 +120,10 @@ final class DeviceGateway: Service {
     fileprivate func receive(_ frame: DeviceFrame, _ conversation: inout DeviceConversation, link: ChannelDeviceLink) -> DeviceStep? {
         let message: DeviceMessage
         do {
+            // A server's command from a device is unknown here, whatever its items.
+            guard DeviceCommand.sentByDevices.contains(frame.command) else {
+                throw DeviceProtocolError(.unknownCommand, "command 0x\(String(frame.command, radix: 16)) is not one a device sends")
+            }
             message = try DeviceMessage(frame: frame, tokenLength: configuration.limits.tokenLength)
         } catch let error as DeviceProtocolError {
             return .act(.fail(error))
@@ -130,8 +134,8 @@ final class DeviceGateway: Service {
         case .keepAlive:
             link.send(.keepAliveAck)
             return nil
-        case .acknowledge(_, let id):
-            return dispatcher.acknowledge(id, by: conversation.session!).map(DeviceStep.removeAcknowledged)
+        case .acknowledge(let status, let deliveryID):
+            return dispatcher.acknowledge(deliveryID, status: status, by: conversation.session!).map(DeviceStep.removeAcknowledged)
         case let action:
             return .act(action)
         }

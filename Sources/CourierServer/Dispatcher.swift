@@ -116,8 +116,7 @@ public final class DeviceSession: Sendable {
     private struct State {
         /// SHA-1 of enabled bundle ids; nil until the device sends a Filter.
         var enabled: Set<[UInt8]>?
-        /// Delivered, not yet acknowledged: id to bundle id, and the commit
-        /// that holds it (an acknowledgement removes it only after that).
+        /// Delivered, not yet acknowledged, by delivery id.
         var inFlight: [UUID: InFlight] = [:]
     }
     private let state = Mutex(State())
@@ -139,6 +138,8 @@ public final class DeviceSession: Sendable {
 
     /// A delivered notification awaiting its acknowledgement.
     struct InFlight {
+        /// Its apns-id, for the delivery log.
+        var notificationID: UUID
         var bundleID: String
         /// Held in the store (so the acknowledgement removes it there).
         var stored: Bool
@@ -146,11 +147,11 @@ public final class DeviceSession: Sendable {
         var durable: Pending<Void>?
     }
 
-    func track(_ id: UUID, _ inFlight: InFlight) { state.withLock { $0.inFlight[id] = inFlight } }
+    func track(_ deliveryID: UUID, _ inFlight: InFlight) { state.withLock { $0.inFlight[deliveryID] = inFlight } }
 
-    func untrack(_ id: UUID) -> InFlight? { state.withLock { $0.inFlight.removeValue(forKey: id) } }
+    func untrack(_ deliveryID: UUID) -> InFlight? { state.withLock { $0.inFlight.removeValue(forKey: deliveryID) } }
 
-    func isInFlight(_ id: UUID) -> Bool { state.withLock { $0.inFlight[id] != nil } }
+    func isInFlight(_ deliveryID: UUID) -> Bool { state.withLock { $0.inFlight[deliveryID] != nil } }
 }
 
 /// The one entry point of every provider interface: it decides, for each
@@ -467,7 +468,7 @@ public final class Dispatcher: Sendable {
         }
         let queued = Queued(notification: notification, bundleID: bundleID, durable: durable)
         if notification.priority == .immediate {
-            deliver(queued, to: session, now: now, events: &events)
+            deliverOrDrop(queued, to: session, now: now, events: &events)
         } else {
             enqueueBurst(queued, for: deviceKey, now: now, events: &events)
         }
@@ -518,16 +519,44 @@ public final class Dispatcher: Sendable {
         }
     }
 
-    private func deliver(_ queued: Queued, to session: DeviceSession, now: Date, events: inout [DeliveryEvent]) {
+    /// `deliver`, and a notification held in the store that the device
+    /// could not read is removed from it (without waiting).
+    private func deliverOrDrop(_ queued: Queued, to session: DeviceSession, now: Date, events: inout [DeliveryEvent]) {
+        if let unreadable = deliver(queued, to: session, now: now, events: &events) { removeHeld(unreadable, after: queued.durable) }
+    }
+
+    /// Sends the notification to the device, unless the device could not
+    /// read it: then it is logged as discarded, and returned when it is
+    /// held in the store (to be removed from there).
+    private func deliver(_ queued: Queued, to session: DeviceSession, now: Date, events: inout [DeliveryEvent]) -> PendingReference? {
         let n = queued.notification
-        session.track(n.id, DeviceSession.InFlight(bundleID: queued.bundleID, stored: n.mayBeStored, durable: queued.durable))
         let expiration = n.expiration.map { UInt32(clamping: Int64($0.timeIntervalSince1970)) }
-        session.link.send(
-            .notification(
-                DeviceNotification(
-                    token: n.token, payload: n.payload, id: n.id, expiration: expiration, priority: n.priority.rawValue, topic: n.topic,
-                    collapseID: n.collapseID, pushType: n.pushType)))
+        let frame = DeviceNotification(
+            token: n.token, payload: n.payload, id: n.id, deliveryID: n.deliveryID, expiration: expiration, priority: n.priority.rawValue,
+            topic: n.topic, collapseID: n.collapseID, pushType: n.pushType)
+        // One the device could not read (held by an older version, say) is
+        // dropped here: it must not end the device's connection.
+        if let problem = frame.problem(tokenLength: codec(session.environment).length) {
+            events.append(DeliveryEvent(notificationID: n.id, kind: .discarded, at: now, detail: "a device could not read it: \(problem)"))
+            guard n.mayBeStored else { return nil }
+            return PendingReference(deviceID: session.deviceID, bundleID: queued.bundleID, environment: session.environment, deliveryID: n.deliveryID)
+        }
+        session.track(n.deliveryID, DeviceSession.InFlight(notificationID: n.id, bundleID: queued.bundleID, stored: n.mayBeStored, durable: queued.durable))
+        session.link.send(.notification(frame))
         events.append(DeliveryEvent(notificationID: n.id, kind: .delivered, at: now))
+        return nil
+    }
+
+    /// Removes a held notification from the store once the commit that
+    /// holds it (if still running) is done, without waiting for either.
+    private func removeHeld(_ reference: PendingReference, after durable: Pending<Void>?) {
+        guard let durable else {
+            _ = acknowledger.enqueue(reference)
+            return
+        }
+        durable.whenResolved { [acknowledger] result in
+            if case .success = result { _ = acknowledger.enqueue(reference) }
+        }
     }
 
     // MARK: Devices
@@ -597,16 +626,19 @@ public final class Dispatcher: Sendable {
         var events: [DeliveryEvent] = []
         do {
             let held = try await store.pending(deviceID: session.deviceID, environment: session.environment)
-            var expired: [PendingReference] = []
-            for pending in held where session.accepts(bundleID: pending.bundleID) && !session.isInFlight(pending.notification.id) {
+            // Expired, or unreadable by the device.
+            var dropped: [PendingReference] = []
+            for pending in held where session.accepts(bundleID: pending.bundleID) && !session.isInFlight(pending.notification.deliveryID) {
                 if let expiration = pending.notification.expiration, expiration < now {
-                    expired.append(PendingReference(deviceID: pending.deviceID, bundleID: pending.bundleID, environment: pending.environment, id: pending.notification.id))
+                    dropped.append(PendingReference(pending))
                     events.append(DeliveryEvent(notificationID: pending.notification.id, kind: .expired, at: now))
                     continue
                 }
-                deliver(Queued(notification: pending.notification, bundleID: pending.bundleID), to: session, now: now, events: &events)
+                if let unreadable = deliver(Queued(notification: pending.notification, bundleID: pending.bundleID), to: session, now: now, events: &events) {
+                    dropped.append(unreadable)
+                }
             }
-            if !expired.isEmpty { _ = try await store.removePending(expired) }
+            if !dropped.isEmpty { _ = try await store.removePending(dropped) }
         } catch {
             logger.error("store failed reading held notifications", metadata: ["courier.error": "\(error)"])
         }
@@ -629,26 +661,35 @@ public final class Dispatcher: Sendable {
         })
     }
 
-    /// A stored notification the device acknowledged: its removal from
-    /// the store is still to be done (`removeAcknowledged`).
+    /// A stored notification the device acknowledged (or refused): its
+    /// removal from the store is still to be done (`removeAcknowledged`).
     struct HeldAcknowledgement: Sendable {
         var reference: PendingReference
         /// The commit that holds it, when it may still be running.
         var durable: Pending<Void>?
+        /// What the delivery log says once it is removed (its time is then).
+        var event: DeliveryEvent
     }
 
-    /// The device handled a notification: it is no longer in flight. What
-    /// needs no store is done at once; a notification held in the store is
-    /// returned, for `removeAcknowledged`.
-    func acknowledge(_ id: UUID, by session: DeviceSession) -> HeldAcknowledgement? {
-        guard let inFlight = session.untrack(id) else { return nil }
+    /// The device handled a notification, or could not read it
+    /// (`DeviceAckStatus.unreadable`: dropped, never sent again): either
+    /// way it is no longer in flight. `deliveryID` is the server's id, so
+    /// no provider's choice of apns-id can acknowledge another's
+    /// notification. What needs no store is done at once; a notification
+    /// held in the store is returned, for `removeAcknowledged`.
+    func acknowledge(_ deliveryID: UUID, status: UInt8, by session: DeviceSession) -> HeldAcknowledgement? {
+        guard let inFlight = session.untrack(deliveryID) else { return nil }
+        let event =
+            status == DeviceAckStatus.unreadable
+            ? DeliveryEvent(notificationID: inFlight.notificationID, kind: .discarded, at: clock.now(), detail: "the device could not read it")
+            : DeliveryEvent(notificationID: inFlight.notificationID, kind: .acknowledged, at: clock.now())
         // A notification that was never stored (expiration 0) has nothing to remove.
         guard inFlight.stored else {
-            log.append(DeliveryEvent(notificationID: id, kind: .acknowledged, at: clock.now()))
+            log.append(event)
             return nil
         }
-        let reference = PendingReference(deviceID: session.deviceID, bundleID: inFlight.bundleID, environment: session.environment, id: id)
-        return HeldAcknowledgement(reference: reference, durable: inFlight.durable)
+        let reference = PendingReference(deviceID: session.deviceID, bundleID: inFlight.bundleID, environment: session.environment, deliveryID: deliveryID)
+        return HeldAcknowledgement(reference: reference, durable: inFlight.durable, event: event)
     }
 
     /// Removes an acknowledged notification from the store.
@@ -660,7 +701,9 @@ public final class Dispatcher: Sendable {
         } catch {
             logger.error("store failed removing an acknowledged notification", metadata: ["courier.error": "\(error)"])
         }
-        log.append(DeliveryEvent(notificationID: held.reference.id, kind: .acknowledged, at: clock.now()))
+        var event = held.event
+        event.at = clock.now()
+        log.append(event)
     }
 
     /// The device sent a Filter.
@@ -706,7 +749,7 @@ public final class Dispatcher: Sendable {
         }
         for (session, queue) in due {
             guard let session else { continue }
-            for queued in queue { deliver(queued, to: session, now: now, events: &events) }
+            for queued in queue { deliverOrDrop(queued, to: session, now: now, events: &events) }
         }
         do {
             for pending in try await store.removeExpiredPending(before: now) {

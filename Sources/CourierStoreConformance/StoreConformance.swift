@@ -213,9 +213,15 @@ public enum StoreConformance {
             let held = try await store.pending(deviceID: 1, environment: .production)
             report.equal(held, [other, second], "held, oldest accepted first")
             report.equal(try await store.pending(deviceID: 1, environment: .sandbox), [], "other environment")
-            let replacedOne = PendingReference(deviceID: 1, bundleID: "com.example.one", environment: .production, id: first.notification.id)
-            let heldOne = PendingReference(deviceID: 1, bundleID: "com.example.one", environment: .production, id: second.notification.id)
-            report.equal(try await store.removePending([replacedOne, heldOne, heldOne]), [false, true, false], "removing: replaced, held, held again")
+            let replacedOne = PendingReference(first)
+            let heldOne = PendingReference(second)
+            // The same apns-id, another notification: named by its delivery id, the held one is not it.
+            var sameAPNsID = second
+            sameAPNsID.notification.deliveryID = UUID()
+            report.equal(
+                try await store.removePending([replacedOne, PendingReference(sameAPNsID)]), [false, false],
+                "removing: replaced, and one with the held one's apns-id but another delivery id")
+            report.equal(try await store.removePending([heldOne, heldOne]), [true, false], "removing: held, held again")
             report.equal(try await store.pending(deviceID: 1, environment: .production), [other], "left")
         },
         StoreConformanceCase(name: "pending: expiry and retention sweeps") { store, report in

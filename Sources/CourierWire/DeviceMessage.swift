@@ -17,6 +17,18 @@ public enum DeviceCommand {
     public static let unregister: UInt8 = 0x13
     public static let unregisterAck: UInt8 = 0x14
     public static let error: UInt8 = 0x1F
+
+    /// The commands a device may send; the others are the server's.
+    public static let sentByDevices: Set<UInt8> = [connect, filter, ack, keepAlive, appTokenRequest, unregister]
+}
+
+/// The statuses of an Ack (item 0x01).
+public enum DeviceAckStatus {
+    /// The app handled the notification.
+    public static let handled: UInt8 = 0
+    /// The device could not read the notification frame: the server drops
+    /// the notification instead of sending it again.
+    public static let unreadable: UInt8 = 1
 }
 
 /// The Filter's name for an app: SHA-1 of its bundle id.
@@ -28,7 +40,12 @@ public func topicHash(of bundleID: String) -> [UInt8] {
 public struct DeviceNotification: Sendable, Hashable {
     public var token: [UInt8]
     public var payload: [UInt8]
+    /// The apns-id: the provider's (or one the server made). It may repeat.
     public var id: UUID
+    /// The server's id of this notification: the same on every delivery of
+    /// it, different for every other notification. The device acknowledges
+    /// by it and drops a notification it already handled by it.
+    public var deliveryID: UUID
     /// Seconds since 1970; nil or 0 when it was not to be stored.
     public var expiration: UInt32?
     public var priority: UInt8
@@ -37,17 +54,38 @@ public struct DeviceNotification: Sendable, Hashable {
     public var pushType: String?
 
     public init(
-        token: [UInt8], payload: [UInt8], id: UUID, expiration: UInt32?, priority: UInt8, topic: String, collapseID: String? = nil,
+        token: [UInt8], payload: [UInt8], id: UUID, deliveryID: UUID, expiration: UInt32?, priority: UInt8, topic: String, collapseID: String? = nil,
         pushType: String? = nil
     ) {
         self.token = token
         self.payload = payload
         self.id = id
+        self.deliveryID = deliveryID
         self.expiration = expiration
         self.priority = priority
         self.topic = topic
         self.collapseID = collapseID
         self.pushType = pushType
+    }
+
+    /// The sizes the Notification frame's items may have (the table of
+    /// docs/device-protocol.md); the codec refuses any other.
+    public static let payloadSizes = 1...65_535
+    public static let topicSizes = 1...255
+    public static let collapseIDSizes = 1...64
+    public static let pushTypeSizes = 1...255
+
+    /// Why a device could not read this notification, or nil when every
+    /// item is within its bounds: what the server checks before sending,
+    /// so that no notification ends a device's connection.
+    public func problem(tokenLength: Int) -> String? {
+        if token.count != tokenLength { return "token is \(token.count) bytes, not \(tokenLength)" }
+        if !Self.payloadSizes.contains(payload.count) { return "payload is \(payload.count) bytes" }
+        if priority != 5 && priority != 10 { return "priority \(priority)" }
+        if !Self.topicSizes.contains(topic.utf8.count) { return "topic is \(topic.utf8.count) bytes" }
+        if let collapseID, !Self.collapseIDSizes.contains(collapseID.utf8.count) { return "collapse id is \(collapseID.utf8.count) bytes" }
+        if let pushType, !Self.pushTypeSizes.contains(pushType.utf8.count) { return "push type is \(pushType.utf8.count) bytes" }
+        return nil
     }
 }
 
@@ -58,7 +96,9 @@ public enum DeviceMessage: Sendable, Hashable {
         status: DeviceProtocolCode, serverTime: UInt64, keepAlive: UInt16, maxFrameLength: UInt32, refusedTokens: [[UInt8]], tokenLength: UInt8?)
     case filter(enabledTopicHashes: [[UInt8]])
     case notification(DeviceNotification)
-    case ack(id: UUID, status: UInt8)
+    /// `deliveryID` is the notification's `DeviceNotification.deliveryID`;
+    /// `status` one of `DeviceAckStatus`.
+    case ack(deliveryID: UUID, status: UInt8)
     case keepAlive
     case keepAliveAck
     case noStorage
@@ -96,7 +136,7 @@ public enum DeviceMessage: Sendable, Hashable {
             let items = try ItemSet(frame, repeatable: [0x01], known: [0x01])
             self = .filter(enabledTopicHashes: try items.all(0x01, size: 20, "enabled topic"))
         case DeviceCommand.notification:
-            let items = try ItemSet(frame, repeatable: [], known: [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08])
+            let items = try ItemSet(frame, repeatable: [], known: [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09])
             let priority = try items.integer(0x05, UInt8.self, "priority")
             guard priority == 5 || priority == 10 else { throw DeviceProtocolError(.badItemValue, "priority \(priority)") }
             self = .notification(
@@ -104,14 +144,15 @@ public enum DeviceMessage: Sendable, Hashable {
                     token: try items.bytes(0x01, size: tokenLength, "token"),
                     payload: try items.bytes(0x02, "payload"),
                     id: try items.uuid(0x03, "id"),
+                    deliveryID: try items.uuid(0x09, "delivery id"),
                     expiration: try items.optionalInteger(0x04, UInt32.self, "expiration"),
                     priority: priority,
-                    topic: try items.string(0x06, maxLength: 255, "topic"),
-                    collapseID: try items.optionalString(0x07, maxLength: 64, "collapse id"),
-                    pushType: try items.optionalString(0x08, maxLength: 255, "push type")))
+                    topic: try items.string(0x06, maxLength: DeviceNotification.topicSizes.upperBound, "topic"),
+                    collapseID: try items.optionalString(0x07, maxLength: DeviceNotification.collapseIDSizes.upperBound, "collapse id"),
+                    pushType: try items.optionalString(0x08, maxLength: DeviceNotification.pushTypeSizes.upperBound, "push type")))
         case DeviceCommand.ack:
             let items = try ItemSet(frame, repeatable: [], known: [0x01, 0x03])
-            self = .ack(id: try items.uuid(0x03, "id"), status: try items.optionalInteger(0x01, UInt8.self, "status") ?? 0)
+            self = .ack(deliveryID: try items.uuid(0x03, "delivery id"), status: try items.optionalInteger(0x01, UInt8.self, "status") ?? 0)
         case DeviceCommand.keepAlive:
             self = .keepAlive
         case DeviceCommand.keepAliveAck:
@@ -214,9 +255,10 @@ public enum DeviceMessage: Sendable, Hashable {
             out.writeFrameItem(id: 0x06, notification.topic.utf8)
             if let collapseID = notification.collapseID { out.writeFrameItem(id: 0x07, collapseID.utf8) }
             if let pushType = notification.pushType { out.writeFrameItem(id: 0x08, pushType.utf8) }
-        case .ack(let id, let status):
+            out.writeFrameItem(id: 0x09, uuid: notification.deliveryID)
+        case .ack(let deliveryID, let status):
             out.writeFrameItem(id: 0x01, integer: status)
-            out.writeFrameItem(id: 0x03, uuid: id)
+            out.writeFrameItem(id: 0x03, uuid: deliveryID)
         case .keepAlive, .keepAliveAck, .noStorage:
             break
         case .appTokenRequest(let bundleID, let requestID):
@@ -237,6 +279,18 @@ public enum DeviceMessage: Sendable, Hashable {
             out.writeFrameItem(id: 0x01, integer: code.rawValue)
             if !message.isEmpty { out.writeFrameItem(id: 0x02, String(decoding: message.utf8.prefix(1024), as: UTF8.self).utf8) }
         }
+    }
+}
+
+extension DeviceFrame {
+    /// For a Notification frame the device could not read: its delivery id
+    /// (item 0x09), when the frame has exactly one of 16 bytes — what the
+    /// device needs to refuse it (`DeviceAckStatus.unreadable`) and carry on.
+    public var deliveryIDOfUnreadableNotification: UUID? {
+        guard command == DeviceCommand.notification else { return nil }
+        let found = items.filter { $0.id == 0x09 }
+        guard found.count == 1, let value = found.first?.value, value.readableBytes == 16 else { return nil }
+        return value.withUnsafeReadableBytes { UUID(uuid: $0.loadUnaligned(as: uuid_t.self)) }
     }
 }
 

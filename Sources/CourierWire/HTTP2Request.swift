@@ -100,8 +100,11 @@ public struct HTTP2RequestHead: Sendable, Hashable {
             priorityValue = UInt8(priority)
         }
         if let collapseID, collapseID.utf8.count > 64 { return .failure(.badCollapseId) }
+        if let pushType, PushType(rawValue: pushType) == nil { return .failure(.invalidPushType) }
         guard tokenHex.utf8.count == tokenLength * 2, let token = Hex.decode(tokenHex) else { return .failure(.badDeviceToken) }
-        return .success(Fields(id: id, token: token, expiration: expirationDate, priority: priorityValue, collapseID: collapseID, pushType: pushType))
+        // An empty collapse id collapses nothing: the same as none.
+        let collapse = collapseID?.isEmpty == true ? nil : collapseID
+        return .success(Fields(id: id, token: token, expiration: expirationDate, priority: priorityValue, collapseID: collapse, pushType: pushType))
     }
 
     /// 8-4-4-4-12 hex digits. Upper-case digits are accepted: clients

@@ -82,7 +82,7 @@ extension DeviceCommand {
                 say("token \(Hex.encode(token))\n")
                 for await notification in client.notifications {
                     say(Run.jsonLine(notification) + "\n")
-                    try? await client.acknowledge(notification.id)
+                    try? await client.acknowledge(notification)
                 }
             }
         }

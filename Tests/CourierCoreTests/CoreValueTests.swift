@@ -55,3 +55,22 @@ import Testing
         #expect(id.uuid.8 >> 6 == 0b10, "RFC 4122 variant")
     }
 }
+
+/// Generated apns-ids and delivery ids are random: nothing in one tells
+/// another (ids that counted up from a base shared their first ten bytes).
+@Test func notificationIDsDoNotFollowFromEachOther() {
+    let ids = (0..<1_000).map { _ in UUID.notificationID() }
+    let prefixes = Set(ids.map { id in withUnsafeBytes(of: id.uuid) { Array($0.prefix(10)) } })
+    #expect(prefixes.count == ids.count)
+    // Every random bit (all but the six of version and variant) takes both values.
+    var ones = [Int](repeating: 0, count: 128)
+    for id in ids {
+        withUnsafeBytes(of: id.uuid) { raw in
+            for bit in 0..<128 where raw[bit / 8] >> (7 - bit % 8) & 1 == 1 { ones[bit] += 1 }
+        }
+    }
+    let fixed: Set<Int> = [48, 49, 50, 51, 64, 65]
+    for bit in 0..<128 where !fixed.contains(bit) {
+        #expect((350...650).contains(ones[bit]), "bit \(bit) was one \(ones[bit]) times in 1,000")
+    }
+}

@@ -100,7 +100,7 @@ import Testing
             #expect(try await store.pending(deviceID: device, environment: .production) == [second[device] ?? first[device]!])
         }
         func reference(_ pending: PendingNotification) -> PendingReference {
-            PendingReference(deviceID: pending.deviceID, bundleID: pending.bundleID, environment: pending.environment, id: pending.notification.id)
+            PendingReference(pending)
         }
         // Every held one, then once more, then the replaced first ones of the devices that got a second.
         let held = devices.map { reference(second[$0] ?? first[$0]!) }

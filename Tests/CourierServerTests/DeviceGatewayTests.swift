@@ -66,8 +66,9 @@ import Testing
         // dispatcher then knows the old token as registered, and must forget that.
         let (first, accepted) = await server.push(old, expiration: Date(timeIntervalSince1970: 0))
         #expect(accepted == .accepted)
-        #expect(await device.next()?.id == first)
-        try await device.client.acknowledge(first)
+        let firstReceived = try #require(await device.next())
+        #expect(firstReceived.id == first)
+        try await device.client.acknowledge(firstReceived)
         await server.disconnect(device)
         // Held for the device while it is offline, to the old token.
         let (held, heldAccepted) = await server.push(old, payload: #"{"aps":{"alert":"held"}}"#, expiration: Date().addingTimeInterval(3600))
@@ -95,9 +96,13 @@ import Testing
 
     /// A raw TLS connection to the device gateway with a new device's
     /// certificate: frames in and out, no client library.
-    func rawConnection<Outbound: Sendable>(_ server: TestServer, writing: Outbound.Type = DeviceFrame.self) async throws -> NIOAsyncChannel<DeviceFrame, Outbound> {
-        let path = server.directory + "/raw-device-\(UUID().uuidString)"
-        _ = try await server.application.provisioner.issueDeviceIdentity(directory: path)
+    /// A TLS connection with a device identity (a new one unless
+    /// `directory` names one), speaking frames by hand.
+    func rawConnection<Outbound: Sendable>(
+        _ server: TestServer, directory: String? = nil, writing: Outbound.Type = DeviceFrame.self
+    ) async throws -> NIOAsyncChannel<DeviceFrame, Outbound> {
+        let path = directory ?? server.directory + "/raw-device-\(UUID().uuidString)"
+        if directory == nil { _ = try await server.application.provisioner.issueDeviceIdentity(directory: path) }
         let port = try await server.devicePort()
         let context = try NIOSSLContext(configuration: DeviceCredentials.load(from: path).tlsConfiguration())
         return try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -119,7 +124,7 @@ import Testing
         // A raw TLS connection that sends Ack before Connect.
         let connection = try await rawConnection(server)
         let answers = try await connection.executeThenClose { inbound, outbound in
-            try await outbound.write(DeviceMessage.ack(id: UUID(), status: 0).frame)
+            try await outbound.write(DeviceMessage.ack(deliveryID: UUID(), status: 0).frame)
             var messages: [DeviceMessage] = []
             do {
                 for try await frame in inbound { messages.append(try DeviceMessage(frame: frame)) }
@@ -134,6 +139,42 @@ import Testing
             return
         }
         #expect(code == .notConnected)
+        try await server.stop()
+    }
+
+    /// A command only a server sends, sent by a connected device, is
+    /// `unknownCommand` (3) as docs/device-protocol.md says, whatever its
+    /// items (a ConnectAck without its required items included).
+    @Test(arguments: [
+        DeviceFrame(command: DeviceCommand.connectAck),
+        DeviceMessage.noStorage.frame,
+        DeviceMessage.keepAliveAck.frame,
+        DeviceMessage.unregisterAck(requestID: 1, status: .ok).frame,
+        DeviceMessage.error(code: .internal, message: "").frame,
+        DeviceFrame(command: DeviceCommand.notification),
+    ])
+    func aServersCommandFromADeviceIsAnUnknownCommand(_ frame: DeviceFrame) async throws {
+        let server = try await TestServer()
+        let connection = try await rawConnection(server)
+        let answers = try await connection.executeThenClose { inbound, outbound in
+            try await outbound.write(DeviceMessage.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: nil).frame)
+            var messages: [DeviceMessage] = []
+            do {
+                for try await received in inbound {
+                    let message = try DeviceMessage(frame: received)
+                    messages.append(message)
+                    if message == .noStorage { try await outbound.write(frame) }
+                }
+            } catch {
+                // The server closed after its answer.
+            }
+            return messages
+        }
+        guard case .error(let code, _) = answers.last else {
+            Issue.record("expected an Error frame, got \(answers)")
+            return
+        }
+        #expect(code == .unknownCommand)
         try await server.stop()
     }
 
@@ -238,7 +279,7 @@ import Testing
             // The token request waits for the store; 20,000 acknowledgements
             // (about 560 KB, more than one read cycle takes) queue behind it.
             var frames = [DeviceMessage.appTokenRequest(bundleID: "com.example.demo", requestID: 1).frame]
-            frames += (0..<20_000).map { _ in DeviceMessage.ack(id: UUID(), status: 0).frame }
+            frames += (0..<20_000).map { _ in DeviceMessage.ack(deliveryID: UUID(), status: 0).frame }
             frames += [DeviceMessage.appTokenRequest(bundleID: "com.example.demo", requestID: 2).frame, DeviceMessage.keepAlive.frame]
             try await outbound.write(contentsOf: frames)
             await store.appGate.waitUntilHolding()

@@ -153,7 +153,7 @@ struct TestDevice: Sendable {
     /// The next notification, acknowledged as handled.
     func nextAcknowledged() async throws -> DeviceNotification? {
         guard let notification = await next() else { return nil }
-        try await client.acknowledge(notification.id)
+        try await client.acknowledge(notification)
         return notification
     }
 

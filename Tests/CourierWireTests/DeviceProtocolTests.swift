@@ -37,6 +37,7 @@ func code(of body: () throws -> Any) -> DeviceProtocolCode? {
 
 let sampleToken = Array(repeating: UInt8(0x5A), count: 32)
 let sampleID = UUID(uuidString: "123E4567-E89B-12D3-A456-426655440000")!
+let sampleDeliveryID = UUID(uuidString: "9B2F0C4E-7A51-4D36-8E0B-5C1D2A3F4E60")!
 
 @Suite struct DeviceProtocolTests {
     static let everyMessage: [DeviceMessage] = [
@@ -47,10 +48,11 @@ let sampleID = UUID(uuidString: "123E4567-E89B-12D3-A456-426655440000")!
         .filter(enabledTopicHashes: [Array(repeating: 7, count: 20), Array(repeating: 8, count: 20)]),
         .notification(
             DeviceNotification(
-                token: sampleToken, payload: Array(#"{"aps":{"alert":"hi"}}"#.utf8), id: sampleID, expiration: 1_800_000_000, priority: 10,
+                token: sampleToken, payload: Array(#"{"aps":{"alert":"hi"}}"#.utf8), id: sampleID, deliveryID: sampleDeliveryID, expiration: 1_800_000_000, priority: 10,
                 topic: "com.example.demo", collapseID: "news", pushType: "alert")),
-        .notification(DeviceNotification(token: sampleToken, payload: [0x7B, 0x7D], id: sampleID, expiration: nil, priority: 5, topic: "com.example.demo")),
-        .ack(id: sampleID, status: 0),
+        .notification(DeviceNotification(token: sampleToken, payload: [0x7B, 0x7D], id: sampleID, deliveryID: sampleID, expiration: nil, priority: 5, topic: "com.example.demo")),
+        .ack(deliveryID: sampleDeliveryID, status: 0),
+        .ack(deliveryID: sampleDeliveryID, status: DeviceAckStatus.unreadable),
         .keepAlive,
         .keepAliveAck,
         .noStorage,
@@ -75,12 +77,13 @@ let sampleID = UUID(uuidString: "123E4567-E89B-12D3-A456-426655440000")!
         let id = UUID(uuid: (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16))
         let idBytes: [UInt8] = Array(1...16)
         var ack = ByteBuffer()
-        DeviceMessage.ack(id: id, status: 0).write(to: &ack)
+        DeviceMessage.ack(deliveryID: id, status: 0).write(to: &ack)
         #expect(Array(ack.readableBytesView) == [0x0B, 0, 0, 0, 23, 0x01, 0, 1, 0, 0x03, 0, 16] + idBytes)
 
         let token = [UInt8](repeating: 0xAB, count: 32)
         let notification = DeviceNotification(
-            token: token, payload: Array(#"{"a":1}"#.utf8), id: id, expiration: 0x0102_0304, priority: 10, topic: "t.x", collapseID: "c",
+            token: token, payload: Array(#"{"a":1}"#.utf8), id: id, deliveryID: UUID(uuid: (17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32)),
+            expiration: 0x0102_0304, priority: 10, topic: "t.x", collapseID: "c",
             pushType: "alert")
         var frame = ByteBuffer()
         DeviceMessage.notification(notification).write(to: &frame)
@@ -92,6 +95,7 @@ let sampleID = UUID(uuidString: "123E4567-E89B-12D3-A456-426655440000")!
         items += [0x06, 0, 3] + Array("t.x".utf8)
         items += [0x07, 0, 1] + Array("c".utf8)
         items += [0x08, 0, 5] + Array("alert".utf8)
+        items += [0x09, 0, 16] + Array(17...32)
         #expect(Array(frame.readableBytesView) == [0x0A, 0, 0, 0, UInt8(items.count)] + items)
     }
 
@@ -252,6 +256,52 @@ let sampleID = UUID(uuidString: "123E4567-E89B-12D3-A456-426655440000")!
         let frame = DeviceMessage.connect(version: 1, tokens: [long], keepAlive: nil, generation: nil).frame
         #expect(try DeviceMessage(frame: frame, tokenLength: 64) == .connect(version: 1, tokens: [long], keepAlive: nil, generation: nil))
         #expect(code { try DeviceMessage(frame: frame, tokenLength: 32) } == .badItemValue)
+    }
+
+    /// What the server checks before it sends a notification is what the
+    /// codec refuses: each item at its bounds is read, one byte past is not.
+    @Test func aNotificationWithinTheItemBoundsIsReadAndOnePastIsNot() throws {
+        let base = DeviceNotification(token: sampleToken, payload: [0x7B, 0x7D], id: sampleID, deliveryID: sampleDeliveryID, expiration: nil, priority: 10, topic: "t")
+        var edges: [(DeviceNotification, Bool)] = []
+        for (length, readable) in [(64, true), (65, false)] {
+            var n = base
+            n.collapseID = String(repeating: "c", count: length)
+            edges.append((n, readable))
+        }
+        for (length, readable) in [(255, true), (256, false)] {
+            var pushType = base
+            pushType.pushType = String(repeating: "p", count: length)
+            edges.append((pushType, readable))
+            var topic = base
+            topic.topic = String(repeating: "t", count: length)
+            edges.append((topic, readable))
+        }
+        for (empty, readable) in [("", false)] {
+            var n = base
+            n.collapseID = empty
+            edges.append((n, readable))
+        }
+        for (notification, readable) in edges {
+            #expect((notification.problem(tokenLength: 32) == nil) == readable, "\(notification)")
+            var buffer = ByteBuffer()
+            DeviceMessage.notification(notification).write(to: &buffer)
+            let frame = try #require(try decodeFrames(buffer).first)
+            if readable {
+                #expect(try DeviceMessage(frame: frame) == .notification(notification))
+            } else {
+                #expect(code { try DeviceMessage(frame: frame) } == .badItemValue)
+                // The device can still name it, to refuse it.
+                #expect(frame.deliveryIDOfUnreadableNotification == sampleDeliveryID)
+            }
+        }
+        #expect(base.problem(tokenLength: 16) != nil, "a token of another length")
+        // A frame without (or with a bad) delivery id cannot be refused by it.
+        let withoutID = DeviceFrame(command: DeviceCommand.notification, items: [DeviceFrame.Item(id: 0x01, value: ByteBuffer(bytes: sampleToken))])
+        #expect(withoutID.deliveryIDOfUnreadableNotification == nil)
+        let shortID = DeviceFrame(command: DeviceCommand.notification, items: [DeviceFrame.Item(id: 0x09, value: ByteBuffer(bytes: [1, 2, 3]))])
+        #expect(shortID.deliveryIDOfUnreadableNotification == nil)
+        let notANotification = DeviceFrame(command: DeviceCommand.ack, items: [DeviceFrame.Item(id: 0x09, value: ByteBuffer(bytes: Array(1...16)))])
+        #expect(notANotification.deliveryIDOfUnreadableNotification == nil)
     }
 }
 

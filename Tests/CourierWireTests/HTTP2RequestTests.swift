@@ -41,6 +41,18 @@ import Testing
         #expect(reason(headers([("apns-priority", "5")])) == nil)
         #expect(reason(headers([("apns-priority", "1")])) == "BadPriority")
         #expect(reason(headers([("apns-collapse-id", String(repeating: "é", count: 33))])) == "BadCollapseId")
+        #expect(reason(headers([("apns-collapse-id", "")])) == nil)
+        for pushType in PushType.allCases {
+            #expect(reason(headers([("apns-push-type", pushType.rawValue)])) == nil)
+        }
+        #expect(reason(headers([("apns-push-type", "")])) == "InvalidPushType")
+        #expect(reason(headers([("apns-push-type", "VoIP")])) == "InvalidPushType")
+        #expect(reason(headers([("apns-push-type", String(repeating: "x", count: 256))])) == "InvalidPushType")
+    }
+
+    @Test func anEmptyCollapseIDIsNone() throws {
+        let head = try HTTP2RequestHead.parse(headers([("apns-collapse-id", "")])).get()
+        #expect(try head.fields(tokenLength: 32, newID: UUID()).get().collapseID == nil)
     }
 
     @Test func fieldsCarryTheValues() throws {
