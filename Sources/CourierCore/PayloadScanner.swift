@@ -21,8 +21,9 @@ struct PayloadScanner {
     /// The decoded contents of the strings with escapes read so far, one
     /// after the other (empty for most payloads).
     private var decoded: [UInt8] = []
-    /// Nesting depth limit, as Foundation's parser has one.
-    private static let maximumDepth = 512
+    /// The most containers (objects and arrays, the top-level object
+    /// included) one inside another: Foundation's parser's limit, 512.
+    static let maximumDepth = 512
 
     private init(_ bytes: UnsafeRawBufferPointer) {
         self.bytes = bytes
@@ -65,13 +66,13 @@ struct PayloadScanner {
         return true
     }
 
+    /// A value inside a container at `depth` (the top-level object is 1).
     private mutating func value(depth: Int) -> Bool {
-        guard depth <= Self.maximumDepth else { return false }
         skipSpace()
         switch peek {
         case UInt8(ascii: "{"):
-            return anyObject(depth: depth + 1)
-        case UInt8(ascii: "["): return array(depth: depth + 1)
+            return depth < Self.maximumDepth && anyObject(depth: depth + 1)
+        case UInt8(ascii: "["): return depth < Self.maximumDepth && array(depth: depth + 1)
         case UInt8(ascii: "\""): return string() != nil
         case UInt8(ascii: "t"): return literal("true")
         case UInt8(ascii: "f"): return literal("false")
@@ -127,10 +128,10 @@ struct PayloadScanner {
             case .key(let key):
                 if equal(key, "aps") {
                     aps = Aps()
-                    let valid = peek == UInt8(ascii: "{") ? apsObject(depth: depth + 1, into: &aps) : value(depth: depth + 1)
+                    let valid = peek == UInt8(ascii: "{") ? apsObject(depth: depth + 1, into: &aps) : value(depth: depth)
                     guard valid else { return false }
                 } else {
-                    guard value(depth: depth + 1) else { return false }
+                    guard value(depth: depth) else { return false }
                 }
             }
             first = false
@@ -144,7 +145,7 @@ struct PayloadScanner {
             switch nextMember(first: first) {
             case .end: return true
             case .malformed: return false
-            case .key: guard value(depth: depth + 1) else { return false }
+            case .key: guard value(depth: depth) else { return false }
             }
             first = false
         }
@@ -161,7 +162,7 @@ struct PayloadScanner {
             case .malformed: return false
             case .key(let key):
                 let valueStart = index
-                guard value(depth: depth + 1) else { return false }
+                guard value(depth: depth) else { return false }
                 let isContentAvailable = equal(key, "content-available")
                 if isContentAvailable {
                     contentAvailable = Self.isNumberOne(UnsafeRawBufferPointer(rebasing: bytes[valueStart..<index]))
@@ -225,7 +226,7 @@ struct PayloadScanner {
         skipSpace()
         if expect(UInt8(ascii: "]")) { return true }
         while true {
-            guard value(depth: depth + 1) else { return false }
+            guard value(depth: depth) else { return false }
             skipSpace()
             if expect(UInt8(ascii: ",")) { continue }
             return expect(UInt8(ascii: "]"))

@@ -83,6 +83,25 @@ import Testing
         }
     }
 
+    /// Containers nested up to the limit (512, the top-level object
+    /// included) are read, one more is not: as Foundation's parser does,
+    /// for arrays, objects, and inside `aps`.
+    @Test(arguments: [
+        ("[", "", "]"), (#"{"k":"#, "1", "}"),
+    ])
+    func nestingIsLimitedAsFoundationLimitsIt(_ open: String, _ inner: String, _ close: String) {
+        for (wrap, unwrap) in [(#"{"a":"#, "}"), (#"{"aps":{"b":"#, "}}")] {
+            let outer = wrap == #"{"a":"# ? 1 : 2
+            for nested in [PayloadScanner.maximumDepth - outer, PayloadScanner.maximumDepth - outer + 1] {
+                let text = wrap + String(repeating: open, count: nested) + inner + String(repeating: close, count: nested) + unwrap
+                let bytes = Array(text.utf8)
+                let scanned = PayloadScanner.scan(bytes)
+                #expect((scanned != nil) == (nested + outer <= PayloadScanner.maximumDepth), "\(nested + outer) containers")
+                #expect(Self.same(scanned, Self.foundationSummary(bytes)), "\(nested + outer) containers: as Foundation")
+            }
+        }
+    }
+
     /// Strings are read eight bytes at a time: whatever stops the plain run
     /// (a quote, an escape, a control character, a multi-byte or invalid
     /// sequence) is found at every position in a word and across words,
