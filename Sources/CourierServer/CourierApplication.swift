@@ -54,7 +54,7 @@ public struct CourierApplication: Sendable {
             for environment in Environment.allCases { codecs[environment] = try provisioner.tokenCodec(environment) }
             let dispatcher = Dispatcher(store: provisioner.store, codecs: codecs, clock: clock, qos: configuration.qos, log: log, logger: logger)
             if let directory = report.demoDeviceDirectory, let bundleID = report.demoBundleID {
-                report.demoDeviceToken = try await registerDemoApp(bundleID, deviceDirectory: directory, dispatcher: dispatcher)
+                report.demoDeviceToken = try await registerDemoApp(bundleID, deviceDirectory: directory, dispatcher: dispatcher, store: provisioner.store)
             }
             let tls = try ServerTLS(provisioner: provisioner)
             let ports = BoundPorts()
@@ -173,17 +173,22 @@ public struct CourierApplication: Sendable {
     }
 }
 
-/// Registers the demo app on the demo device (production) and writes the
-/// token into the device's `identity.json`, so that the start-up banner can
-/// print ready-to-paste push commands. Registering again gives the same
-/// token, so the device finds it valid when it connects.
-private func registerDemoApp(_ bundleID: String, deviceDirectory: String, dispatcher: Dispatcher) async throws -> String? {
+/// Registers the demo app on the demo device (production) the first time,
+/// and writes the token into the device's `identity.json`, so that the
+/// start-up banner can print ready-to-paste push commands. Registering
+/// again gives the same token, so the device finds it valid when it
+/// connects. A registration the store already has is never changed: an
+/// app uninstalled from the demo device stays uninstalled across restarts
+/// (no demo token then).
+private func registerDemoApp(_ bundleID: String, deviceDirectory: String, dispatcher: Dispatcher, store: any Store) async throws -> String? {
     let path = deviceDirectory + "/identity.json"
     guard let data = FileManager.default.contents(atPath: path),
         var identity = try? JSONDecoder().decode(DeviceIdentityFile.self, from: data),
         let deviceID = UInt64(identity.deviceID, radix: 16)
     else { return nil }
-    if let token = identity.tokens[Environment.production.rawValue]?[bundleID] { return token }
+    if let registration = try await store.registration(deviceID: deviceID, bundleID: bundleID, environment: .production) {
+        return registration.active ? Hex.encode(registration.token) : nil
+    }
     guard let token = try await dispatcher.register(deviceID: deviceID, generation: identity.generation, bundleID: bundleID, environment: .production)
     else { return nil }
     identity.tokens[Environment.production.rawValue, default: [:]][bundleID] = Hex.encode(token)

@@ -38,12 +38,15 @@ public final class Provisioner: Sendable {
     ) async throws -> Provisioner {
         let directory = configuration.dataDirectory
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-            try FileManager.default.createDirectory(atPath: configuration.resolve(configuration.paths.pki), withIntermediateDirectories: true)
+            try Files.createDirectory(directory)
+            try Files.createDirectory(configuration.resolve(configuration.paths.pki))
         } catch {
             throw PKIError(.badFile, "cannot create data directory \(directory): \(error.localizedDescription)")
         }
-        let store = try await SQLiteStore.open(path: configuration.resolve(configuration.paths.database), logger: logger)
+        // The database holds payloads: its owner's only, from its first byte.
+        let database = configuration.resolve(configuration.paths.database)
+        try Files.restrict(database, logger: logger)
+        let store = try await SQLiteStore.open(path: database, logger: logger)
         return Provisioner(configuration: configuration, store: wrapStore?(store) ?? store, sqlite: store, clock: clock)
     }
 
@@ -269,18 +272,47 @@ enum Files {
         FileManager.default.contents(atPath: path).map { String(decoding: $0, as: UTF8.self) }
     }
 
-    /// Writes `text`; a secret (a private key) is readable by its owner only.
+    /// Makes a directory (and those above it that are missing) that only
+    /// its owner may enter: the data directory holds keys and payloads.
+    static func createDirectory(_ path: String) throws {
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    }
+
+    /// Writes `text`; a secret (a private key) is readable by its owner
+    /// only from the moment the file exists (created with mode 0600, never
+    /// widened), and a missing directory is made for its owner only.
     static func write(_ text: String, to path: String, secret: Bool = false) throws {
         let directory = (path as NSString).deletingLastPathComponent
         do {
-            if !directory.isEmpty { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) }
+            if !directory.isEmpty { try createDirectory(directory) }
         } catch {
             throw PKIError(.badFile, "cannot create directory \(directory)")
         }
-        let attributes: [FileAttributeKey: Any]? = secret ? [.posixPermissions: 0o600] : nil
         if exists(path) { try? FileManager.default.removeItem(atPath: path) }
-        guard FileManager.default.createFile(atPath: path, contents: Data(text.utf8), attributes: attributes) else {
-            throw PKIError(.badFile, "cannot write \(path)")
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, secret ? 0o600 : 0o644)
+        guard descriptor >= 0 else { throw PKIError(.badFile, "cannot write \(path): \(String(cString: strerror(errno)))") }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        do {
+            try handle.write(contentsOf: Data(text.utf8))
+            try handle.close()
+        } catch {
+            throw PKIError(.badFile, "cannot write \(path): \(error.localizedDescription)")
+        }
+    }
+
+    /// Makes the database file (and its journal files, which SQLite gives
+    /// the database's mode) its owner's only: created empty with mode 0600
+    /// when missing, narrowed when a group or others could read it.
+    static func restrict(_ database: String, logger: Logger) throws {
+        if !exists(database) {
+            let descriptor = open(database, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            guard descriptor >= 0 else { throw PKIError(.badFile, "cannot create \(database): \(String(cString: strerror(errno)))") }
+            close(descriptor)
+        }
+        for path in [database, database + "-wal", database + "-shm"] {
+            guard let mode = (try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? Int, mode & 0o077 != 0 else { continue }
+            try FileManager.default.setAttributes([.posixPermissions: mode & 0o700], ofItemAtPath: path)
+            logger.notice("made the database readable by its owner only", metadata: ["courier.path": "\(path)"])
         }
     }
 }

@@ -1,4 +1,5 @@
 import CourierCore
+import CourierDevice
 import CourierPKI
 import CourierServer
 import CourierTestSupport
@@ -86,6 +87,97 @@ func testConfiguration(_ directory: String) -> CourierConfiguration {
         #expect(try String(contentsOfFile: directory + "/pki/ca.pem", encoding: .utf8) == caBefore)
         #expect(try String(contentsOfFile: directory + "/pki/token-key-production.key", encoding: .utf8) == tokenKeyBefore)
         #expect(try await second.provisioner.store.certificates(kind: nil).count == certificatesBefore)
+        try await second.provisioner.close()
+    }
+
+    /// The data directory holds private keys, the token keys and payloads:
+    /// every folder and every secret file Courier makes is its owner's
+    /// only (0700 / 0600), whatever the umask.
+    @Test func keysTheDatabaseAndFoldersAreTheOwnersOnly() async throws {
+        let parent = try temporaryDirectory()
+        defer { removeTemporaryDirectory(parent) }
+        let directory = parent + "/data"
+        let previous = umask(0o022)
+        defer { umask(previous) }
+        let application = try await CourierApplication.build(configuration: testConfiguration(directory), logger: logger)
+        // A provider's key and a device's identity made later land there too.
+        _ = try await application.provisioner.issueProviderCertificate(
+            bundleID: "com.example.demo", environments: [.production], directory: directory + "/issued/provider")
+        _ = try await application.provisioner.issueDeviceIdentity(directory: directory + "/issued/device")
+        try await application.provisioner.close()
+
+        func mode(_ path: String) throws -> Int { try #require(FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int) }
+        var secrets: [String] = []
+        #expect(try mode(directory) == 0o700)
+        let walker = try #require(FileManager.default.enumerator(atPath: directory))
+        while let name = walker.nextObject() as? String {
+            let path = directory + "/" + name
+            var isDirectory: ObjCBool = false
+            _ = FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory)
+            if isDirectory.boolValue {
+                #expect(try mode(path) == 0o700, "folder \(name)")
+                continue
+            }
+            let text = String(decoding: FileManager.default.contents(atPath: path) ?? Data(), as: UTF8.self)
+            let secret = text.contains("PRIVATE KEY") || name.hasSuffix(".key") || name.contains("courier.sqlite")
+            if secret {
+                secrets.append(name)
+                #expect(try mode(path) == 0o600, "\(name)")
+            }
+        }
+        // What must be among them: the CA's, the server's, both token keys, the demo's keys, the database.
+        for expected in [
+            "pki/ca-key.pem", "pki/server-key.pem", "pki/token-key-production.key", "pki/token-key-sandbox.key", "courier.sqlite",
+            "demo/com.example.demo-key.pem", "demo/device/key.pem", "issued/device/key.pem",
+        ] {
+            #expect(secrets.contains(expected), "\(expected) among \(secrets)")
+        }
+        #expect(secrets.contains { $0.hasPrefix("demo/AuthKey_") })
+        #expect(secrets.contains { $0.hasPrefix("issued/provider/") })
+    }
+
+    /// A database made by an earlier version with a wider mode is narrowed
+    /// at start.
+    @Test func aReadableDatabaseIsNarrowedAtStart() async throws {
+        let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let first = try await CourierApplication.build(configuration: testConfiguration(directory), logger: logger)
+        try await first.provisioner.close()
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: directory + "/courier.sqlite")
+        let second = try await CourierApplication.build(configuration: testConfiguration(directory), logger: logger)
+        try await second.provisioner.close()
+        #expect(try FileManager.default.attributesOfItem(atPath: directory + "/courier.sqlite")[.posixPermissions] as? Int == 0o600)
+    }
+
+    /// `courier device uninstall` of the demo app, then a restart: the
+    /// registration stays ended (a push is still Unregistered), and the
+    /// demo app is not registered again behind the user's back.
+    @Test func aRestartKeepsAnUninstall() async throws {
+        let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let first = try await CourierApplication.build(configuration: testConfiguration(directory), logger: logger)
+        let token = try #require(first.report.demoDeviceToken.flatMap(Hex.decode))
+        let deviceDirectory = try #require(first.report.demoDeviceDirectory)
+        var credentials = try DeviceCredentials.load(from: deviceDirectory)
+        #expect(try await first.dispatcher.unregister(deviceID: credentials.deviceID, bundleID: "com.example.demo", environment: .production))
+        // As `courier device uninstall` does: the identity forgets the token.
+        credentials.setToken(nil, for: "com.example.demo", in: .production)
+        try credentials.save()
+        try await first.provisioner.close()
+
+        let second = try await CourierApplication.build(configuration: testConfiguration(directory), logger: logger)
+        let registration = try await second.provisioner.store.registration(deviceID: credentials.deviceID, bundleID: "com.example.demo", environment: .production)
+        #expect(registration?.active == false, "still uninstalled")
+        #expect(second.report.demoDeviceToken == nil)
+        #expect(try DeviceCredentials.load(from: deviceDirectory).token(for: "com.example.demo", in: .production) == nil)
+        let push = PushNotification(id: UUID(), token: token, topic: "com.example.demo", payload: Array(#"{"aps":{}}"#.utf8), expiration: nil, priority: .immediate)
+        let result = await second.dispatcher.accept(push, environment: .production, from: TestServer.demoProvider)
+        guard case .rejected(let reason, _) = result else {
+            Issue.record("expected Unregistered, got \(result)")
+            try await second.provisioner.close()
+            return
+        }
+        #expect(reason == .unregistered)
         try await second.provisioner.close()
     }
 
