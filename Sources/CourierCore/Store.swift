@@ -29,6 +29,9 @@ public protocol Store: Sendable {
     func certificate(serial: String) async throws -> CertificateRecord?
     func certificates(kind: CertificateKind?) async throws -> [CertificateRecord]
     func revokeCertificate(serial: String, at: Date) async throws -> Bool
+    /// The serials of the certificates revoked at `date` or later (the
+    /// revocation sweep asks for what is new since it last looked).
+    func certificatesRevoked(since date: Date) async throws -> [String]
 
     // MARK: Devices and registrations
     func createDevice(_ device: Device) async throws

@@ -248,6 +248,10 @@ public final class SQLiteStore: Store {
         }
     }
 
+    public func certificatesRevoked(since date: Date) async throws -> [String] {
+        try await query("SELECT serial FROM certificates WHERE revoked_at >= ? ORDER BY revoked_at", [.millis(date)]).map { try $0.text("serial") }
+    }
+
     // MARK: Devices and registrations
 
     public func createDevice(_ device: Device) async throws {

@@ -100,9 +100,15 @@ final class BinaryGateway: Service {
     /// that closing is not a TCP reset that destroys the packet.
     let linger: TimeAmount = .milliseconds(250)
     private let open = OpenConnections()
+    /// Connections by certificate, on every interface (revocation).
+    let certificates: CertificateConnections
 
-    init(environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher, ports: BoundPorts, logger: Logger) throws {
+    init(
+        environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher,
+        certificates: CertificateConnections, ports: BoundPorts, logger: Logger
+    ) throws {
         self.environment = environment
+        self.certificates = certificates
         self.configuration = configuration
         self.authority = tls
         // TLS 1.2 at most, as Apple's gateway spoke: TLS 1.3 session tickets
@@ -210,7 +216,8 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     typealias OutboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
-    /// Graceful shutdown: answer status 10 with the last accepted identifier.
+    /// Graceful shutdown, or the certificate was revoked: answer status 10
+    /// with the last accepted identifier, then close.
     struct ShuttingDown: Sendable {}
 
     private let gateway: BinaryGateway
@@ -245,6 +252,10 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
                 let topic = info.bundleID ?? info.topics.first?.description
             {
                 grant = TopicGrant(topic, for: identity)
+                let channel = context.channel
+                gateway.certificates.register(serial: record.serial, channel: channel) {
+                    channel.pipeline.fireUserInboundEventTriggered(ShuttingDown())
+                }
             } else {
                 context.close(promise: nil)
             }

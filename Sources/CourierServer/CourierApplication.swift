@@ -34,8 +34,23 @@ public struct CourierApplication: Sendable {
     public let ports: BoundPorts
     /// The listeners the services open.
     public let listeners: [(BoundPorts.Listener, Environment)]
-    /// The HTTP/2 provider API of each environment (tests call `sweep`).
+    /// The HTTP/2 provider API of each environment.
     public let http2Gateways: [Environment: HTTP2Gateway]
+    /// The connections each certificate authenticated, on every interface.
+    let certificates: CertificateConnections
+
+    /// The connection sweep (the timer, every `qos.tickInterval`; tests
+    /// call it after moving the clock): idle HTTP/2 connections, and the
+    /// connections of revoked auth keys and certificates on every
+    /// interface, are closed.
+    public func sweep() async {
+        await Self.sweep(Array(http2Gateways.values), certificates)
+    }
+
+    private static func sweep(_ gateways: [HTTP2Gateway], _ certificates: CertificateConnections) async {
+        await HTTP2Gateway.sweep(gateways)
+        await certificates.sweep()
+    }
 
     /// Prepares the data directory (creating on first start what a
     /// newcomer needs) and builds the services.
@@ -61,33 +76,39 @@ public struct CourierApplication: Sendable {
             // Shutdown runs in reverse: listeners first, the store last.
             var services: [any Service] = [StoreService(provisioner: provisioner, logger: logger), log]
             let keys = ProviderKeys(store: provisioner.store)
+            let certificates = CertificateConnections(store: provisioner.store, clock: clock, logger: logger)
             var http2Gateways: [Environment: HTTP2Gateway] = [:]
             for environment in Environment.allCases {
                 http2Gateways[environment] = try HTTP2Gateway(
                     environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, keys: keys,
-                    ports: ports, logger: logger)
+                    certificates: certificates, ports: ports, logger: logger)
             }
             if timers {
                 services.append(TimerService(interval: configuration.qos.tickInterval) { await dispatcher.tick() })
                 services.append(
                     TimerService(interval: configuration.qos.tickInterval) { [http2Gateways] in
-                        await HTTP2Gateway.sweep(Array(http2Gateways.values))
+                        await Self.sweep(Array(http2Gateways.values), certificates)
                     })
             }
             for environment in Environment.allCases {
                 services.append(
-                    DeviceGateway(environment: environment, configuration: configuration, tls: tls, dispatcher: dispatcher, ports: ports, logger: logger))
+                    DeviceGateway(
+                        environment: environment, configuration: configuration, tls: tls, dispatcher: dispatcher, certificates: certificates, ports: ports,
+                        logger: logger))
                 services.append(
-                    try FeedbackService(environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, ports: ports, logger: logger))
+                    try FeedbackService(
+                        environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, certificates: certificates,
+                        ports: ports, logger: logger))
                 services.append(
                     try BinaryGateway(
-                        environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, ports: ports,
-                        logger: logger))
+                        environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher,
+                        certificates: certificates, ports: ports, logger: logger))
                 services.append(http2Gateways[environment]!)
             }
             return CourierApplication(
                 configuration: configuration, provisioner: provisioner, report: report, services: services, dispatcher: dispatcher, ports: ports,
-                listeners: Environment.allCases.flatMap { [(.device, $0), (.feedback, $0), (.binary, $0), (.http2, $0)] }, http2Gateways: http2Gateways)
+                listeners: Environment.allCases.flatMap { [(.device, $0), (.feedback, $0), (.binary, $0), (.http2, $0)] }, http2Gateways: http2Gateways,
+                certificates: certificates)
         } catch {
             try? await provisioner.close()
             throw error

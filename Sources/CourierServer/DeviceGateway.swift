@@ -61,9 +61,15 @@ final class DeviceGateway: Service {
     let ports: BoundPorts
     let logger: Logger
     private let open = OpenConnections()
+    /// Connections by certificate, on every interface (revocation).
+    let certificates: CertificateConnections
 
-    init(environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, dispatcher: Dispatcher, ports: BoundPorts, logger: Logger) {
+    init(
+        environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, dispatcher: Dispatcher, certificates: CertificateConnections,
+        ports: BoundPorts, logger: Logger
+    ) {
         self.environment = environment
+        self.certificates = certificates
         self.configuration = configuration
         self.tls = tls
         self.dispatcher = dispatcher
@@ -162,7 +168,7 @@ final class DeviceGateway: Service {
                 await fail(error, link: link)
                 return false
             case .connect(let tokens, let presentedGeneration):
-                guard let (device, refused) = try await connect(peer: peer, tokens: tokens, generation: presentedGeneration) else {
+                guard let (device, refused) = try await connect(peer: peer, link: link, tokens: tokens, generation: presentedGeneration) else {
                     conversation.machine.connectRefused()
                     await link.sendLast(
                         .connectAck(status: .certificateRefused, serverTime: now(), keepAlive: 0, maxFrameLength: 0, refusedTokens: [], tokenLength: nil))
@@ -214,8 +220,12 @@ final class DeviceGateway: Service {
 
     /// Identifies the device from its certificate, records a newer
     /// generation, and sorts out the presented tokens that are not its own.
-    private func connect(peer: PeerIdentityBox, tokens: [[UInt8]], generation: UInt32?) async throws -> (Device, [[UInt8]])? {
+    private func connect(peer: PeerIdentityBox, link: ChannelDeviceLink, tokens: [[UInt8]], generation: UInt32?) async throws -> (Device, [[UInt8]])? {
         guard let record = peer.take(), let deviceID = record.deviceID, var device = try await store.device(id: deviceID) else { return nil }
+        let channel = link.channel
+        certificates.register(serial: record.serial, channel: channel) {
+            channel.pipeline.fireUserInboundEventTriggered(DeviceConnectionHandler.Revoked())
+        }
         if let generation, generation > device.generation {
             try await dispatcher.resetDevice(id: deviceID, generation: generation)
             device.generation = generation
@@ -263,6 +273,8 @@ final class DeviceConnection: Sendable {
         case frame(DeviceFrame)
         /// The frame decoder or the channel failed.
         case failed(any Error)
+        /// The device's certificate was revoked.
+        case revoked
         /// The channel closed: the last item.
         case closed
     }
@@ -376,6 +388,10 @@ final class DeviceConnection: Sendable {
                 gateway.logger.debug("device connection ended", metadata: ["courier.error": "\(error)"])
                 link.close()
             }
+        case .revoked:
+            guard !conversation.over else { return }
+            conversation.over = true
+            await gateway.fail(DeviceProtocolError(.certificateRefused, "the device certificate was revoked"), link: link)
         case .closed:
             conversation.over = true
             if let session = conversation.session {
@@ -426,6 +442,17 @@ final class DeviceConnectionHandler: ChannelDuplexHandler {
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         connection.enqueue(.failed(error))
+    }
+
+    /// The device's certificate was revoked (`CertificateConnections`).
+    struct Revoked: Sendable {}
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is Revoked {
+            connection.enqueue(.revoked)
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
     }
 
     func read(context: ChannelHandlerContext) {

@@ -20,9 +20,15 @@ final class FeedbackService: Service {
     let store: any Store
     let ports: BoundPorts
     let logger: Logger
+    /// Connections by certificate, on every interface (revocation).
+    let certificates: CertificateConnections
 
-    init(environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, ports: BoundPorts, logger: Logger) throws {
+    init(
+        environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, certificates: CertificateConnections,
+        ports: BoundPorts, logger: Logger
+    ) throws {
         self.environment = environment
+        self.certificates = certificates
         self.configuration = configuration
         self.authority = tls
         context = try ServerTLS.context(provisioner: provisioner, maximumVersion: .tlsv12)
@@ -57,6 +63,8 @@ final class FeedbackService: Service {
                 // Transmission begins as soon as the handshake is done; no command is needed.
                 try await handshake.get()
                 guard let record = peer.record else { return }
+                let channel = connection.channel
+                certificates.register(serial: record.serial, channel: channel) { channel.close(promise: nil) }
                 let (_, info) = try ProviderIdentity.certificate(record)
                 for topic in info.topics.map(\.description) {
                     let entries = try await store.feedback(environment: environment, topic: topic)

@@ -96,12 +96,15 @@ public final class HTTP2Gateway: Service, Sendable {
     }
 
     private let connections = Mutex(Connections())
+    /// Connections by certificate, on every interface (revocation).
+    let certificates: CertificateConnections
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher,
-        keys: ProviderKeys, ports: BoundPorts, logger: Logger
+        keys: ProviderKeys, certificates: CertificateConnections, ports: BoundPorts, logger: Logger
     ) throws {
         self.environment = environment
+        self.certificates = certificates
         self.configuration = configuration
         self.authority = tls
         // A certificate is optional here: without one, the provider uses tokens.
@@ -172,8 +175,8 @@ public final class HTTP2Gateway: Service, Sendable {
 
     /// The gateway's timer (every `qos.tickInterval`; tests call it after
     /// moving the clock): closes connections idle for `http2.idleTimeout`
-    /// with GOAWAY `IdleTimeout`, and those whose certificate or key was
-    /// revoked.
+    /// with GOAWAY `IdleTimeout`, and those whose auth key was revoked
+    /// (those whose certificate was: `CertificateConnections`).
     public func sweep() async {
         await Self.sweep([self])
     }
@@ -199,29 +202,10 @@ public final class HTTP2Gateway: Service, Sendable {
             logger.info("closing an idle connection")
             connection.goAway(.idleTimeout)
         }
-        var certified: [String: [HTTP2ConnectionHandle]] = [:]
         for connection in open {
-            switch connection.trust {
-            case .token(let trust):
-                if let keyID = trust.keyID, keys.isRevoked(keyID) {
-                    logger.info("closing a connection whose auth key was revoked", metadata: ["courier.key": "\(keyID)"])
-                    connection.goAway(.invalidProviderToken)
-                }
-            case .certificate(let record, _, _), .unusableCertificate(let record):
-                certified[record.serial, default: []].append(connection)
-            }
-        }
-        // Each certificate in use read once, however many connections use it.
-        for (serial, connections) in certified {
-            do {
-                let current = try await dispatcher.store.certificate(serial: serial)
-                guard current == nil || current?.revokedAt != nil else { continue }
-                logger.info("closing connections whose certificate was revoked", metadata: ["courier.serial": "\(serial)"])
-                for connection in connections { connection.goAway(.badCertificate) }
-            } catch {
-                logger.error("store failed while checking revocations", metadata: ["courier.error": "\(error)"])
-                return
-            }
+            guard case .token(let trust) = connection.trust, let keyID = trust.keyID, keys.isRevoked(keyID) else { continue }
+            logger.info("closing a connection whose auth key was revoked", metadata: ["courier.key": "\(keyID)"])
+            connection.goAway(.invalidProviderToken)
         }
     }
 
@@ -336,6 +320,9 @@ final class HTTP2ConnectionSetup: ChannelInboundHandler, RemovableChannelHandler
             return
         }
         gateway.register(handle)
+        if let record = peer.record {
+            gateway.certificates.register(serial: record.serial, channel: context.channel) { handle.goAway(.badCertificate) }
+        }
         context.fireUserInboundEventTriggered(event)
     }
 }

@@ -127,6 +127,10 @@ public enum StoreConformance {
             report.equal(try await store.revokeCertificate(serial: "0a1b", at: at(3)), true, "revoke")
             report.equal(try await store.revokeCertificate(serial: "0a1b", at: at(4)), false, "revoke twice")
             report.equal(try await store.certificate(serial: "0a1b")?.revokedAt, at(3), "revocation time")
+            report.equal(try await store.certificatesRevoked(since: at(3)), ["0a1b"], "revoked since the time it was")
+            report.equal(try await store.certificatesRevoked(since: at(3.001)), [], "nothing revoked since after it")
+            report.equal(try await store.revokeCertificate(serial: "0c2d", at: at(5)), true, "revoke another")
+            report.equal(try await store.certificatesRevoked(since: at(0)), ["0a1b", "0c2d"], "revoked since, oldest first")
         },
         StoreConformanceCase(name: "devices keep generation and last seen") { store, report in
             let device = Device(id: 0xFEDC_BA98_7654_3210, certificateSerial: "01", generation: 1, createdAt: at(0))

@@ -87,6 +87,7 @@ final class FaultyStore: Store {
     func certificate(serial: String) async throws -> CertificateRecord? { try await base.certificate(serial: serial) }
     func certificates(kind: CertificateKind?) async throws -> [CertificateRecord] { try await base.certificates(kind: kind) }
     func revokeCertificate(serial: String, at: Date) async throws -> Bool { try await base.revokeCertificate(serial: serial, at: at) }
+    func certificatesRevoked(since date: Date) async throws -> [String] { try await base.certificatesRevoked(since: date) }
     func createDevice(_ device: Device) async throws { try await base.createDevice(device) }
     func device(id: UInt64) async throws -> Device? { try await base.device(id: id) }
     func setDeviceGeneration(id: UInt64, generation: UInt32) async throws -> [PendingNotification] {

@@ -515,7 +515,7 @@ extension HTTP2ProtocolTableTests {
 
         let serial = try #require(await server.application.provisioner.store.certificates(kind: .provider).first { $0.bundleID == "com.example.demo" }?.serial)
         try await server.application.provisioner.revokeCertificate(serial: serial)
-        await gateway.sweep()
+        await server.application.sweep()
         #expect(try #require(await byCertificate.closed()).reason == .badCertificate)
         // TLS 1.3: the client finishes its handshake before the server refuses the certificate, so the request fails.
         await #expect(throws: HTTP2ClientError.self) { _ = try await RawPush(token: token).send(on: try await server.http2Connection(certificate: certificate)) }

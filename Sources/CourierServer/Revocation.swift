@@ -1,0 +1,77 @@
+import CourierCore
+import Foundation
+import Logging
+import NIOCore
+import Synchronization
+
+/// Every open connection that a certificate authenticated, on every
+/// interface (binary, feedback, HTTP/2, device), by the certificate's
+/// serial: revoking a certificate closes all of them, each with its
+/// protocol's own signal (docs/protocol.md, docs/device-protocol.md).
+///
+/// A revoked certificate is refused at the handshake (`PeerVerifier`), so
+/// only connections opened before the revocation need closing. The store
+/// is asked once per sweep for what was revoked lately — not once per
+/// connection — so `courier pki revoke` run by another process is seen too.
+final class CertificateConnections: Sendable {
+    private struct State {
+        var bySerial: [String: [ObjectIdentifier: @Sendable () -> Void]] = [:]
+        /// When the last sweep began; the next asks for revocations from
+        /// a while before it (another process's clock may differ).
+        var lastSweep: Date?
+    }
+
+    /// How far back of the last sweep a sweep looks: clocks of the
+    /// processes that revoke may be this far apart.
+    static let clockMargin: TimeInterval = 3600
+
+    private let state = Mutex(State())
+    private let store: any Store
+    private let clock: any WallClock
+    private let logger: Logger
+
+    init(store: any Store, clock: any WallClock, logger: Logger) {
+        self.store = store
+        self.clock = clock
+        self.logger = logger
+    }
+
+    /// `channel` uses the certificate `serial`; `revoke` closes it (with
+    /// the protocol's signal) once the certificate is revoked. Forgotten
+    /// when the channel closes.
+    func register(serial: String, channel: any Channel, revoke: @escaping @Sendable () -> Void) {
+        let key = ObjectIdentifier(channel)
+        state.withLock { $0.bySerial[serial, default: [:]][key] = revoke }
+        channel.closeFuture.whenComplete { _ in
+            self.state.withLock { state in
+                state.bySerial[serial]?[key] = nil
+                if state.bySerial[serial]?.isEmpty == true { state.bySerial[serial] = nil }
+            }
+        }
+    }
+
+    /// Connections open now, for tests and logs.
+    var count: Int { state.withLock { $0.bySerial.values.reduce(0) { $0 + $1.count } } }
+
+    /// Closes the connections of every certificate revoked since the last
+    /// sweep (the application's timer, every `qos.tickInterval`).
+    func sweep() async {
+        let now = clock.now()
+        let since = state.withLock { ($0.lastSweep ?? now).addingTimeInterval(-Self.clockMargin) }
+        let revoked: [String]
+        do {
+            revoked = try await store.certificatesRevoked(since: since)
+        } catch {
+            // The next sweep looks from the same time again.
+            logger.error("store failed while reading revocations", metadata: ["courier.error": "\(error)"])
+            return
+        }
+        let closers = state.withLock { state in
+            state.lastSweep = now
+            return revoked.flatMap { state.bySerial.removeValue(forKey: $0).map { Array($0.values) } ?? [] }
+        }
+        guard !closers.isEmpty else { return }
+        logger.info("closing connections whose certificate was revoked", metadata: ["courier.connections": "\(closers.count)"])
+        for close in closers { close() }
+    }
+}
