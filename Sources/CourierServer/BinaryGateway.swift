@@ -100,15 +100,15 @@ final class BinaryGateway: Service {
     /// that closing is not a TCP reset that destroys the packet.
     let linger: TimeAmount = .milliseconds(250)
     private let open = OpenConnections()
-    /// Connections by certificate, on every interface (revocation).
-    let certificates: CertificateConnections
+    /// What peers may hold, and who uses which certificate.
+    let policy: ConnectionPolicy
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher,
-        certificates: CertificateConnections, ports: BoundPorts, logger: Logger
+        policy: ConnectionPolicy, ports: BoundPorts, logger: Logger
     ) throws {
         self.environment = environment
-        self.certificates = certificates
+        self.policy = policy
         self.configuration = configuration
         self.authority = tls
         // TLS 1.2 at most, as Apple's gateway spoke: TLS 1.3 session tickets
@@ -122,21 +122,25 @@ final class BinaryGateway: Service {
     }
 
     func run() async throws {
-        let verifier = PeerVerifier(authority: authority.authority, store: dispatcher.store, kind: .provider, logger: logger, environment: environment)
+        let verifier = PeerVerifier(authority: authority.authority, store: dispatcher.store, kind: .provider, logger: logger, environment: environment, throttle: policy.throttle)
         let context = self.context
         let limits = BinaryDecoderLimits(
             tokenLength: configuration.limits.tokenLength, legacyPayload: configuration.limits.payload.binaryLegacy,
             command2Payload: configuration.limits.payload.binaryCommand2)
         let timeout = configuration.handshakeTimeout
+        let guardian = policy.guardFor(.binary, logger: logger)
+        let idle = policy.connections.binaryIdle
         let server = try await bindListener(.binary, environment, configuration.network) { host, port in
-            try await listenerBootstrap()
+            try await listenerBootstrap(backOffWhenOutOfDescriptors: true)
                 .childChannelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
+                        try guardian.admit(channel)
                         let box = PeerIdentityBox()
                         channel.closeFuture.whenComplete { _ in self.open.remove(channel) }
                         try self.open.add(channel)
                         try channel.pipeline.syncOperations.addHandlers(
                             verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
+                                ConnectionTimeout(.silence, timeout: idle),
                                 BinaryConnectionHandler(gateway: self, peer: box, limits: limits),
                             ])
                     }
@@ -235,6 +239,10 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     private var readHeld = false
     /// A bad notification was seen (or the channel ended): nothing after it counts.
     private var over = false
+    /// A frame begun must end in time.
+    private var deadline: UnfinishedFrameDeadline
+    /// Frames handled since the last read.
+    private var handled = 0
     /// The commit of the last admitted notification that has one. Commits
     /// finish in order, so once it is done all are: an error response,
     /// which tells the provider everything before it was taken, waits for it.
@@ -244,6 +252,15 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
         self.gateway = gateway
         self.peer = peer
         decoder = BinaryProviderDecoder(limits: limits)
+        deadline = UnfinishedFrameDeadline(timeout: gateway.policy.connections.unfinishedFrame)
+    }
+
+    /// Starts, restarts or stops the unfinished-frame deadline after a
+    /// read: bytes waiting while a notification waits for the dispatcher
+    /// are whole frames held back by the server, not the peer's doing.
+    private func checkUnfinishedFrame(context: ChannelHandlerContext) {
+        deadline.update(unfinished: !over && !busy && !received.isEmpty, progressed: handled > 0, channel: context.channel)
+        handled = 0
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
@@ -253,7 +270,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
             {
                 grant = TopicGrant(topic, for: identity)
                 let channel = context.channel
-                gateway.certificates.register(serial: record.serial, channel: channel) {
+                gateway.policy.certificates.register(serial: record.serial, channel: channel) {
                     channel.pipeline.fireUserInboundEventTriggered(ShuttingDown())
                 }
             } else {
@@ -278,6 +295,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
         let now = gateway.dispatcher.clock.now()
         received.receive(unwrapInboundIn(data)) { handleFrames(in: &$0, now: now, context: context) }
         if over { received.discard() }
+        checkUnfinishedFrame(context: context)
     }
 
     func read(context: ChannelHandlerContext) {
@@ -292,6 +310,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
         // Can come in the middle of a read (a refusal closes at once): what
         // is received stays where it is, never to be read.
         over = true
+        deadline.cancel()
         context.fireChannelInactive()
     }
 
@@ -335,6 +354,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
         let now = gateway.dispatcher.clock.now()
         received.readCarried { handleFrames(in: &$0, now: now, context: context) }
         if over { received.discard() }
+        checkUnfinishedFrame(context: context)
         if !busy, readHeld {
             readHeld = false
             context.read()
@@ -347,6 +367,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     private func handleFrames(in bytes: inout ByteBuffer, now: Date, context: ChannelHandlerContext) {
         let grant = self.grant
         while !busy, !over, let message = decoder.next(from: &bytes) {
+            handled += 1
             handle(message, grant: grant, now: now, context: context)
         }
     }

@@ -120,6 +120,60 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         }
     }
 
+    /// What one peer may hold: connections, and time before it
+    /// authenticates, finishes a frame or says anything. Beyond a limit a
+    /// connection is closed, counted and logged (docs/security.md).
+    public struct Connections: Sendable, Hashable, Codable {
+        /// Open connections on one provider listener (binary, feedback,
+        /// HTTP/2, each environment); a new one beyond it is closed at accept.
+        public var maxPerListener: Int
+        /// Open connections on one device listener.
+        public var maxPerDeviceListener: Int
+        /// Open connections from one source address on one listener.
+        public var maxPerAddress: Int
+        /// Seconds after its TLS handshake within which an HTTP/2
+        /// connection without a client certificate must send a valid
+        /// provider token; otherwise GOAWAY `MissingProviderToken`.
+        public var authenticationTimeout: Double
+        /// Seconds a binary provider connection may stay silent.
+        public var binaryIdleTimeout: Double
+        /// Seconds a binary or device frame may take from its first byte
+        /// to its last.
+        public var unfinishedFrameTimeout: Double
+        /// Seconds a feedback connection may last, whatever is still to write.
+        public var feedbackTimeout: Double
+        /// Connections one provider identity (a certificate, an auth key)
+        /// may open per `reconnectWindow` seconds; beyond it its handshakes
+        /// (or, with a token, its first request) are refused until the
+        /// window has passed.
+        public var reconnectLimit: Int
+        public var reconnectWindow: Double
+        /// Refusals are logged at most once per this many seconds per
+        /// listener (with their count), so a flood cannot flood the log.
+        public var refusalLogInterval: Double
+
+        public init(
+            maxPerListener: Int = 1000, maxPerDeviceListener: Int = 6000, maxPerAddress: Int = 500, authenticationTimeout: Double = 10,
+            binaryIdleTimeout: Double = 3600, unfinishedFrameTimeout: Double = 10, feedbackTimeout: Double = 30, reconnectLimit: Int = 100,
+            reconnectWindow: Double = 60, refusalLogInterval: Double = 10
+        ) {
+            self.maxPerListener = maxPerListener
+            self.maxPerDeviceListener = maxPerDeviceListener
+            self.maxPerAddress = maxPerAddress
+            self.authenticationTimeout = authenticationTimeout
+            self.binaryIdleTimeout = binaryIdleTimeout
+            self.unfinishedFrameTimeout = unfinishedFrameTimeout
+            self.feedbackTimeout = feedbackTimeout
+            self.reconnectLimit = reconnectLimit
+            self.reconnectWindow = reconnectWindow
+            self.refusalLogInterval = refusalLogInterval
+        }
+
+        /// Every connection the listeners may hold at once: what the
+        /// process's descriptor limit must leave room for.
+        public var capacity: Int { 2 * maxPerDeviceListener + 6 * maxPerListener }
+    }
+
     /// How the server's threads are scheduled.
     public struct Threads: Sendable, Hashable, Codable {
         /// 0: the event loops are ordinary threads. 1 to 99: they run under
@@ -134,6 +188,7 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
 
     public var dataDirectory: String
     public var network: Network
+    public var connections: Connections
     public var http2: HTTP2
     public var limits: Limits
     public var paths: Paths
@@ -145,9 +200,11 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
     public var logLevel: String
 
     public init(
-        dataDirectory: String = "./courier-data", network: Network = Network(), http2: HTTP2 = HTTP2(), limits: Limits = Limits(), paths: Paths = Paths(),
-        demo: Demo = Demo(), qos: QoSConfiguration = QoSConfiguration(), threads: Threads = Threads(), logLevel: String = "info"
+        dataDirectory: String = "./courier-data", network: Network = Network(), connections: Connections = Connections(), http2: HTTP2 = HTTP2(),
+        limits: Limits = Limits(), paths: Paths = Paths(), demo: Demo = Demo(), qos: QoSConfiguration = QoSConfiguration(), threads: Threads = Threads(),
+        logLevel: String = "info"
     ) {
+        self.connections = connections
         self.qos = qos
         self.threads = threads
         self.dataDirectory = dataDirectory
@@ -269,7 +326,19 @@ extension CourierConfiguration {
             ("qos.burstWindow", qos.burstWindow), ("qos.retention", qos.retention), ("qos.tokenRateWindow", qos.tokenRateWindow),
             ("qos.tickInterval", qos.tickInterval),
         ]
-        for (key, value) in positive where !(value > 0) {
+        let limits = [
+            ("connections.maxPerListener", connections.maxPerListener), ("connections.maxPerDeviceListener", connections.maxPerDeviceListener),
+            ("connections.maxPerAddress", connections.maxPerAddress), ("connections.reconnectLimit", connections.reconnectLimit),
+        ]
+        for (key, value) in limits where value < 1 {
+            throw ConfigurationError("\(source): '\(key)' must be at least 1")
+        }
+        let times = [
+            ("connections.authenticationTimeout", connections.authenticationTimeout), ("connections.binaryIdleTimeout", connections.binaryIdleTimeout),
+            ("connections.unfinishedFrameTimeout", connections.unfinishedFrameTimeout), ("connections.feedbackTimeout", connections.feedbackTimeout),
+            ("connections.reconnectWindow", connections.reconnectWindow), ("connections.refusalLogInterval", connections.refusalLogInterval),
+        ]
+        for (key, value) in positive + times where !(value > 0) {
             throw ConfigurationError("\(source): '\(key)' must be more than 0")
         }
         guard qos.silentBudgetPerHour >= 0 else { throw ConfigurationError("\(source): 'qos.silentBudgetPerHour' must be 0 or more") }

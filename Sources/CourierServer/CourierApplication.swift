@@ -77,11 +77,14 @@ public struct CourierApplication: Sendable {
             var services: [any Service] = [StoreService(provisioner: provisioner, logger: logger), log]
             let keys = ProviderKeys(store: provisioner.store)
             let certificates = CertificateConnections(store: provisioner.store, clock: clock, logger: logger)
+            let policy = ConnectionPolicy(
+                connections: configuration.connections, certificates: certificates,
+                throttle: ReconnectThrottle(limit: configuration.connections.reconnectLimit, window: configuration.connections.reconnectWindow, clock: clock))
             var http2Gateways: [Environment: HTTP2Gateway] = [:]
             for environment in Environment.allCases {
                 http2Gateways[environment] = try HTTP2Gateway(
                     environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, keys: keys,
-                    certificates: certificates, ports: ports, logger: logger)
+                    policy: policy, ports: ports, logger: logger)
             }
             if timers {
                 services.append(TimerService(interval: configuration.qos.tickInterval) { await dispatcher.tick() })
@@ -93,16 +96,16 @@ public struct CourierApplication: Sendable {
             for environment in Environment.allCases {
                 services.append(
                     DeviceGateway(
-                        environment: environment, configuration: configuration, tls: tls, dispatcher: dispatcher, certificates: certificates, ports: ports,
+                        environment: environment, configuration: configuration, tls: tls, dispatcher: dispatcher, policy: policy, ports: ports,
                         logger: logger))
                 services.append(
                     try FeedbackService(
-                        environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, certificates: certificates,
+                        environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, policy: policy,
                         ports: ports, logger: logger))
                 services.append(
                     try BinaryGateway(
                         environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher,
-                        certificates: certificates, ports: ports, logger: logger))
+                        policy: policy, ports: ports, logger: logger))
                 services.append(http2Gateways[environment]!)
             }
             return CourierApplication(

@@ -61,15 +61,15 @@ final class DeviceGateway: Service {
     let ports: BoundPorts
     let logger: Logger
     private let open = OpenConnections()
-    /// Connections by certificate, on every interface (revocation).
-    let certificates: CertificateConnections
+    /// What peers may hold, and who uses which certificate.
+    let policy: ConnectionPolicy
 
     init(
-        environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, dispatcher: Dispatcher, certificates: CertificateConnections,
+        environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, dispatcher: Dispatcher, policy: ConnectionPolicy,
         ports: BoundPorts, logger: Logger
     ) {
         self.environment = environment
-        self.certificates = certificates
+        self.policy = policy
         self.configuration = configuration
         self.tls = tls
         self.dispatcher = dispatcher
@@ -83,14 +83,17 @@ final class DeviceGateway: Service {
     func run() async throws {
         let verifier = PeerVerifier(authority: tls.authority, store: store, kind: .device, logger: logger)
         let context = tls.context
+        let limits = policy.guardFor(.device, logger: logger)
+        let unfinishedFrame = policy.connections.unfinishedFrame
         let maxFrame = configuration.limits.deviceMaxFrameLength
         let keepAlive = configuration.qos.keepAlive
         let timeout = configuration.handshakeTimeout
         let server = try await bindListener(.device, environment, configuration.network) { host, port in
-            try await listenerBootstrap(backlog: 1024)
+            try await listenerBootstrap(backlog: 1024, backOffWhenOutOfDescriptors: true)
                 .childChannelOption(.allocator, value: PageBufferAllocator.allocator)
                 .childChannelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
+                        try limits.admit(channel)
                         let box = PeerIdentityBox()
                         let connection = DeviceConnection(gateway: self, link: ChannelDeviceLink(channel: channel), peer: box)
                         // However the channel ends (even before its handlers are
@@ -101,7 +104,7 @@ final class DeviceGateway: Service {
                         try channel.pipeline.syncOperations.addHandlers(
                             verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
                                 ConnectionTimeout(.silence, timeout: .seconds(Int64(2 * keepAlive))),
-                                DeviceConnectionHandler(connection, maxFrameLength: maxFrame),
+                                DeviceConnectionHandler(connection, maxFrameLength: maxFrame, unfinishedFrameTimeout: unfinishedFrame),
                             ])
                     }
                 }
@@ -223,7 +226,7 @@ final class DeviceGateway: Service {
     private func connect(peer: PeerIdentityBox, link: ChannelDeviceLink, tokens: [[UInt8]], generation: UInt32?) async throws -> (Device, [[UInt8]])? {
         guard let record = peer.take(), let deviceID = record.deviceID, var device = try await store.device(id: deviceID) else { return nil }
         let channel = link.channel
-        certificates.register(serial: record.serial, channel: channel) {
+        policy.certificates.register(serial: record.serial, channel: channel) {
             channel.pipeline.fireUserInboundEventTriggered(DeviceConnectionHandler.Revoked())
         }
         if let generation, generation > device.generation {
@@ -416,21 +419,34 @@ final class DeviceConnectionHandler: ChannelDuplexHandler {
     private var received = ReceivedBytes()
     /// The stream could not be read: everything after is discarded.
     private var failed = false
+    /// A frame begun must end in time.
+    private var deadline: UnfinishedFrameDeadline
+    /// Frames handed on in the current read.
+    private var handedOn = 0
 
-    init(_ connection: DeviceConnection, maxFrameLength: Int) {
+    init(_ connection: DeviceConnection, maxFrameLength: Int, unfinishedFrameTimeout: TimeAmount) {
         self.connection = connection
         decoder = DeviceFrameDecoder(maxFrameLength: maxFrameLength)
+        deadline = UnfinishedFrameDeadline(timeout: unfinishedFrameTimeout)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard !failed else { return }
+        handedOn = 0
         received.receive(unwrapInboundIn(data)) { handOn(&$0) }
+        deadline.update(unfinished: !failed && !received.isEmpty, progressed: handedOn > 0, channel: context.channel)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        deadline.cancel()
+        context.fireChannelInactive()
     }
 
     /// Hands on every whole frame in `buffer`; a malformed one ends the stream.
     private func handOn(_ buffer: inout ByteBuffer) {
         do {
             while let frame = try decoder.decode(buffer: &buffer) {
+                handedOn += 1
                 connection.enqueue(.frame(frame))
             }
         } catch {

@@ -20,15 +20,15 @@ final class FeedbackService: Service {
     let store: any Store
     let ports: BoundPorts
     let logger: Logger
-    /// Connections by certificate, on every interface (revocation).
-    let certificates: CertificateConnections
+    /// What peers may hold, and who uses which certificate.
+    let policy: ConnectionPolicy
 
     init(
-        environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, certificates: CertificateConnections,
+        environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, policy: ConnectionPolicy,
         ports: BoundPorts, logger: Logger
     ) throws {
         self.environment = environment
-        self.certificates = certificates
+        self.policy = policy
         self.configuration = configuration
         self.authority = tls
         context = try ServerTLS.context(provisioner: provisioner, maximumVersion: .tlsv12)
@@ -40,14 +40,19 @@ final class FeedbackService: Service {
     }
 
     func run() async throws {
-        let verifier = PeerVerifier(authority: authority.authority, store: store, kind: .provider, logger: logger, environment: environment)
+        let verifier = PeerVerifier(authority: authority.authority, store: store, kind: .provider, logger: logger, environment: environment, throttle: policy.throttle)
         let context = self.context
         let timeout = configuration.handshakeTimeout
+        let guardian = policy.guardFor(.feedback, logger: logger)
+        let lifetime = policy.connections.feedbackLifetime
         let server = try await bindListener(.feedback, environment, configuration.network) { host, port in
             try await listenerBootstrap()
                 .bind(host: host, port: port) { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        try verifier.handshakingConnection(channel, context: context, handshakeTimeout: timeout)
+                        try guardian.admit(channel)
+                        // A client that does not read cannot hold the connection.
+                        try channel.pipeline.syncOperations.addHandler(ConnectionTimeout(.lifetime, timeout: lifetime))
+                        return try verifier.handshakingConnection(channel, context: context, handshakeTimeout: timeout)
                     }
                 }
         }
@@ -64,7 +69,7 @@ final class FeedbackService: Service {
                 try await handshake.get()
                 guard let record = peer.record else { return }
                 let channel = connection.channel
-                certificates.register(serial: record.serial, channel: channel) { channel.close(promise: nil) }
+                policy.certificates.register(serial: record.serial, channel: channel) { channel.close(promise: nil) }
                 let (_, info) = try ProviderIdentity.certificate(record)
                 for topic in info.topics.map(\.description) {
                     let entries = try await store.feedback(environment: environment, topic: topic)

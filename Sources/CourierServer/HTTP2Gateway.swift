@@ -32,11 +32,14 @@ enum ProviderTrust: Sendable {
 final class HTTP2ConnectionHandle: Sendable {
     let channel: any Channel
     let trust: ProviderTrust
+    /// When its TLS handshake finished.
+    let openedAt: Date
     private let state: Mutex<(lastActivity: Date, closing: Reason?)>
 
     init(channel: any Channel, trust: ProviderTrust, now: Date) {
         self.channel = channel
         self.trust = trust
+        openedAt = now
         state = Mutex((now, nil))
     }
 
@@ -96,15 +99,15 @@ public final class HTTP2Gateway: Service, Sendable {
     }
 
     private let connections = Mutex(Connections())
-    /// Connections by certificate, on every interface (revocation).
-    let certificates: CertificateConnections
+    /// What peers may hold, and who uses which certificate.
+    let policy: ConnectionPolicy
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher,
-        keys: ProviderKeys, certificates: CertificateConnections, ports: BoundPorts, logger: Logger
+        keys: ProviderKeys, policy: ConnectionPolicy, ports: BoundPorts, logger: Logger
     ) throws {
         self.environment = environment
-        self.certificates = certificates
+        self.policy = policy
         self.configuration = configuration
         self.authority = tls
         // A certificate is optional here: without one, the provider uses tokens.
@@ -120,13 +123,15 @@ public final class HTTP2Gateway: Service, Sendable {
     var clock: any WallClock { dispatcher.clock }
 
     public func run() async throws {
-        let verifier = PeerVerifier(authority: authority.authority, store: dispatcher.store, kind: .provider, logger: logger)
+        let verifier = PeerVerifier(authority: authority.authority, store: dispatcher.store, kind: .provider, logger: logger, throttle: policy.throttle)
         let context = self.context
         let timeout = configuration.handshakeTimeout
+        let guardian = policy.guardFor(.http2, logger: logger)
         let server = try await bindListener(.http2, environment, configuration.network) { host, port in
             try await listenerBootstrap()
                 .bind(host: host, port: port) { channel in
                     channel.eventLoop.makeCompletedFuture {
+                        try guardian.admit(channel)
                         let box = PeerIdentityBox()
                         try channel.pipeline.syncOperations.addHandlers(
                             verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
@@ -202,6 +207,12 @@ public final class HTTP2Gateway: Service, Sendable {
             logger.info("closing an idle connection")
             connection.goAway(.idleTimeout)
         }
+        // A connection without a certificate that has shown no valid token in time.
+        for connection in open where now.timeIntervalSince(connection.openedAt) >= policy.connections.authenticationTimeout {
+            guard case .token(let trust) = connection.trust, trust.keyID == nil else { continue }
+            logger.info("closing a connection that did not authenticate")
+            connection.goAway(.missingProviderToken)
+        }
         for connection in open {
             guard case .token(let trust) = connection.trust, let keyID = trust.keyID, keys.isRevoked(keyID) else { continue }
             logger.info("closing a connection whose auth key was revoked", metadata: ["courier.key": "\(keyID)"])
@@ -231,6 +242,12 @@ public final class HTTP2Gateway: Service, Sendable {
             switch await trust.authenticate(head.authorization, now: clock.now(), keys: keys) {
             case .rejected(let reason): return .failure(reason, apnsID: apnsID)
             case .valid(let valid, let first):
+                // A key whose connections come and go too fast is refused (and this connection ends).
+                if first, let keyID = trust.keyID, !policy.throttle.take("key " + keyID) {
+                    logger.warning("refusing a provider that reconnects too fast", metadata: ["courier.key": "\(keyID)"])
+                    connection.goAway(.tooManyRequests)
+                    return .failure(.tooManyRequests, apnsID: apnsID)
+                }
                 identity = valid
                 liftStreamLimit = first
                 tokenTrust = trust
@@ -321,7 +338,7 @@ final class HTTP2ConnectionSetup: ChannelInboundHandler, RemovableChannelHandler
         }
         gateway.register(handle)
         if let record = peer.record {
-            gateway.certificates.register(serial: record.serial, channel: context.channel) { handle.goAway(.badCertificate) }
+            gateway.policy.certificates.register(serial: record.serial, channel: context.channel) { handle.goAway(.badCertificate) }
         }
         context.fireUserInboundEventTriggered(event)
     }

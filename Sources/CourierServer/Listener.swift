@@ -108,11 +108,21 @@ final class OpenConnections: Sendable {
 
 /// The bootstrap every listener binds with: address reuse, a listen
 /// backlog, and no Nagle delay on the connections (answers are small).
-func listenerBootstrap(backlog: Int32 = 256) -> ServerBootstrap {
-    ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+/// A listener bound with a child channel initializer (not the async
+/// `bind`, which adds its own) gets `AcceptBackoffHandler`: out of file
+/// descriptors, it pauses accepting for a moment instead of trying again
+/// at once, for ever, on a spinning core.
+func listenerBootstrap(backlog: Int32 = 256, backOffWhenOutOfDescriptors: Bool = false) -> ServerBootstrap {
+    var bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
         .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
         .serverChannelOption(.backlog, value: backlog)
         .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+    if backOffWhenOutOfDescriptors {
+        bootstrap = bootstrap.serverChannelInitializer { channel in
+            channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(AcceptBackoffHandler()) }
+        }
+    }
+    return bootstrap
 }
 
 /// Closes a connection when its time is up, on the event loop's clock (a
@@ -128,6 +138,8 @@ public final class ConnectionTimeout: ChannelInboundHandler, RemovableChannelHan
     public enum Kind: Sendable {
         case silence
         case handshake
+        /// The connection has `timeout` from its start, whatever it does.
+        case lifetime
     }
 
     private let kind: Kind
@@ -233,6 +245,9 @@ struct ReceivedBytes {
             carried.discardReadBytes()
         }
     }
+
+    /// Nothing is carried: no frame was left unfinished.
+    var isEmpty: Bool { carried.readableBytes == 0 }
 
     /// Forgets what is carried: nothing more will be read.
     mutating func discard() {

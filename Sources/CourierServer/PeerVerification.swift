@@ -32,6 +32,8 @@ struct PeerVerifier: Sendable {
     /// For provider certificates: the environment the port serves, which
     /// the certificate must carry.
     var environment: Environment? = nil
+    /// Provider certificates that connect too often are refused for a while.
+    var throttle: ReconnectThrottle? = nil
 
     /// The handlers every listener's connection starts with: TLS whose
     /// peer certificate this verifier checks (the identity into `box`),
@@ -84,6 +86,11 @@ struct PeerVerifier: Sendable {
                 }
                 if let environment, !record.environments.contains(environment) {
                     logger.info("refused a certificate without this environment", metadata: ["courier.serial": "\(serial)"])
+                    promise.succeed(.failed)
+                    return
+                }
+                if let throttle, !throttle.take("certificate " + serial) {
+                    logger.warning("refusing a provider certificate that reconnects too fast", metadata: ["courier.serial": "\(serial)"])
                     promise.succeed(.failed)
                     return
                 }

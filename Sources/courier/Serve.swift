@@ -35,7 +35,9 @@ struct Serve: AsyncParsableCommand {
         } catch {
             throw ValidationError("\(error)")
         }
-        let banner = Self.describe(application)
+        // Every connection is a descriptor: the soft limit goes up to the hard one.
+        let descriptors = DescriptorLimit.raise()
+        let banner = Self.describe(application) + configuration.connections.describe(descriptorLimit: descriptors)
         try await application.serviceGroup(
             logger: logger,
             onReady: { ports in

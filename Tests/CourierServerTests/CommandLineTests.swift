@@ -159,6 +159,31 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         #expect(after.stdout.contains("serial \(serial)") && after.stdout.split(separator: "\n").contains { $0.contains(String(serial)) && $0.hasSuffix("REVOKED") })
     }
 
+    /// Started with a soft open-file limit below the hard one, `courier
+    /// serve` raises it to the hard one and prints its connection limits.
+    @Test func serveRaisesItsOpenFileLimitAndPrintsItsConnectionCapacity() throws {
+        let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let config = directory + "/courier.json"
+        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0}"#
+        try #"{"network": {"production": \#(zero), "sandbox": \#(zero), "adminPort": 0}}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        let hard = try #require(Int(try runProgram("/bin/sh", ["-c", "ulimit -Hn"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)))
+        let soft = max(64, hard / 2)
+        let server = try RunningProgram(
+            "/bin/sh", ["-c", "ulimit -Sn \(soft) && exec \"$0\" serve --data \"$1\" --config \"$2\"", courier, directory + "/data", config])
+        defer {
+            server.signal(SIGTERM)
+            _ = server.waitForExit()
+        }
+        #expect(server.waitForLine(containing: "Courier is running") != nil, "\(server.output)")
+        let limits = try String(contentsOfFile: "/proc/\(server.processIdentifier)/limits", encoding: .utf8)
+        let line = try #require(limits.split(separator: "\n").first { $0.hasPrefix("Max open files") })
+        let values = line.split(separator: " ").compactMap { Int($0) }
+        #expect(values.first == hard, "soft raised from \(soft) to the hard limit: \(line)")
+        let output = server.output.joined(separator: "\n")
+        #expect(output.contains("Connections: at most 6000 per device listener, 1000 per provider listener, 500 per address; 18000 in all (open files: \(hard))"))
+    }
+
     @Test func serveStartsPrintsItsFilesAndStopsOnSIGTERMAndSIGINT() throws {
         let directory = try temporaryDirectory()
         defer { removeTemporaryDirectory(directory) }

@@ -38,6 +38,9 @@ let everyKeyChanged = CourierConfiguration(
         production: .init(binary: 3195, feedback: 3196, http2: 3197, device: 6223),
         sandbox: .init(binary: 13195, feedback: 13196, http2: 13197, device: 16223),
         adminPort: 9090, serverDNSNames: ["push.example.com"], serverIPAddresses: ["10.0.0.1"], handshakeTimeout: 3),
+    connections: .init(
+        maxPerListener: 10, maxPerDeviceListener: 20, maxPerAddress: 5, authenticationTimeout: 2, binaryIdleTimeout: 60, unfinishedFrameTimeout: 4,
+        feedbackTimeout: 6, reconnectLimit: 7, reconnectWindow: 8, refusalLogInterval: 9),
     http2: .init(maxConcurrentStreams: 64, idleTimeout: 600),
     limits: .init(payload: PayloadLimits(binaryLegacy: 300, binaryCommand2: 3000, http2: 5000, http2VoIP: 6000), tokenLength: 64, deviceMaxFrameLength: 32_768),
     paths: .init(database: "db.sqlite", pki: "certs", demo: "example"),
@@ -104,6 +107,8 @@ let everyKeyChanged = CourierConfiguration(
         (#"{"limits": {"deviceMaxFrameLength": 10}}"#, "'limits.deviceMaxFrameLength' must be 1024 to 16777216"),
         (#"{"logLevel": "loud"}"#, "'logLevel' must be one of"),
         (#"{"qos": {"burstWindow": 0}}"#, "'qos.burstWindow' must be more than 0"),
+        (#"{"connections": {"maxPerAddress": 0}}"#, "'connections.maxPerAddress' must be at least 1"),
+        (#"{"connections": {"unfinishedFrameTimeout": 0}}"#, "'connections.unfinishedFrameTimeout' must be more than 0"),
         (#"{"qos": {"silentBudgetPerHour": -1}}"#, "'qos.silentBudgetPerHour' must be 0 or more"),
         (#"{"qos": {"tokenRateLimit": 0}}"#, "'qos.tokenRateLimit' must be at least 1"),
         (#"{"qos": {"keepAlive": 0}}"#, "'qos.keepAlive' must be 1 to 86400"),

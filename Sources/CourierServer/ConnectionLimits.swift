@@ -1,0 +1,240 @@
+import CourierCore
+import Foundation
+import Logging
+import NIOCore
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What one listener lets peers hold: open connections in all and from one
+/// source address. A connection beyond either is closed at accept (by a
+/// `CloseAtOnce` in front of its pipeline: a channel initializer that
+/// threw would end the whole accept loop of an async listener), counted,
+/// and logged at most once per
+/// `connections.refusalLogInterval` with the count since the last line —
+/// so that a flood can neither lock out the other listeners nor flood the
+/// log (docs/security.md).
+final class ListenerGuard: Sendable {
+    private struct State {
+        var open = 0
+        var byAddress: [String: Int] = [:]
+        var refused = 0
+        /// Refusals since the last log line.
+        var unlogged = 0
+        var lastLog: NIODeadline?
+    }
+
+    let maxOpen: Int
+    let maxPerAddress: Int
+    private let logInterval: TimeAmount
+    private let logger: Logger
+    private let state = Mutex(State())
+
+    init(maxOpen: Int, maxPerAddress: Int, logInterval: Double, logger: Logger) {
+        self.maxOpen = maxOpen
+        self.maxPerAddress = maxPerAddress
+        self.logInterval = .milliseconds(Int64(logInterval * 1000))
+        self.logger = logger
+    }
+
+    convenience init(_ listener: BoundPorts.Listener, _ connections: CourierConfiguration.Connections, logger: Logger) {
+        self.init(
+            maxOpen: listener == .device ? connections.maxPerDeviceListener : connections.maxPerListener, maxPerAddress: connections.maxPerAddress,
+            logInterval: connections.refusalLogInterval, logger: logger)
+    }
+
+    /// Counts a new connection in, or refuses it: `CloseAtOnce` goes in
+    /// front of its pipeline (whatever else the listener then adds never
+    /// sees a byte). Call first in the child channel initializer.
+    func admit(_ channel: any Channel) throws {
+        guard count(channel) else {
+            try channel.pipeline.syncOperations.addHandler(CloseAtOnce(), position: .first)
+            return
+        }
+    }
+
+    /// Counts a new connection in (it is counted out when it closes);
+    /// false, and counted as refused, when it is over a limit.
+    private func count(_ channel: any Channel) -> Bool {
+        let address = channel.remoteAddress?.ipAddress ?? "unknown"
+        let now = NIODeadline.now()
+        let refusal = state.withLock { state -> (why: String, log: Int?)? in
+            let why: String
+            if state.open >= maxOpen {
+                why = "the listener has its \(maxOpen) connections"
+            } else if state.byAddress[address, default: 0] >= maxPerAddress {
+                why = "the address has its \(maxPerAddress) connections"
+            } else {
+                state.open += 1
+                state.byAddress[address, default: 0] += 1
+                return nil
+            }
+            state.refused += 1
+            state.unlogged += 1
+            guard state.lastLog.map({ now - $0 >= logInterval }) ?? true else { return (why, nil) }
+            state.lastLog = now
+            defer { state.unlogged = 0 }
+            return (why, state.unlogged)
+        }
+        if let refusal {
+            if let count = refusal.log {
+                logger.warning(
+                    "refusing connections", metadata: ["courier.reason": "\(refusal.why)", "courier.refused": "\(count)", "courier.address": "\(address)"])
+            }
+            return false
+        }
+        channel.closeFuture.whenComplete { _ in
+            self.state.withLock { state in
+                state.open -= 1
+                let left = state.byAddress[address, default: 1] - 1
+                state.byAddress[address] = left > 0 ? left : nil
+            }
+        }
+        return true
+    }
+
+    /// Connections refused since the start.
+    var refused: Int { state.withLock { $0.refused } }
+    /// Connections open now.
+    var open: Int { state.withLock { $0.open } }
+}
+
+/// Closes its connection as soon as it is active: a connection refused at
+/// accept.
+final class CloseAtOnce: ChannelInboundHandler, Sendable {
+    typealias InboundIn = NIOAny
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { context.close(promise: nil) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        context.close(promise: nil)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {}
+}
+
+/// Counts the connections each provider identity (a certificate's serial,
+/// an auth key's id) opens in a window: APNs treats rapid connect and
+/// disconnect cycles as a denial-of-service attempt, and so does Courier
+/// (`connections.reconnectLimit` per `connections.reconnectWindow`).
+final class ReconnectThrottle: Sendable {
+    private struct Window {
+        var start: Date
+        var count: Int
+    }
+
+    private let limit: Int
+    private let length: TimeInterval
+    private let clock: any WallClock
+    private let windows = Mutex([String: Window]())
+
+    init(limit: Int, window: TimeInterval, clock: any WallClock) {
+        self.limit = limit
+        self.length = window
+        self.clock = clock
+    }
+
+    /// Counts one more connection of `identity`; false when it has
+    /// opened its limit in the current window already.
+    func take(_ identity: String) -> Bool {
+        let now = clock.now()
+        return windows.withLock { windows in
+            // Forget ended windows now and then, so that the table stays small.
+            if windows.count >= 10_000 { windows = windows.filter { now.timeIntervalSince($0.value.start) < length } }
+            var window = windows[identity] ?? Window(start: now, count: 0)
+            if now.timeIntervalSince(window.start) >= length { window = Window(start: now, count: 0) }
+            guard window.count < limit else { return false }
+            window.count += 1
+            windows[identity] = window
+            return true
+        }
+    }
+}
+
+/// Closes a connection whose frame, once started, is not complete within
+/// `timeout`: a peer that sends one byte at a time keeps a silence timer
+/// quiet but cannot hold a connection with half a frame for ever.
+struct UnfinishedFrameDeadline {
+    let timeout: TimeAmount
+    private var scheduled: Scheduled<Void>?
+
+    init(timeout: TimeAmount) {
+        self.timeout = timeout
+    }
+
+    /// After the bytes of a read were read into frames: `unfinished` when
+    /// part of a frame waits for more bytes, `progressed` when a whole
+    /// frame was read since the last call (the deadline starts again).
+    mutating func update(unfinished: Bool, progressed: Bool, channel: any Channel) {
+        guard unfinished else {
+            cancel()
+            return
+        }
+        guard scheduled == nil || progressed else { return }
+        scheduled?.cancel()
+        scheduled = channel.eventLoop.scheduleTask(in: timeout) { channel.close(promise: nil) }
+    }
+
+    mutating func cancel() {
+        scheduled?.cancel()
+        scheduled = nil
+    }
+}
+
+/// The process's limit of open files, which bounds its connections.
+public enum DescriptorLimit {
+    /// Raises the soft limit to the hard one and returns the limit in
+    /// force afterwards (nil where it cannot be read).
+    public static func raise() -> Int? {
+        #if canImport(Glibc)
+        var limits = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limits) == 0 else { return nil }
+        if limits.rlim_cur < limits.rlim_max {
+            var raised = limits
+            raised.rlim_cur = limits.rlim_max
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limits = raised }
+        }
+        // RLIM_INFINITY is all ones, beyond any Int: clamped to Int.max, read as unlimited.
+        return Int(clamping: limits.rlim_cur)
+        #else
+        return nil
+        #endif
+    }
+}
+
+extension CourierConfiguration.Connections {
+    var unfinishedFrame: TimeAmount { .milliseconds(Int64(unfinishedFrameTimeout * 1000)) }
+    var binaryIdle: TimeAmount { .milliseconds(Int64(binaryIdleTimeout * 1000)) }
+    var feedbackLifetime: TimeAmount { .milliseconds(Int64(feedbackTimeout * 1000)) }
+
+    /// What `courier serve` prints of its connection limits, given the
+    /// descriptor limit in force.
+    public func describe(descriptorLimit: Int?) -> String {
+        var text = "Connections: at most \(maxPerDeviceListener) per device listener, \(maxPerListener) per provider listener, "
+        text += "\(maxPerAddress) per address; \(capacity) in all"
+        guard let descriptorLimit else { return text + "\n" }
+        text += descriptorLimit == Int.max ? " (open files: unlimited)\n" : " (open files: \(descriptorLimit))\n"
+        if descriptorLimit < capacity + 256 {
+            text += "Warning: the open-file limit is below what the listeners may hold; raise it (ulimit -n) or lower connections.*\n"
+        }
+        return text
+    }
+}
+
+/// What every listener shares about its peers: the limits of the
+/// configuration, the connections of each certificate (revocation), and
+/// the reconnect throttle of provider identities.
+struct ConnectionPolicy: Sendable {
+    let connections: CourierConfiguration.Connections
+    let certificates: CertificateConnections
+    let throttle: ReconnectThrottle
+
+    /// The limits of one listener (each listener has its own).
+    func guardFor(_ listener: BoundPorts.Listener, logger: Logger) -> ListenerGuard {
+        ListenerGuard(listener, connections, logger: logger)
+    }
+}

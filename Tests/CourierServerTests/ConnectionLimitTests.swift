@@ -1,0 +1,201 @@
+import CourierCore
+import CourierPKI
+import CourierProvider
+import CourierServer
+import CourierWire
+import Foundation
+import NIOCore
+import NIOEmbedded
+import NIOPosix
+import NIOTLS
+import Testing
+
+/// What a peer may hold (docs/security.md, docs/configuration.md
+/// `connections.*`): connections per listener and per address, time to
+/// authenticate, to finish a frame, to read feedback; and how often one
+/// provider identity may connect.
+@Suite(.timeLimit(.minutes(2))) struct ConnectionLimitTests {
+    /// A plain TCP connection from `source` (a loopback address), open
+    /// until the server closes it; `closed` completes then.
+    func tcpConnection(port: Int, from source: String) async throws -> any Channel {
+        try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .bind(to: try SocketAddress(ipAddress: source, port: 0))
+            .connect(host: "127.0.0.1", port: port).get()
+    }
+
+    /// Beyond `connections.maxPerAddress` a new connection from that
+    /// address is closed at accept; one that closes makes room again.
+    @Test func connectionsBeyondAnAddresssLimitAreClosedAtAccept() async throws {
+        let server = try await TestServer(configure: { $0.connections.maxPerAddress = 2 })
+        let first = try await server.http2Connection()
+        let second = try await server.http2Connection()
+        await #expect(throws: (any Error).self) { _ = try await server.http2Connection() }
+        // Another listener counts its own.
+        let device = try await server.device()
+        await first.close()
+        // Room again once the server has seen it close (a moment later: retried, boundedly).
+        var again: HTTP2Connection?
+        for _ in 0..<200 where again == nil { again = try? await server.http2Connection() }
+        let reopened = try #require(again)
+        #expect(reopened.isUsable)
+        await reopened.close()
+        await second.close()
+        await server.disconnect(device)
+        try await server.stop()
+    }
+
+    /// Beyond `connections.maxPerListener` a new connection is closed at
+    /// accept, whatever its address (other loopback addresses here).
+    @Test func connectionsBeyondAListenersLimitAreClosedAtAccept() async throws {
+        let server = try await TestServer(configure: { $0.connections.maxPerListener = 3 })
+        let port = try await server.http2Port()
+        var held: [any Channel] = []
+        for source in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] { held.append(try await tcpConnection(port: port, from: source)) }
+        // The fourth, from a fifth address, is closed by the server at once.
+        let refused = try await tcpConnection(port: port, from: "127.0.0.5")
+        try await refused.closeFuture.get()
+        for channel in held { #expect(channel.isActive, "the first three stay") }
+        // The provider listener of the other environment, and the device listener, have their own limits.
+        let sandbox = try await server.http2Connection(.sandbox)
+        #expect(sandbox.isUsable)
+        let device = try await server.device()
+        for channel in held { try await channel.close() }
+        await sandbox.close()
+        await server.disconnect(device)
+        try await server.stop()
+    }
+
+    /// An HTTP/2 connection without a client certificate that sends no
+    /// valid provider token within `connections.authenticationTimeout` gets
+    /// GOAWAY MissingProviderToken; one that authenticated stays.
+    @Test func anHTTP2ConnectionThatDoesNotAuthenticateIsClosed() async throws {
+        let server = try await TestServer()
+        let device = try await server.device()
+        let token = try await device.client.register("com.example.demo")
+        let silent = try await server.http2Connection()
+        let authenticated = try await server.http2Connection()
+        let authorization = jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now())
+        #expect(try await RawPush(token: token, authorization: authorization).send(on: authenticated).status == 200)
+        let unauthenticated = try await server.http2Connection()
+        #expect(try await RawPush(token: token).send(on: unauthenticated).reason == "MissingProviderToken")
+
+        server.clock.advance(by: 9)
+        await server.application.sweep()
+        #expect(silent.isUsable, "9 s: still in time")
+        server.clock.advance(by: 1)
+        await server.application.sweep()
+        #expect(try #require(await silent.closed()).reason == .missingProviderToken)
+        #expect(try #require(await unauthenticated.closed()).reason == .missingProviderToken)
+        #expect(authenticated.isUsable)
+        await authenticated.close()
+        await server.disconnect(device)
+        try await server.stop()
+    }
+
+    /// A provider certificate that connects more than
+    /// `connections.reconnectLimit` times per window is refused at the
+    /// handshake until the window has passed; so is an auth key (its
+    /// first request: 429 TooManyRequests).
+    @Test func aProviderThatReconnectsTooFastIsRefusedForAWhile() async throws {
+        let server = try await TestServer(configure: { $0.connections.reconnectLimit = 3 })
+        let device = try await server.device()
+        let token = try await device.client.register("com.example.demo")
+        let payload = Array(#"{"aps":{"alert":"again"}}"#.utf8)
+        for _ in 0..<3 {
+            let client = try await server.binaryClient()
+            _ = try await client.send(token: token, payload: payload, expiry: 0)
+            #expect(await device.next() != nil)
+            await client.close()
+        }
+        let fourth = try await server.binaryClient()
+        await #expect(throws: (any Error).self) { _ = try await fourth.send(token: token, payload: payload, expiry: 0) }
+        await fourth.close()
+
+        let authorization = jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now())
+        for _ in 0..<3 {
+            let connection = try await server.http2Connection()
+            #expect(try await RawPush(token: token, authorization: authorization).send(on: connection).status == 200)
+            await connection.close()
+        }
+        let tooFast = try await server.http2Connection()
+        let refused = try await RawPush(token: token, authorization: authorization).send(on: tooFast)
+        #expect((refused.status, refused.reason) == (429, "TooManyRequests"))
+        #expect(try #require(await tooFast.closed()).reason == .tooManyRequests)
+
+        server.clock.advance(by: 60)
+        let later = try await server.binaryClient()
+        _ = try await later.send(token: token, payload: payload, expiry: 0)
+        #expect(await device.next() != nil, "the window passed")
+        await later.close()
+        await server.disconnect(device)
+        try await server.stop()
+    }
+
+    /// A binary connection that sends half a frame is closed after
+    /// `connections.unfinishedFrameTimeout`; one that says nothing, after
+    /// `connections.binaryIdleTimeout`.
+    @Test func binaryConnectionsWithHalfAFrameOrNothingAreClosed() async throws {
+        let server = try await TestServer(configure: {
+            $0.connections.unfinishedFrameTimeout = 0.2
+            $0.connections.binaryIdleTimeout = 2
+        })
+        let device = try await server.device()
+        let token = try await device.client.register("com.example.demo")
+        var frame = ByteBuffer()
+        frame.writeBinaryNotification(token: token, payload: Array(#"{"aps":{"alert":"half"}}"#.utf8), identifier: 1, expiry: 0, priority: 10)
+        let half = try await server.binaryClient()
+        try await half.sendRaw(frame.getSlice(at: 0, length: 20)!, identifier: 1)
+        await half.waitForDisconnect()
+
+        // Connected (nothing written), then silent: closed by the server.
+        let idle = try await server.binaryClient()
+        try await idle.sendRaw(ByteBuffer(), identifier: 0)
+        await idle.waitForDisconnect()
+        await server.disconnect(device)
+        try await server.stop()
+    }
+
+    /// A device connection that sends half a frame is closed after
+    /// `connections.unfinishedFrameTimeout`, though its bytes keep coming
+    /// within the keepalive.
+    @Test func aDeviceConnectionWithHalfAFrameIsClosed() async throws {
+        let server = try await TestServer(configure: { $0.connections.unfinishedFrameTimeout = 0.2 })
+        let connection = try await DeviceGatewayTests().rawConnection(server, writing: ByteBuffer.self)
+        let answers = try await connection.executeThenClose { inbound, outbound in
+            var connect = ByteBuffer()
+            DeviceMessage.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: nil).write(to: &connect)
+            try await outbound.write(connect)
+            var messages: [DeviceMessage] = []
+            do {
+                for try await frame in inbound {
+                    messages.append(try DeviceMessage(frame: frame))
+                    // A KeepAlive's first two bytes, and no more.
+                    if messages.last == .noStorage { try await outbound.write(ByteBuffer(bytes: [DeviceCommand.keepAlive, 0])) }
+                }
+            } catch {
+                // Closed by the server.
+            }
+            return messages
+        }
+        #expect(answers.last == .noStorage, "closed with nothing more said")
+        try await server.stop()
+    }
+
+    /// A feedback connection has `connections.feedbackTimeout` from its
+    /// start, whatever it does (a client that does not read cannot keep
+    /// the server writing to it); on a loop whose time the test moves.
+    @Test func aFeedbackConnectionHasALifetime() throws {
+        let loop = EmbeddedEventLoop()
+        let channel = EmbeddedChannel(loop: loop)
+        try channel.pipeline.syncOperations.addHandler(ConnectionTimeout(.lifetime, timeout: .seconds(30)))
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        channel.pipeline.fireUserInboundEventTriggered(TLSUserEvent.handshakeCompleted(negotiatedProtocol: nil))
+        loop.advanceTime(by: .seconds(20))
+        try channel.writeInbound(ByteBuffer(bytes: [1, 2, 3]))
+        _ = try channel.readInbound(as: ByteBuffer.self)
+        loop.advanceTime(by: .seconds(9))
+        #expect(channel.isActive, "29 s")
+        loop.advanceTime(by: .seconds(1))
+        #expect(!channel.isActive, "30 s from the start, though bytes came")
+    }
+}
