@@ -187,6 +187,17 @@ struct UnfinishedFrameDeadline {
 
 /// The process's limit of open files, which bounds its connections.
 public enum DescriptorLimit {
+    /// The soft limit in force (nil where it cannot be read).
+    public static var current: Int? {
+        #if canImport(Glibc)
+        var limits = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limits) == 0 else { return nil }
+        return Int(clamping: limits.rlim_cur)
+        #else
+        return nil
+        #endif
+    }
+
     /// Raises the soft limit to the hard one and returns the limit in
     /// force afterwards (nil where it cannot be read).
     public static func raise() -> Int? {
@@ -211,15 +222,37 @@ extension CourierConfiguration.Connections {
     var binaryIdle: TimeAmount { .milliseconds(Int64(binaryIdleTimeout * 1000)) }
     var feedbackLifetime: TimeAmount { .milliseconds(Int64(feedbackTimeout * 1000)) }
 
+    /// Descriptors kept for what is not a connection (the store, logs,
+    /// files), at most a quarter of the limit.
+    static func reserved(of descriptorLimit: Int) -> Int { min(256, descriptorLimit / 4) }
+
+    /// These limits, lowered in proportion where every connection they
+    /// allow and the reserve would not fit in `descriptorLimit` open files:
+    /// a listener then refuses a connection (and closes it at once) before
+    /// the process runs out of descriptors — out of them, accepting fails
+    /// and the connection waiting keeps the socket readable, an event loop
+    /// spinning on it (NIO's `AcceptBackoffHandler` does not stop that).
+    public func fitted(toDescriptorLimit descriptorLimit: Int) -> Self {
+        let room = max(16, descriptorLimit - Self.reserved(of: descriptorLimit))
+        guard capacity > room else { return self }
+        let scale = Double(room) / Double(capacity)
+        var fitted = self
+        fitted.maxPerListener = max(1, Int(Double(maxPerListener) * scale))
+        fitted.maxPerDeviceListener = max(1, Int(Double(maxPerDeviceListener) * scale))
+        fitted.maxPerAddress = min(maxPerAddress, max(fitted.maxPerListener, fitted.maxPerDeviceListener))
+        return fitted
+    }
+
     /// What `courier serve` prints of its connection limits, given the
-    /// descriptor limit in force.
-    public func describe(descriptorLimit: Int?) -> String {
+    /// descriptor limit in force and the limits configured (before they
+    /// were fitted to it).
+    public func describe(descriptorLimit: Int?, configured: Self) -> String {
         var text = "Connections: at most \(maxPerDeviceListener) per device listener, \(maxPerListener) per provider listener, "
         text += "\(maxPerAddress) per address; \(capacity) in all"
         guard let descriptorLimit else { return text + "\n" }
         text += descriptorLimit == Int.max ? " (open files: unlimited)\n" : " (open files: \(descriptorLimit))\n"
-        if descriptorLimit < capacity + 256 {
-            text += "Warning: the open-file limit is below what the listeners may hold; raise it (ulimit -n) or lower connections.*\n"
+        if self != configured {
+            text += "Lowered from the configured \(configured.capacity) to fit the open-file limit; raise it (ulimit -n) for more.\n"
         }
         return text
     }

@@ -61,6 +61,10 @@ public struct CourierApplication: Sendable {
         wrapStore: (@Sendable (any Store) -> any Store)? = nil, logger: Logger
     ) async throws -> CourierApplication {
         try configuration.validate()
+        var configuration = configuration
+        if let descriptors = DescriptorLimit.current {
+            configuration.connections = configuration.connections.fitted(toDescriptorLimit: descriptors)
+        }
         let provisioner = try await Provisioner.open(configuration: configuration, clock: clock, wrapStore: wrapStore, logger: logger)
         do {
             var report = try await bootstrap(provisioner)

@@ -29,15 +29,17 @@ struct Serve: AsyncParsableCommand {
             return handler
         }
         let logger = Logger.courier(level: configuration.logLevel)
+        // Every connection is a descriptor: the soft limit goes up to the
+        // hard one, and the listeners' limits are fitted to it.
+        let descriptors = DescriptorLimit.raise()
         let application: CourierApplication
         do {
             application = try await CourierApplication.build(configuration: configuration, logger: logger)
         } catch {
             throw ValidationError("\(error)")
         }
-        // Every connection is a descriptor: the soft limit goes up to the hard one.
-        let descriptors = DescriptorLimit.raise()
-        let banner = Self.describe(application) + configuration.connections.describe(descriptorLimit: descriptors)
+        let banner = Self.describe(application)
+            + application.configuration.connections.describe(descriptorLimit: descriptors, configured: configuration.connections)
         try await application.serviceGroup(
             logger: logger,
             onReady: { ports in

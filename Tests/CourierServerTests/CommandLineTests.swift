@@ -1,3 +1,4 @@
+import CourierServer
 import CourierTestSupport
 import Foundation
 import NIOCore
@@ -176,12 +177,51 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
             _ = server.waitForExit()
         }
         #expect(server.waitForLine(containing: "Courier is running") != nil, "\(server.output)")
-        let limits = try String(contentsOfFile: "/proc/\(server.processIdentifier)/limits", encoding: .utf8)
-        let line = try #require(limits.split(separator: "\n").first { $0.hasPrefix("Max open files") })
+        let processLimits = try String(contentsOfFile: "/proc/\(server.processIdentifier)/limits", encoding: .utf8)
+        let line = try #require(processLimits.split(separator: "\n").first { $0.hasPrefix("Max open files") })
         let values = line.split(separator: " ").compactMap { Int($0) }
         #expect(values.first == hard, "soft raised from \(soft) to the hard limit: \(line)")
         let output = server.output.joined(separator: "\n")
-        #expect(output.contains("Connections: at most 6000 per device listener, 1000 per provider listener, 500 per address; 18000 in all (open files: \(hard))"))
+        // The defaults, or (under a small hard limit) the defaults fitted to it.
+        let limits = CourierConfiguration.Connections().fitted(toDescriptorLimit: hard)
+        #expect(
+            output.contains(
+                "Connections: at most \(limits.maxPerDeviceListener) per device listener, \(limits.maxPerListener) per provider listener, "
+                    + "\(limits.maxPerAddress) per address; \(limits.capacity) in all (open files: \(hard))"), "\(output)")
+    }
+
+    /// Under a small open-file limit the listeners' limits are lowered to
+    /// fit it (and the banner says so): a flood of connections is refused
+    /// at accept before the process runs out of descriptors — out of them,
+    /// an event loop would spin on the listening socket.
+    @Test func serveFitsItsConnectionLimitsToTheOpenFileLimit() async throws {
+        let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let config = directory + "/courier.json"
+        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0}"#
+        try #"{"network": {"production": \#(zero), "sandbox": \#(zero), "adminPort": 0}}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        let server = try RunningProgram(
+            "/bin/sh", ["-c", "ulimit -n 200 && exec \"$0\" serve --data \"$1\" --config \"$2\"", courier, directory + "/data", config])
+        defer {
+            server.signal(SIGTERM)
+            _ = server.waitForExit()
+        }
+        #expect(server.waitForLine(containing: "Courier is running") != nil, "\(server.output)")
+        let output = server.output.joined(separator: "\n")
+        #expect(output.contains("Connections: at most 50 per device listener, 8 per provider listener, 50 per address; 148 in all (open files: 200)"))
+        #expect(output.contains("Lowered from the configured 18000 to fit the open-file limit"))
+        let line = try #require(server.output.first { $0.contains("device.production") })
+        let port = try #require(line.split(separator: " ").last.flatMap { Int($0) })
+        var flood: [any Channel] = []
+        for _ in 0..<300 {
+            if let channel = try? await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connect(host: "127.0.0.1", port: port).get() {
+                flood.append(channel)
+            }
+        }
+        #expect(flood.count == 300, "every connection was accepted (most to be closed at once)")
+        let open = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(server.processIdentifier)/fd").count
+        #expect(open < 200, "\(open) descriptors open: the limit was never reached")
+        for channel in flood { try? await channel.close() }
     }
 
     @Test func serveStartsPrintsItsFilesAndStopsOnSIGTERMAndSIGINT() throws {

@@ -198,4 +198,19 @@ import Testing
         loop.advanceTime(by: .seconds(1))
         #expect(!channel.isActive, "30 s from the start, though bytes came")
     }
+
+    /// The listeners' limits fitted to an open-file limit: in proportion,
+    /// with room kept for the store and files; unchanged where they fit.
+    @Test func limitsAreFittedToTheOpenFileLimit() {
+        let configured = CourierConfiguration.Connections()
+        #expect(configured.fitted(toDescriptorLimit: 20_000) == configured)
+        #expect(configured.fitted(toDescriptorLimit: 1_000_000) == configured)
+        let small = configured.fitted(toDescriptorLimit: 1024)
+        #expect(small.capacity <= 1024 - 256)
+        #expect(small.maxPerDeviceListener == 6000 * 768 / 18000)
+        #expect(small.maxPerListener == 1000 * 768 / 18000)
+        #expect(small.maxPerAddress <= small.maxPerDeviceListener)
+        let tiny = configured.fitted(toDescriptorLimit: 64)
+        #expect(tiny.capacity <= 48 && tiny.maxPerListener >= 1)
+    }
 }
