@@ -216,6 +216,43 @@ public final class HTTP2Connection: Sendable {
         }
     }
 
+    /// Opens a stream and sends `headers` and the start of a body, without
+    /// ending the stream (an upload left unfinished, as a slow or hostile
+    /// client leaves it): for checking what a server lets a connection
+    /// hold. The task returns the error code of the server's RST_STREAM on
+    /// the stream, or nil when the stream ends another way.
+    public func startUnfinishedRequest(
+        _ headers: [(name: String, value: String, indexing: HPACKIndexing)], bodyStart: [UInt8]
+    ) async throws -> Task<Int?, Never> {
+        let stream = try await multiplexer.openStream { channel in
+            channel.eventLoop.makeCompletedFuture {
+                try NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>(wrappingChannelSynchronously: channel)
+            }
+        }
+        var hpack = HPACKHeaders()
+        for header in headers { hpack.add(name: header.name, value: header.value, indexing: header.indexing) }
+        let frameHeaders = hpack
+        let sent = channel.eventLoop.makePromise(of: Void.self)
+        let task = Task<Int?, Never> {
+            try? await stream.executeThenClose { inbound, outbound in
+                do {
+                    try await outbound.write(.headers(.init(headers: frameHeaders, endStream: false)))
+                    try await outbound.write(.data(.init(data: .byteBuffer(ByteBuffer(bytes: bodyStart)), endStream: false)))
+                    sent.succeed()
+                } catch {
+                    sent.fail(error)
+                    return nil
+                }
+                for try await frame in inbound {
+                    if case .rstStream(let code) = frame { return Int(code.networkCode) }
+                }
+                return nil
+            } ?? nil
+        }
+        try await sent.futureResult.get()
+        return task
+    }
+
     /// Writes a frame as it is (a PING, a PRIORITY frame): for checking
     /// how a server takes frames a client rarely sends.
     public func write(_ frame: HTTP2Frame) async throws {

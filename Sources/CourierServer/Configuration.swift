@@ -151,12 +151,17 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         /// Refusals are logged at most once per this many seconds per
         /// listener (with their count), so a flood cannot flood the log.
         public var refusalLogInterval: Double
+        /// Bytes (headers and body) one HTTP/2 connection may hold in
+        /// requests it has not received whole; the stream that would go
+        /// over is reset with ENHANCE_YOUR_CALM.
+        public var maxUnfinishedRequestBytes: Int
 
         public init(
             maxPerListener: Int = 1000, maxPerDeviceListener: Int = 6000, maxPerAddress: Int = 500, authenticationTimeout: Double = 10,
             binaryIdleTimeout: Double = 3600, unfinishedFrameTimeout: Double = 10, feedbackTimeout: Double = 30, reconnectLimit: Int = 100,
-            reconnectWindow: Double = 60, refusalLogInterval: Double = 10
+            reconnectWindow: Double = 60, refusalLogInterval: Double = 10, maxUnfinishedRequestBytes: Int = 262_144
         ) {
+            self.maxUnfinishedRequestBytes = maxUnfinishedRequestBytes
             self.maxPerListener = maxPerListener
             self.maxPerDeviceListener = maxPerDeviceListener
             self.maxPerAddress = maxPerAddress
@@ -329,6 +334,7 @@ extension CourierConfiguration {
         let limits = [
             ("connections.maxPerListener", connections.maxPerListener), ("connections.maxPerDeviceListener", connections.maxPerDeviceListener),
             ("connections.maxPerAddress", connections.maxPerAddress), ("connections.reconnectLimit", connections.reconnectLimit),
+            ("connections.maxUnfinishedRequestBytes", connections.maxUnfinishedRequestBytes),
         ]
         for (key, value) in limits where value < 1 {
             throw ConfigurationError("\(source): '\(key)' must be at least 1")

@@ -265,9 +265,64 @@ struct ConnectionPolicy: Sendable {
     let connections: CourierConfiguration.Connections
     let certificates: CertificateConnections
     let throttle: ReconnectThrottle
+    let memory = MemoryReturn()
 
     /// The limits of one listener (each listener has its own).
     func guardFor(_ listener: BoundPorts.Listener, logger: Logger) -> ListenerGuard {
-        ListenerGuard(listener, connections, logger: logger)
+        let limits = ListenerGuard(listener, connections, logger: logger)
+        memory.watch(limits)
+        return limits
     }
+}
+
+/// Gives memory back to the system after a flood of connections: freed
+/// memory stays with the allocator (glibc keeps it for the next
+/// allocation), so the process would keep a flood's peak for ever. The
+/// sweep asks once per tick; after the open connections fell to half of a
+/// peak of at least `floodSize` since memory was last given back, the
+/// allocator's free memory goes back to the system (`malloc_trim`).
+final class MemoryReturn: Sendable {
+    static let floodSize = 1_000
+
+    private struct State {
+        var listeners: [ListenerGuard] = []
+        var peak = 0
+        var returned = 0
+    }
+
+    private let state = Mutex(State())
+
+    func watch(_ listener: ListenerGuard) {
+        state.withLock { $0.listeners.append(listener) }
+    }
+
+    /// Times memory was given back, for tests and logs.
+    var returned: Int { state.withLock { $0.returned } }
+
+    /// Called by the sweep; true when it gave memory back.
+    @discardableResult
+    func afterFlood() -> Bool {
+        let due = state.withLock { state -> Bool in
+            let open = state.listeners.reduce(0) { $0 + $1.open }
+            state.peak = max(state.peak, open)
+            guard state.peak >= Self.floodSize, open <= state.peak / 2 else { return false }
+            state.peak = open
+            state.returned += 1
+            return true
+        }
+        guard due else { return false }
+        _ = Self.trim?(0)
+        return true
+    }
+
+    /// glibc's `malloc_trim`, which its module map does not export (nil
+    /// with another C library: nothing to give back then).
+    private static let trim: (@convention(c) (Int) -> Int32)? = {
+        #if canImport(Glibc)
+        guard let symbol = dlsym(nil, "malloc_trim") else { return nil }
+        return unsafeBitCast(symbol, to: (@convention(c) (Int) -> Int32).self)
+        #else
+        return nil
+        #endif
+    }()
 }

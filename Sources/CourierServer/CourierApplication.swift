@@ -36,20 +36,21 @@ public struct CourierApplication: Sendable {
     public let listeners: [(BoundPorts.Listener, Environment)]
     /// The HTTP/2 provider API of each environment.
     public let http2Gateways: [Environment: HTTP2Gateway]
-    /// The connections each certificate authenticated, on every interface.
-    let certificates: CertificateConnections
+    /// What peers may hold, and the connections each certificate authenticated.
+    let policy: ConnectionPolicy
 
     /// The connection sweep (the timer, every `qos.tickInterval`; tests
     /// call it after moving the clock): idle HTTP/2 connections, and the
     /// connections of revoked auth keys and certificates on every
     /// interface, are closed.
     public func sweep() async {
-        await Self.sweep(Array(http2Gateways.values), certificates)
+        await Self.sweep(Array(http2Gateways.values), policy)
     }
 
-    private static func sweep(_ gateways: [HTTP2Gateway], _ certificates: CertificateConnections) async {
+    private static func sweep(_ gateways: [HTTP2Gateway], _ policy: ConnectionPolicy) async {
         await HTTP2Gateway.sweep(gateways)
-        await certificates.sweep()
+        await policy.certificates.sweep()
+        policy.memory.afterFlood()
     }
 
     /// Prepares the data directory (creating on first start what a
@@ -94,7 +95,7 @@ public struct CourierApplication: Sendable {
                 services.append(TimerService(interval: configuration.qos.tickInterval) { await dispatcher.tick() })
                 services.append(
                     TimerService(interval: configuration.qos.tickInterval) { [http2Gateways] in
-                        await Self.sweep(Array(http2Gateways.values), certificates)
+                        await Self.sweep(Array(http2Gateways.values), policy)
                     })
             }
             for environment in Environment.allCases {
@@ -115,7 +116,7 @@ public struct CourierApplication: Sendable {
             return CourierApplication(
                 configuration: configuration, provisioner: provisioner, report: report, services: services, dispatcher: dispatcher, ports: ports,
                 listeners: Environment.allCases.flatMap { [(.device, $0), (.feedback, $0), (.binary, $0), (.http2, $0)] }, http2Gateways: http2Gateways,
-                certificates: certificates)
+                policy: policy)
         } catch {
             try? await provisioner.close()
             throw error

@@ -355,12 +355,17 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     private struct OpenStream {
         var headers: HPACKHeaders
         var body: ByteBuffer?
+        /// What it holds, counted in `unfinishedBytes`.
+        var bytes: Int
     }
 
     let gateway: HTTP2Gateway
     let connection: HTTP2ConnectionHandle
     /// The largest body kept; beyond it a request is `PayloadTooLarge`.
     private let bodyLimit: Int
+    /// Bytes held by requests not received whole, and the most allowed.
+    private var unfinishedBytes = 0
+    private let unfinishedLimit: Int
     private var streams: [HTTP2StreamID: OpenStream] = [:]
     private var inFlight = 0
     private var lastStream = HTTP2StreamID.rootStream
@@ -373,6 +378,31 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         self.gateway = gateway
         self.connection = connection
         bodyLimit = max(gateway.configuration.limits.payload.http2, gateway.configuration.limits.payload.http2VoIP)
+        unfinishedLimit = gateway.configuration.connections.maxUnfinishedRequestBytes
+    }
+
+    /// Forgets a stream's request and what it held.
+    @discardableResult
+    private func remove(_ streamID: HTTP2StreamID) -> OpenStream? {
+        guard let stream = streams.removeValue(forKey: streamID) else { return nil }
+        unfinishedBytes -= stream.bytes
+        return stream
+    }
+
+    /// Counts `count` more bytes held by an unfinished request; when that
+    /// would go over the limit the stream is reset (ENHANCE_YOUR_CALM) and
+    /// forgotten instead, and false returned.
+    private func hold(_ count: Int, on streamID: HTTP2StreamID, context: ChannelHandlerContext) -> Bool {
+        guard unfinishedBytes + count <= unfinishedLimit else {
+            remove(streamID)
+            gateway.logger.info("reset a stream: the connection holds too much unfinished", metadata: ["courier.bytes": "\(unfinishedBytes)"])
+            context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.enhanceYourCalm))), promise: nil)
+            scheduleFlush(context: context)
+            return false
+        }
+        unfinishedBytes += count
+        streams[streamID]?.bytes += count
+        return true
     }
 
     func handlerAdded(context: ChannelHandlerContext) { self.context = context }
@@ -390,9 +420,13 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         case .headers(let headers):
             if streams[frame.streamID] == nil {
                 // Trailers on a known stream add nothing; a new stream starts a request.
-                streams[frame.streamID] = OpenStream(headers: headers.headers)
+                streams[frame.streamID] = OpenStream(headers: headers.headers, bytes: 0)
                 lastStream = max(lastStream, frame.streamID)
                 connection.touch(gateway.clock.now())
+                if !headers.endStream {
+                    let size = headers.headers.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 32 }
+                    guard hold(size, on: frame.streamID, context: context) else { return }
+                }
             }
             if headers.endStream { complete(frame.streamID, context: context) }
         case .data(let data):
@@ -400,7 +434,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
             let kept = stream.body?.readableBytes ?? 0
             if kept + bytes.readableBytes > bodyLimit {
                 // Too large whatever the topic: answer now and stop the upload.
-                streams.removeValue(forKey: frame.streamID)
+                remove(frame.streamID)
                 // The reset goes once the answer is out: it would drop the answer's DATA still queued.
                 let written = context.eventLoop.makePromise(of: Void.self)
                 write(.failure(.payloadTooLarge, apnsID: Self.apnsID(in: stream.headers)), on: frame.streamID, context: context, promise: written)
@@ -412,15 +446,30 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
                 }
                 return
             }
+            if data.endStream {
+                if stream.body == nil {
+                    stream.body = bytes
+                } else {
+                    stream.body!.writeBuffer(&bytes)
+                }
+                streams[frame.streamID] = stream
+                complete(frame.streamID, context: context)
+                return
+            }
+            // Kept for a later frame: in a buffer of its own, not a slice
+            // that would pin (and make the TLS handler copy) its read buffer.
+            guard hold(bytes.readableBytes, on: frame.streamID, context: context) else { return }
             if stream.body == nil {
-                stream.body = bytes
+                var own = context.channel.allocator.buffer(capacity: bytes.readableBytes)
+                own.writeBuffer(&bytes)
+                stream.body = own
             } else {
                 stream.body!.writeBuffer(&bytes)
             }
+            stream.bytes = streams[frame.streamID]?.bytes ?? stream.bytes
             streams[frame.streamID] = stream
-            if data.endStream { complete(frame.streamID, context: context) }
         case .rstStream:
-            streams.removeValue(forKey: frame.streamID)
+            remove(frame.streamID)
         default:
             // SETTINGS, PING and WINDOW_UPDATE are the HTTP/2 handler's; PRIORITY is ignored.
             break
@@ -440,7 +489,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         // A stream error costs the stream (the HTTP/2 handler reset it); anything else the connection.
         if let streamError = error as? NIOHTTP2Errors.StreamError {
-            streams.removeValue(forKey: streamError.streamID)
+            remove(streamError.streamID)
             return
         }
         gateway.logger.debug("HTTP/2 connection failed", metadata: ["courier.error": "\(error)"])
@@ -465,7 +514,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     }
 
     private func complete(_ streamID: HTTP2StreamID, context: ChannelHandlerContext) {
-        guard let stream = streams.removeValue(forKey: streamID) else { return }
+        guard let stream = remove(streamID) else { return }
         if let closing = connection.closing {
             write(.failure(closing == .idleTimeout ? .shutdown : closing, apnsID: Self.apnsID(in: stream.headers)), on: streamID, context: context)
             return

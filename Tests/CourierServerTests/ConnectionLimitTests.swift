@@ -213,4 +213,29 @@ import Testing
         let tiny = configured.fitted(toDescriptorLimit: 64)
         #expect(tiny.capacity <= 48 && tiny.maxPerListener >= 1)
     }
+
+    /// An HTTP/2 connection may hold `connections.maxUnfinishedRequestBytes`
+    /// in requests not received whole: the stream that would go over is
+    /// reset with ENHANCE_YOUR_CALM (11); the connection goes on, and the
+    /// bytes of the reset streams are free again.
+    @Test func unfinishedRequestsAreBoundedPerConnection() async throws {
+        let server = try await TestServer(configure: { $0.connections.maxUnfinishedRequestBytes = 40_000 })
+        let device = try await server.device()
+        let token = try await device.client.register("com.example.demo")
+        let connection = try await server.http2Connection(certificate: (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem"))
+        let part = [UInt8](repeating: UInt8(ascii: " "), count: 4_000)
+        var resets: [Task<Int?, Never>] = []
+        for _ in 0..<12 {
+            resets.append(try await connection.startUnfinishedRequest(RawPush(token: token).all, bodyStart: part))
+        }
+        // Nine fit (4,000 bytes and their headers each); the rest do not.
+        for reset in resets.suffix(3) { #expect(await reset.value == 11, "reset ENHANCE_YOUR_CALM") }
+        let answer = try await RawPush(token: token).send(on: connection)
+        #expect(answer.status == 200, "the connection goes on")
+        #expect(connection.isUsable)
+        await connection.close()
+        for reset in resets { _ = await reset.value }
+        await server.disconnect(device)
+        try await server.stop()
+    }
 }
