@@ -122,15 +122,10 @@ final class CloseAtOnce: ChannelInboundHandler, Sendable {
 /// disconnect cycles as a denial-of-service attempt, and so does Courier
 /// (`connections.reconnectLimit` per `connections.reconnectWindow`).
 final class ReconnectThrottle: Sendable {
-    private struct Window {
-        var start: Date
-        var count: Int
-    }
-
     private let limit: Int
     private let length: TimeInterval
     private let clock: any WallClock
-    private let windows = Mutex([String: Window]())
+    private let windows = Mutex([String: Dispatcher.Window]())
 
     init(limit: Int, window: TimeInterval, clock: any WallClock) {
         self.limit = limit
@@ -144,13 +139,8 @@ final class ReconnectThrottle: Sendable {
         let now = clock.now()
         return windows.withLock { windows in
             // Forget ended windows now and then, so that the table stays small.
-            if windows.count >= 10_000 { windows = windows.filter { now.timeIntervalSince($0.value.start) < length } }
-            var window = windows[identity] ?? Window(start: now, count: 0)
-            if now.timeIntervalSince(window.start) >= length { window = Window(start: now, count: 0) }
-            guard window.count < limit else { return false }
-            window.count += 1
-            windows[identity] = window
-            return true
+            if windows.count >= 10_000 { windows = windows.filter { !$0.value.hasEnded(at: now, length: length) } }
+            return windows[identity, default: Dispatcher.Window(start: .distantPast, count: 0)].take(limit: limit, per: length, now: now)
         }
     }
 }
