@@ -255,7 +255,7 @@ struct ConnectionPolicy: Sendable {
     let connections: CourierConfiguration.Connections
     let certificates: CertificateConnections
     let throttle: ReconnectThrottle
-    let memory = MemoryReturn()
+    let memory: MemoryReturn
 
     /// The limits of one listener (each listener has its own).
     func guardFor(_ listener: BoundPorts.Listener, logger: Logger) -> ListenerGuard {
@@ -281,6 +281,11 @@ final class MemoryReturn: Sendable {
     }
 
     private let state = Mutex(State())
+    private let logger: Logger
+
+    init(logger: Logger) {
+        self.logger = logger
+    }
 
     func watch(_ listener: ListenerGuard) {
         state.withLock { $0.listeners.append(listener) }
@@ -301,8 +306,22 @@ final class MemoryReturn: Sendable {
             return true
         }
         guard due else { return false }
+        let before = Self.residentBytes
         _ = Self.trim?(0)
+        let after = Self.residentBytes
+        logger.info(
+            "gave freed memory back to the system after a flood of connections",
+            metadata: ["courier.residentBefore": "\(before ?? 0)", "courier.residentAfter": "\(after ?? 0)"])
         return true
+    }
+
+    /// The process's resident memory (bytes), from /proc.
+    static var residentBytes: Int? {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+            let kib = line.split(separator: " ").dropFirst().first.flatMap({ Int($0) })
+        else { return nil }
+        return kib * 1024
     }
 
     /// glibc's `malloc_trim`, which its module map does not export (nil

@@ -10,7 +10,7 @@ import Testing
 /// at least `MemoryReturn.floodSize` (docs/reliability.md has the figures).
 @Suite struct MemoryReturnTests {
     @Test func memoryIsGivenBackOnceAfterAFlood() throws {
-        let memory = MemoryReturn()
+        let memory = MemoryReturn(logger: Logger(label: "test"))
         let limits = ListenerGuard(maxOpen: 10_000, maxPerAddress: 10_000, logInterval: 10, logger: Logger(label: "test"))
         memory.watch(limits)
         var channels: [EmbeddedChannel] = []
