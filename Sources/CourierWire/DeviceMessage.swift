@@ -216,6 +216,18 @@ public enum DeviceMessage: Sendable, Hashable {
         buffer.writeItemFrame(command: command) { writeItems(to: &$0) }
     }
 
+    /// The longest start of `text` that is at most `limit` bytes of UTF-8
+    /// and ends on a character's boundary (a cut inside a character would
+    /// be decoded with a replacement character, longer than the limit).
+    static func cut(_ text: String, toAtMost limit: Int) -> Substring.UTF8View {
+        let utf8 = text.utf8
+        guard utf8.count > limit else { return text[...].utf8 }
+        var end = utf8.index(utf8.startIndex, offsetBy: limit)
+        // Back to the start of the character the limit falls in: continuation bytes are 10xxxxxx.
+        while end > utf8.startIndex, utf8[end] & 0xC0 == 0x80 { end = utf8.index(before: end) }
+        return text[..<end].utf8
+    }
+
     /// Room enough for most frames: a notification's payload on top.
     public var capacityHint: Int {
         if case .notification(let notification) = self { return 256 + notification.payload.count }
@@ -277,7 +289,7 @@ public enum DeviceMessage: Sendable, Hashable {
             out.writeFrameItem(id: 0x04, integer: status.rawValue)
         case .error(let code, let message):
             out.writeFrameItem(id: 0x01, integer: code.rawValue)
-            if !message.isEmpty { out.writeFrameItem(id: 0x02, String(decoding: message.utf8.prefix(1024), as: UTF8.self).utf8) }
+            if !message.isEmpty { out.writeFrameItem(id: 0x02, Self.cut(message, toAtMost: 1024)) }
         }
     }
 }

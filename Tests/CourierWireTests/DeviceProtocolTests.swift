@@ -258,6 +258,23 @@ let sampleDeliveryID = UUID(uuidString: "9B2F0C4E-7A51-4D36-8E0B-5C1D2A3F4E60")!
         #expect(code { try DeviceMessage(frame: frame, tokenLength: 32) } == .badItemValue)
     }
 
+    /// An Error's message is cut to 1,024 bytes on a character boundary:
+    /// what the server writes, the reader takes (found by FuzzDeviceMessage).
+    @Test(arguments: [1_023, 1_024, 1_025])
+    func aLongErrorMessageIsCutWhereTheReaderTakesIt(_ asciiBefore: Int) throws {
+        let long = String(repeating: "a", count: asciiBefore) + "é€😀" + String(repeating: "b", count: 10)
+        var buffer = ByteBuffer()
+        DeviceMessage.error(code: .internal, message: long).write(to: &buffer)
+        let decoded = try message(buffer)
+        guard case .error(.internal, let text) = decoded else {
+            Issue.record("expected an Error, got \(decoded)")
+            return
+        }
+        #expect(text.utf8.count <= 1_024)
+        #expect(long.hasPrefix(text), "a start of the message, cut between characters")
+        #expect(text.utf8.count >= 1_021, "no more than one character lost")
+    }
+
     /// What the server checks before it sends a notification is what the
     /// codec refuses: each item at its bounds is read, one byte past is not.
     @Test func aNotificationWithinTheItemBoundsIsReadAndOnePastIsNot() throws {
