@@ -33,7 +33,7 @@ let package = Package(
     targets: [
         .target(
             name: "CourierCore",
-            dependencies: [],
+            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: strict
         ),
         .target(

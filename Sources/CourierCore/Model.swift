@@ -145,10 +145,10 @@ public struct PushNotification: Sendable, Hashable, Codable {
     /// the provider when it gives one, so it decides nothing about
     /// delivery: two notifications may carry the same apns-id.
     public var id: UUID
-    /// The server's own id of this notification, random and never shown
-    /// to providers: devices acknowledge and drop redelivered duplicates
-    /// by it (docs/device-protocol.md), and the store names a held
-    /// notification by it.
+    /// The server's own id of this notification (`UUID.deliveryID()`),
+    /// never chosen or seen by a provider: devices acknowledge and drop
+    /// redelivered duplicates by it (docs/device-protocol.md), and the
+    /// store names a held notification by it.
     public var deliveryID: UUID
     public var token: [UInt8]
     public var topic: String
@@ -164,7 +164,7 @@ public struct PushNotification: Sendable, Hashable, Codable {
 
     public init(
         id: UUID, token: [UInt8], topic: String, payload: [UInt8], expiration: Date?, priority: Priority,
-        collapseID: String? = nil, pushType: String? = nil, isSilent: Bool = false, deliveryID: UUID = .notificationID()
+        collapseID: String? = nil, pushType: String? = nil, isSilent: Bool = false, deliveryID: UUID = .deliveryID()
     ) {
         self.id = id
         self.deliveryID = deliveryID

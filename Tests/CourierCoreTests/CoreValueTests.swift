@@ -74,3 +74,9 @@ import Testing
         #expect((350...650).contains(ones[bit]), "bit \(bit) was one \(ones[bit]) times in 1,000")
     }
 }
+
+/// Delivery ids are unique (they count; no randomness per id).
+@Test func deliveryIDsAreUnique() {
+    let ids = (0..<10_000).map { _ in UUID.deliveryID() }
+    #expect(Set(ids).count == ids.count)
+}
