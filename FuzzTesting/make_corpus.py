@@ -97,6 +97,9 @@ write(dm, "item-twice", frame(0x11, [item(1, b"a.b"), item(1, b"a.c"), item(2, u
 write(dm, "item-overrun", b"\x0c\x00\x00\x00\x04\x01\x00\x09\x00")
 write(dm, "frame-too-large", b"\x0a\x00\x01\x00\x00")
 write(dm, "unknown-command", frame(0x55, [item(1, b"?")]))
+# The writing direction reads its first byte as the kind of message to build
+# (10: Error, then its code and text); this one is longer than the item allows.
+write(dm, "write-error-long", bytes([10, 5]) + b"ab" + "\u00e9t\u00e9 ".encode() * 180)
 
 # HTTP/2 requests: header lines `name: value`, an empty line, the body.
 def request(headers, body):
