@@ -75,6 +75,7 @@ write(fb, "truncated", tuple_(5, TOKEN)[:20])
 # Device protocol: |command|length:u32|items|.
 dm = "FuzzDeviceMessage"
 UUID = bytes.fromhex("123e4567e89b12d3a456426614174000")
+DELIVERY = bytes.fromhex("9b2f0c4e5d6a47b88c1d2e3f40516273")
 u8 = lambda v: struct.pack(">B", v)
 u16 = lambda v: struct.pack(">H", v)
 u32 = lambda v: struct.pack(">I", v)
@@ -84,8 +85,11 @@ write(dm, "connect-ack", frame(0x08, [item(1, u8(0)), item(2, u64(1700000000000)
                                      item(5, bytes(8)), item(6, u8(8))]))
 write(dm, "filter", frame(0x09, [item(1, bytes(20)), item(1, bytes(range(20)))]))
 write(dm, "notification", frame(0x0A, [item(1, TOKEN), item(2, PAYLOAD), item(3, UUID), item(4, u32(1700000000)),
-                                      item(5, u8(10)), item(6, b"com.example.demo"), item(7, b"c1"), item(8, b"alert")]))
-write(dm, "ack", frame(0x0B, [item(1, u8(0)), item(3, UUID)]))
+                                      item(5, u8(10)), item(6, b"com.example.demo"), item(7, b"c1"), item(8, b"alert"),
+                                      item(9, DELIVERY)]))
+write(dm, "notification-unreadable", frame(0x0A, [item(1, TOKEN), item(2, PAYLOAD), item(3, UUID), item(5, u8(7)),
+                                                 item(6, b"com.example.demo"), item(9, DELIVERY)]))
+write(dm, "ack", frame(0x0B, [item(1, u8(1)), item(3, DELIVERY)]))
 write(dm, "keepalives", frame(0x0C, []) + frame(0x0D, []) + frame(0x0E, []))
 write(dm, "app-token-request", frame(0x11, [item(1, b"com.example.demo"), item(2, u32(7))]))
 write(dm, "app-token-response", frame(0x12, [item(1, b"com.example.demo"), item(2, u32(7)), item(3, TOKEN), item(4, u8(0))]))
@@ -99,6 +103,18 @@ write(dm, "frame-too-large", b"\x0a\x00\x01\x00\x00")
 write(dm, "unknown-command", frame(0x55, [item(1, b"?")]))
 # The writing direction reads its first byte as the kind of message to build
 # (10: Error, then its code and text); this one is longer than the item allows.
+# 11: Notification: token length and token, payload length (u16) and payload,
+# id, delivery id, expiration flag and value, priority, topic, collapse id
+# flag and text, push type flag and text (texts: length, then bytes).
+def text(value):
+    return bytes([len(value)]) + value
+
+
+write(dm, "write-notification", bytes([11]) + text(TOKEN) + u16(len(PAYLOAD)) + PAYLOAD + UUID + DELIVERY
+      + b"\x01" + u32(1700000000) + b"\x0a" + text(b"com.example.demo") + b"\x01" + text(b"c1") + b"\x01" + text(b"alert"))
+write(dm, "write-notification-empty-collapse-id", bytes([11]) + text(TOKEN) + u16(2) + b"{}" + UUID + DELIVERY
+      + b"\x00" + u32(0) + b"\x05" + text(b"a.b") + b"\x01" + text(b"") + b"\x00" + text(b""))
+write(dm, "write-ack", bytes([12]) + DELIVERY + b"\x01")
 write(dm, "write-error-long", bytes([10, 5]) + b"ab" + "\u00e9t\u00e9 ".encode() * 180)
 
 # HTTP/2 requests: header lines `name: value`, an empty line, the body.
@@ -119,6 +135,9 @@ write(hr, "upper-case", request([(":method", "POST"), (":path", f"/3/device/{TOK
 write(hr, "missing-token", request([(":method", "POST"), (":path", "/3/device/")], ""))
 write(hr, "get", request([(":method", "GET"), (":path", f"/3/device/{TOKEN_HEX}")], ""))
 write(hr, "duplicate-topic", request(base + [("apns-topic", "a.b"), ("apns-topic", "a.c")], "{}"))
+write(hr, "push-type-and-empty-collapse-id", request(base + [("apns-push-type", "liveactivity"), ("apns-collapse-id", "")],
+                                                     PAYLOAD.decode()))
+write(hr, "unknown-push-type", request(base + [("apns-push-type", "Alert")], PAYLOAD.decode()))
 write(hr, "bad-values", request(base + [("apns-expiration", "4294967296"), ("apns-priority", "7"),
                                         ("apns-collapse-id", "x" * 65)], "{}\x00"))
 
@@ -155,6 +174,11 @@ samples = [
 ]
 for index, sample in enumerate(samples):
     write(pl, f"sample-{index:02d}", sample)
+# Around the nesting limit (512 containers, the top-level object included).
+write(pl, "nesting-257", '{"a":' + "[" * 257 + "]" * 257 + "}")
+write(pl, "nesting-256-in-aps", '{"aps":{"alert":' + "[" * 256 + "]" * 256 + "}}")
+write(pl, "nesting-511", '{"a":' + "[" * 511 + "]" * 511 + "}")
+write(pl, "nesting-512", '{"a":' + "[" * 512 + "]" * 512 + "}")
 write(pl, "trailing-comma", '{"aps":{"alert":"x",}}')
 write(pl, "bad-utf8", b'{"aps":{"alert":"\xed\xa0\x80"}}')
 write(pl, "nul-terminated", b'{"aps":{}}\x00')

@@ -11,16 +11,19 @@
 //   is every error of `DeviceMessage(frame:)`;
 // - a message that decodes from a frame, written and read again (frame, then
 //   message), is an equal message; its second writing is byte for byte its
-//   first (the codec is canonical), and `message.frame` is the frame read.
+//   first (the codec is canonical), and `message.frame` is the frame read;
+// - a Notification read is within the bounds `DeviceNotification.problem`
+//   checks, and `deliveryIDOfUnreadableNotification` finds its delivery id.
 //
-// The other direction: the same input also describes a message, built with
-// values the protocol allows (see `message(from:)`); written, it reads back
-// equal. An Error message longer than its item allows (1,024 bytes) is cut
-// by the writer: it must still read back, as a prefix of the message.
-// (Notification and Ack are built only by decoding: their items are about
-// to change.)
+// The other direction: the same input also describes a message (see
+// `message(from:)`); written, it reads back equal. A Notification is built
+// with any sizes: it reads back equal exactly when `problem(tokenLength:)`
+// finds nothing (what the server checks before sending), and is refused
+// otherwise. An Error message longer than its item allows (1,024 bytes) is
+// cut by the writer: it must still read back, as a prefix of the message.
 
 import CourierWire
+import Foundation
 import FuzzSupport
 import NIOCore
 
@@ -77,6 +80,18 @@ struct Reader {
         return String(validating: text, as: UTF8.self)
     }
 
+    /// A string of 0 to 255 bytes, not UTF-8 repaired as a String does (its
+    /// length first).
+    mutating func anyString() -> String? {
+        guard let length = byte(), let text = take(Int(length)) else { return nil }
+        return String(decoding: text, as: UTF8.self)
+    }
+
+    mutating func uuid() -> UUID? {
+        take(16).map { bytes in UUID(uuid: (bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8],
+            bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15])) }
+    }
+
     /// Up to `limit` values of `size` bytes (the count first).
     mutating func values(size: Int, limit: Int) -> [[UInt8]]? {
         guard let count = byte() else { return nil }
@@ -89,12 +104,13 @@ struct Reader {
     }
 }
 
-/// A message the input describes, with values the protocol allows (a 32-byte
-/// token, bundle ids of 1 to 155 bytes, 20-byte topic hashes), or nil.
+/// A message the input describes, or nil: with values the protocol allows
+/// (a 32-byte token, bundle ids of 1 to 155 bytes, 20-byte topic hashes),
+/// except a Notification, whose items may have any size.
 func message(from input: [UInt8]) -> DeviceMessage? {
     var reader = Reader(bytes: input[...])
     guard let kind = reader.byte() else { return nil }
-    switch kind % 11 {
+    switch kind % 13 {
     case 0:
         guard let version = reader.byte(), let tokens = reader.values(size: 32, limit: 8), let hasKeepAlive = reader.flag(),
             let keepAlive = reader.integer(UInt16.self), let hasGeneration = reader.flag(), let generation = reader.integer(UInt32.self)
@@ -132,6 +148,20 @@ func message(from input: [UInt8]) -> DeviceMessage? {
     case 9:
         guard let requestID = reader.integer(UInt32.self), let status = reader.byte() else { return nil }
         return .unregisterAck(requestID: requestID, status: DeviceProtocolCode(rawValue: status))
+    case 11:
+        guard let tokenLength = reader.byte(), let token = reader.take(Int(tokenLength)), let payloadLength = reader.integer(UInt16.self),
+            let payload = reader.take(Int(payloadLength)), let id = reader.uuid(), let deliveryID = reader.uuid(),
+            let hasExpiration = reader.flag(), let expiration = reader.integer(UInt32.self), let priority = reader.byte(),
+            let topic = reader.anyString(), let hasCollapseID = reader.flag(), let collapseID = reader.anyString(),
+            let hasPushType = reader.flag(), let pushType = reader.anyString()
+        else { return nil }
+        return .notification(
+            DeviceNotification(
+                token: token, payload: payload, id: id, deliveryID: deliveryID, expiration: hasExpiration ? expiration : nil,
+                priority: priority, topic: topic, collapseID: hasCollapseID ? collapseID : nil, pushType: hasPushType ? pushType : nil))
+    case 12:
+        guard let deliveryID = reader.uuid(), let status = reader.byte() else { return nil }
+        return .ack(deliveryID: deliveryID, status: status)
     default:
         // Any text, as long as the input goes: the writer cuts it to 1,024 bytes.
         guard let code = reader.byte() else { return nil }
@@ -142,6 +172,21 @@ func message(from input: [UInt8]) -> DeviceMessage? {
 /// Writes a message built from the input and reads it back.
 func checkWriting(_ input: [UInt8]) {
     guard let message = message(from: input) else { return }
+    if case .notification(let notification) = message, let problem = notification.problem(tokenLength: 32) {
+        // Out of bounds: the server does not send it, and a device would refuse it.
+        var written = ByteBuffer()
+        message.write(to: &written)
+        var decoder = DeviceFrameDecoder(maxFrameLength: Int(UInt32.max))
+        guard let frame = try? decoder.decode(buffer: &written) else { violation("a Notification is not written as a whole frame") }
+        do {
+            let read = try DeviceMessage(frame: frame)
+            violation("a Notification with a problem (\(problem)) reads back as \(read)")
+        } catch {
+            require(error is DeviceProtocolError, "a Notification with a problem is refused with \(error)")
+        }
+        require(frame.deliveryIDOfUnreadableNotification == notification.deliveryID, "the delivery id of an unreadable Notification is not found")
+        return
+    }
     guard case .error(let code, let text) = message, text.utf8.count > 1024 else {
         roundTrip(message)
         return
@@ -198,6 +243,10 @@ func check(_ bytes: UnsafeRawBufferPointer) {
             continue
         } catch {
             violation("DeviceMessage(frame:) threw \(error)")
+        }
+        if case .notification(let notification) = message {
+            require(notification.problem(tokenLength: 32) == nil, "a Notification read has a problem: \(notification.problem(tokenLength: 32)!)")
+            require(frame.deliveryIDOfUnreadableNotification == notification.deliveryID, "deliveryIDOfUnreadableNotification misses \(notification.deliveryID)")
         }
         roundTrip(message)
     }

@@ -11,8 +11,9 @@
 // independently of the code (which reason comes first, what the fields
 // hold); plus what the gateway relies on: a success has a 32-byte token
 // equal to the path's hex, an apns-id echoed as the UUID, an expiration of
-// at most 2^32 - 1 seconds, priority 5 or 10, a collapse id of at most 64
-// bytes, and a payload summary that agrees with PayloadRules.isJSONObject.
+// at most 2^32 - 1 seconds, priority 5 or 10, a collapse id of 1 to 64
+// bytes or none, a push type of Apple's list (`PushType`), and a payload
+// verdict that agrees with PayloadRules.isJSONObject.
 
 import CourierCore
 import CourierWire
@@ -110,6 +111,7 @@ func expectedFields(_ headers: [(String, String)], tokenHex: [UInt8]) -> Reason?
     }
     if let priority = last("apns-priority"), priority != bytes("5"), priority != bytes("10") { return .badPriority }
     if let collapse = last("apns-collapse-id"), collapse.count > 64 { return .badCollapseId }
+    if let pushType = last("apns-push-type"), !PushType.allCases.contains(where: { bytes($0.rawValue) == pushType }) { return .invalidPushType }
     guard tokenHex.count == tokenLength * 2, tokenHex.allSatisfy(isHexDigit) else { return .badDeviceToken }
     return nil
 }
@@ -165,7 +167,10 @@ func check(_ input: UnsafeRawBufferPointer) {
             require(checked.expiration == nil, "an expiration without the header")
         }
         require(checked.priority == head.priority.map { UInt8($0)! }, "priority \(String(describing: checked.priority))")
-        require(checked.collapseID == head.collapseID && checked.pushType == head.pushType, "collapse id or push type changed")
+        // An empty collapse id is none.
+        let collapseID = head.collapseID?.isEmpty == true ? nil : head.collapseID
+        require(checked.collapseID == collapseID && checked.pushType == head.pushType, "collapse id or push type changed")
+        require(checked.pushType.map { PushType(rawValue: $0) != nil } ?? true, "push type \(checked.pushType!) passed")
 
         // The payload, on the channel the topic picks, with the priority the gateway derives.
         let channel: PayloadChannel = head.topic.map { Topic($0).kind == .voip } == true ? .http2VoIP : .http2

@@ -15,9 +15,9 @@
 // and when one follows a backslash (where the escape would change the
 // JSON) a difference is allowed.
 //
-// A finding reported, not yet fixed (Regressions/FuzzPayload/): the scanner
-// takes numbers beyond Double's range (`1e309`), which Foundation refuses.
-// Outside strict mode (FuzzSupport.strict) that difference is let through.
+// A finding reported, not yet fixed (Regressions/FuzzPayload/), let through
+// outside strict mode (FuzzSupport.strict): the scanner takes numbers
+// beyond Double's range (`1e309`), which Foundation refuses.
 //
 // Also: PayloadRules.isJSONObject and PayloadRules.check answer as the
 // scanner's summary says (empty, NUL-terminated, not an object, silent,
@@ -168,7 +168,7 @@ func check(_ input: UnsafeRawBufferPointer) {
     } else if escaped.afterBackslash {
         // Allowed too (above).
     } else if known(scanned != nil && reference == nil && hasNumberBeyondDouble(bytes)) {
-        // The reported finding (above).
+        // A reported finding (above).
     } else {
         require(
             scanned == reference,
