@@ -3,17 +3,17 @@
 /// what its top-level `aps` dictionary holds. Foundation's parser builds a
 /// dictionary of boxed values for every push; this is on the hot path of
 /// every provider interface.
-struct PayloadScanner {
+public struct PayloadScanner {
     /// What the rules learn about `aps`.
-    struct Aps {
+    public struct Aps {
         /// `content-available` is the number 1.
-        var contentAvailable = false
+        public var contentAvailable = false
         /// `alert`, `sound` or `badge` is present.
-        var visible = false
+        public var visible = false
         /// The number of distinct keys in `aps`.
-        var keyCount = 0
+        public var keyCount = 0
         /// `content-available` is present, whatever its value.
-        var hasContentAvailable = false
+        public var hasContentAvailable = false
     }
 
     private let bytes: UnsafeRawBufferPointer
@@ -31,7 +31,7 @@ struct PayloadScanner {
 
     /// The top-level `aps` dictionary's summary (empty when there is none
     /// or it is not an object); nil when the payload is not a JSON object.
-    static func scan(_ payload: some Collection<UInt8>) -> Aps? {
+    public static func scan(_ payload: some Collection<UInt8>) -> Aps? {
         payload.withContiguousBytes(scan(bytes:))
     }
 
