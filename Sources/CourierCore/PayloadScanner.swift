@@ -377,11 +377,17 @@ public struct PayloadScanner {
     }
 
     /// A number (RFC 8259 grammar).
+    /// A number, within Double's range: one beyond it (`1e309`) is refused,
+    /// as Foundation's parser (and so an app's) refuses it. Only a number
+    /// with an exponent or more digits than a Double's largest has can be
+    /// beyond it; only such a number is converted to see.
     private mutating func number() -> Bool {
+        let start = index
         _ = expect(UInt8(ascii: "-"))
         guard let first = peek, (0x30...0x39).contains(first) else { return false }
         index += 1
         if first != 0x30 { digits() }
+        var mayOverflow = index - start > 300
         if expect(UInt8(ascii: ".")) {
             guard let next = peek, (0x30...0x39).contains(next) else { return false }
             digits()
@@ -391,8 +397,10 @@ public struct PayloadScanner {
             if let sign = peek, sign == UInt8(ascii: "+") || sign == UInt8(ascii: "-") { index += 1 }
             guard let next = peek, (0x30...0x39).contains(next) else { return false }
             digits()
+            mayOverflow = true
         }
-        return true
+        guard mayOverflow else { return true }
+        return Double(String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self))?.isFinite ?? false
     }
 
     /// True when a scanned value is a number equal to 1 (`1`, `1.0`, `10e-1`).

@@ -61,7 +61,9 @@ public struct HTTP2RequestHead: Sendable, Hashable {
             return .failure(.missingDeviceToken)
         }
         guard route.utf8.starts(with: prefix) else { return .failure(.badPath) }
-        let token = route.dropFirst(prefix.count)
+        // The prefix's bytes, not Characters: a combining mark after the
+        // prefix's last slash would join it into one Character.
+        let token = Substring(route.utf8.dropFirst(prefix.count))
         guard !token.utf8.contains(UInt8(ascii: "/")) else { return .failure(.badPath) }
         guard !duplicated else { return .failure(.duplicateHeaders) }
         head.tokenHex = token

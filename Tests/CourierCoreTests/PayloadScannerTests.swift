@@ -83,6 +83,19 @@ import Testing
         }
     }
 
+    /// A number beyond Double's range is refused, as Foundation refuses it;
+    /// one within it is read (found by FuzzPayload).
+    @Test(arguments: [
+        (#"{"a":1e309}"#, false), (#"{"a":-1e309}"#, false), (#"{"a":1e308}"#, true), (#"{"a":1e-400}"#, true),
+        (#"{"a":"# + String(repeating: "9", count: 400) + "}", false), (#"{"a":"# + String(repeating: "9", count: 300) + "}", true),
+        (#"{"aps":{"badge":1E+999}}"#, false),
+    ])
+    func numbersBeyondDoubleAreRefusedAsFoundationRefusesThem(_ text: String, _ readable: Bool) {
+        let bytes = Array(text.utf8)
+        #expect((PayloadScanner.scan(bytes) != nil) == readable, "\(text.prefix(40))")
+        #expect(Self.same(PayloadScanner.scan(bytes), Self.foundationSummary(bytes)), "as Foundation: \(text.prefix(40))")
+    }
+
     /// Containers nested up to the limit (512, the top-level object
     /// included) are read, one more is not: as Foundation's parser does,
     /// for arrays, objects, and inside `aps`.

@@ -50,6 +50,14 @@ import Testing
         #expect(reason(headers([("apns-push-type", String(repeating: "x", count: 256))])) == "InvalidPushType")
     }
 
+    /// The token is what follows the prefix's bytes: a combining mark
+    /// right after `/3/device/` (which joins its slash into one Character)
+    /// is part of the token, so not hex (found by FuzzHTTP2Request).
+    @Test func aCombiningMarkAfterThePrefixIsPartOfTheToken() {
+        #expect(reason(headers(path: "/3/device/\u{301}" + token)) == "BadDeviceToken")
+        #expect(reason(headers(path: "/3/device/" + token)) == nil)
+    }
+
     @Test func anEmptyCollapseIDIsNone() throws {
         let head = try HTTP2RequestHead.parse(headers([("apns-collapse-id", "")])).get()
         #expect(try head.fields(tokenLength: 32, newID: UUID()).get().collapseID == nil)
