@@ -131,7 +131,7 @@ final class BinaryGateway: Service {
         let guardian = policy.guardFor(.binary, logger: logger)
         let idle = policy.connections.binaryIdle
         let server = try await bindListener(.binary, environment, configuration.network) { host, port in
-            try await listenerBootstrap(backOffWhenOutOfDescriptors: true)
+            try await listenerBootstrap()
                 .childChannelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
                         try guardian.admit(channel)

@@ -89,7 +89,7 @@ final class DeviceGateway: Service {
         let keepAlive = configuration.qos.keepAlive
         let timeout = configuration.handshakeTimeout
         let server = try await bindListener(.device, environment, configuration.network) { host, port in
-            try await listenerBootstrap(backlog: 1024, backOffWhenOutOfDescriptors: true)
+            try await listenerBootstrap(backlog: 1024)
                 .childChannelOption(.allocator, value: PageBufferAllocator.allocator)
                 .childChannelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {

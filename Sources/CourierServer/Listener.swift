@@ -108,21 +108,16 @@ final class OpenConnections: Sendable {
 
 /// The bootstrap every listener binds with: address reuse, a listen
 /// backlog, and no Nagle delay on the connections (answers are small).
-/// A listener bound with a child channel initializer (not the async
-/// `bind`, which adds its own) gets `AcceptBackoffHandler`: out of file
-/// descriptors, it pauses accepting for a moment instead of trying again
-/// at once, for ever, on a spinning core.
-func listenerBootstrap(backlog: Int32 = 256, backOffWhenOutOfDescriptors: Bool = false) -> ServerBootstrap {
-    var bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+/// Running out of file descriptors is prevented, not handled: the
+/// listeners' limits are fitted to the open-file limit
+/// (`CourierConfiguration.Connections.fitted`), because out of them an
+/// event loop spins on the listening socket, NIO's `AcceptBackoffHandler`
+/// or not.
+func listenerBootstrap(backlog: Int32 = 256) -> ServerBootstrap {
+    ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
         .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
         .serverChannelOption(.backlog, value: backlog)
         .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
-    if backOffWhenOutOfDescriptors {
-        bootstrap = bootstrap.serverChannelInitializer { channel in
-            channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(AcceptBackoffHandler()) }
-        }
-    }
-    return bootstrap
 }
 
 /// Closes a connection when its time is up, on the event loop's clock (a
