@@ -203,20 +203,21 @@ public final class HTTP2Gateway: Service, Sendable {
     private func closeIdleAndRevoked() async {
         let now = clock.now()
         let open = connections.withLock { Array($0.open.values) }
-        for connection in open where now.timeIntervalSince(connection.idleSince) >= configuration.http2.idleTimeout {
-            logger.info("closing an idle connection")
-            connection.goAway(.idleTimeout)
-        }
-        // A connection without a certificate that has shown no valid token in time.
-        for connection in open where now.timeIntervalSince(connection.openedAt) >= policy.connections.authenticationTimeout {
-            guard case .token(let trust) = connection.trust, trust.keyID == nil else { continue }
-            logger.info("closing a connection that did not authenticate")
-            connection.goAway(.missingProviderToken)
-        }
         for connection in open {
-            guard case .token(let trust) = connection.trust, let keyID = trust.keyID, keys.isRevoked(keyID) else { continue }
-            logger.info("closing a connection whose auth key was revoked", metadata: ["courier.key": "\(keyID)"])
-            connection.goAway(.invalidProviderToken)
+            if now.timeIntervalSince(connection.idleSince) >= configuration.http2.idleTimeout {
+                logger.info("closing an idle connection")
+                connection.goAway(.idleTimeout)
+            }
+            guard case .token(let trust) = connection.trust else { continue }
+            if let keyID = trust.keyID {
+                guard keys.isRevoked(keyID) else { continue }
+                logger.info("closing a connection whose auth key was revoked", metadata: ["courier.key": "\(keyID)"])
+                connection.goAway(.invalidProviderToken)
+            } else if now.timeIntervalSince(connection.openedAt) >= policy.connections.authenticationTimeout {
+                // No certificate, and no valid token shown in time.
+                logger.info("closing a connection that did not authenticate")
+                connection.goAway(.missingProviderToken)
+            }
         }
     }
 
@@ -389,10 +390,10 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         return stream
     }
 
-    /// Counts `count` more bytes held by an unfinished request; when that
-    /// would go over the limit the stream is reset (ENHANCE_YOUR_CALM) and
-    /// forgotten instead, and false returned.
-    private func hold(_ count: Int, on streamID: HTTP2StreamID, context: ChannelHandlerContext) -> Bool {
+    /// Counts `count` more bytes held by the unfinished request `stream`;
+    /// when that would go over the limit the stream is reset
+    /// (ENHANCE_YOUR_CALM) and forgotten instead, and false returned.
+    private func hold(_ count: Int, in stream: inout OpenStream, _ streamID: HTTP2StreamID, context: ChannelHandlerContext) -> Bool {
         guard unfinishedBytes + count <= unfinishedLimit else {
             remove(streamID)
             gateway.logger.info("reset a stream: the connection holds too much unfinished", metadata: ["courier.bytes": "\(unfinishedBytes)"])
@@ -401,7 +402,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
             return false
         }
         unfinishedBytes += count
-        streams[streamID]?.bytes += count
+        stream.bytes += count
         return true
     }
 
@@ -420,13 +421,14 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         case .headers(let headers):
             if streams[frame.streamID] == nil {
                 // Trailers on a known stream add nothing; a new stream starts a request.
-                streams[frame.streamID] = OpenStream(headers: headers.headers, bytes: 0)
+                var stream = OpenStream(headers: headers.headers, bytes: 0)
                 lastStream = max(lastStream, frame.streamID)
                 connection.touch(gateway.clock.now())
                 if !headers.endStream {
                     let size = headers.headers.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 32 }
-                    guard hold(size, on: frame.streamID, context: context) else { return }
+                    guard hold(size, in: &stream, frame.streamID, context: context) else { return }
                 }
+                streams[frame.streamID] = stream
             }
             if headers.endStream { complete(frame.streamID, context: context) }
         case .data(let data):
@@ -458,7 +460,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
             }
             // Kept for a later frame: in a buffer of its own, not a slice
             // that would pin (and make the TLS handler copy) its read buffer.
-            guard hold(bytes.readableBytes, on: frame.streamID, context: context) else { return }
+            guard hold(bytes.readableBytes, in: &stream, frame.streamID, context: context) else { return }
             if stream.body == nil {
                 var own = context.channel.allocator.buffer(capacity: bytes.readableBytes)
                 own.writeBuffer(&bytes)
@@ -466,7 +468,6 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
             } else {
                 stream.body!.writeBuffer(&bytes)
             }
-            stream.bytes = streams[frame.streamID]?.bytes ?? stream.bytes
             streams[frame.streamID] = stream
         case .rstStream:
             remove(frame.streamID)
