@@ -12,8 +12,8 @@ struct ServeProcess {
     let program: RunningProgram
     let ports: [String: Int]
 
-    static func start(data: String, config: String) throws -> ServeProcess {
-        let program = try RunningProgram(courier, ["serve", "--data", data, "--config", config])
+    static func start(data: String, config: String, mergeStandardError: Bool = false) throws -> ServeProcess {
+        let program = try RunningProgram(courier, ["serve", "--data", data, "--config", config], mergeStandardError: mergeStandardError)
         guard program.waitForLine(containing: "Courier is running") != nil else {
             throw ConfigurationFailure(output: program.output)
         }

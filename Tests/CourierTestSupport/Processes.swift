@@ -96,6 +96,8 @@ public final class RunningProgram: Sendable {
 
     public var processIdentifier: Int32 { process.processIdentifier }
 
+    public var isRunning: Bool { process.isRunning }
+
     /// Every line printed so far.
     public var output: [String] { lines.withLock { $0 } }
 
