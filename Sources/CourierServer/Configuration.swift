@@ -155,13 +155,20 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         /// requests it has not received whole; the stream that would go
         /// over is reset with ENHANCE_YOUR_CALM.
         public var maxUnfinishedRequestBytes: Int
+        /// Bytes that may wait, unsent, for a peer that does not read what
+        /// Courier writes to it (a device, or a provider not reading its
+        /// answers); beyond it the connection is closed. A device's held
+        /// notifications stay held; the kernel's socket buffers come on top.
+        public var maxUnreadBytes: Int
 
         public init(
             maxPerListener: Int = 1000, maxPerDeviceListener: Int = 6000, maxPerAddress: Int = 500, authenticationTimeout: Double = 10,
             binaryIdleTimeout: Double = 3600, unfinishedFrameTimeout: Double = 10, feedbackTimeout: Double = 30, reconnectLimit: Int = 100,
-            reconnectWindow: Double = 60, refusalLogInterval: Double = 10, maxUnfinishedRequestBytes: Int = 262_144
+            reconnectWindow: Double = 60, refusalLogInterval: Double = 10, maxUnfinishedRequestBytes: Int = 262_144,
+            maxUnreadBytes: Int = 1_048_576
         ) {
             self.maxUnfinishedRequestBytes = maxUnfinishedRequestBytes
+            self.maxUnreadBytes = maxUnreadBytes
             self.maxPerListener = maxPerListener
             self.maxPerDeviceListener = maxPerDeviceListener
             self.maxPerAddress = maxPerAddress
@@ -338,6 +345,10 @@ extension CourierConfiguration {
         ]
         for (key, value) in limits where value < 1 {
             throw ConfigurationError("\(source): '\(key)' must be at least 1")
+        }
+        // Below one largest device frame a connection could not take one notification.
+        guard connections.maxUnreadBytes >= 16_384 else {
+            throw ConfigurationError("\(source): 'connections.maxUnreadBytes' must be at least 16384")
         }
         let times = [
             ("connections.authenticationTimeout", connections.authenticationTimeout), ("connections.binaryIdleTimeout", connections.binaryIdleTimeout),

@@ -16,6 +16,10 @@ import Glibc
 /// `connections.refusalLogInterval` with the count since the last line —
 /// so that a flood can neither lock out the other listeners nor flood the
 /// log (docs/security.md).
+///
+/// It also bounds what waits, unsent, for a peer that does not read:
+/// beyond `connections.maxUnreadBytes` the connection is closed
+/// (`UnreadLimit`), counted and logged the same way.
 final class ListenerGuard: Sendable {
     private struct State {
         var open = 0
@@ -24,17 +28,27 @@ final class ListenerGuard: Sendable {
         /// Refusals since the last log line.
         var unlogged = 0
         var lastLog: NIODeadline?
+        var closedUnread = 0
+        var unloggedUnread = 0
+        var lastUnreadLog: NIODeadline?
     }
 
     let maxOpen: Int
     let maxPerAddress: Int
+    /// Nil: no bound (feedback, which writes a topic's whole list at once
+    /// and has its own time limit).
+    let maxUnread: Int?
+    /// SO_SNDBUF of a connection with `maxUnread` (the kernel holds twice
+    /// this at most): ample for notifications and answers, which are small.
+    static let sendBuffer: SocketOptionValue = 65_536
     private let logInterval: TimeAmount
     private let logger: Logger
     private let state = Mutex(State())
 
-    init(maxOpen: Int, maxPerAddress: Int, logInterval: Double, logger: Logger) {
+    init(maxOpen: Int, maxPerAddress: Int, maxUnread: Int? = nil, logInterval: Double, logger: Logger) {
         self.maxOpen = maxOpen
         self.maxPerAddress = maxPerAddress
+        self.maxUnread = maxUnread
         self.logInterval = .milliseconds(Int64(logInterval * 1000))
         self.logger = logger
     }
@@ -42,7 +56,7 @@ final class ListenerGuard: Sendable {
     convenience init(_ listener: BoundPorts.Listener, _ connections: CourierConfiguration.Connections, logger: Logger) {
         self.init(
             maxOpen: listener == .device ? connections.maxPerDeviceListener : connections.maxPerListener, maxPerAddress: connections.maxPerAddress,
-            logInterval: connections.refusalLogInterval, logger: logger)
+            maxUnread: listener == .feedback ? nil : connections.maxUnreadBytes, logInterval: connections.refusalLogInterval, logger: logger)
     }
 
     /// Counts a new connection in, or refuses it: `CloseAtOnce` goes in
@@ -52,6 +66,40 @@ final class ListenerGuard: Sendable {
         guard count(channel) else {
             try channel.pipeline.syncOperations.addHandler(CloseAtOnce(), position: .first)
             return
+        }
+        if let maxUnread {
+            // The kernel's send buffer is fixed instead of growing with
+            // the peer's backlog (to 4 MiB per socket by Linux's defaults:
+            // the memory of every TCP socket of the machine, which slow
+            // peers would take); Linux doubles the value given.
+            try channel.syncOptions?.setOption(.socketOption(.so_sndbuf), value: Self.sendBuffer)
+            // The channel turns unwritable once more than maxUnread bytes
+            // wait in it: NIO counts them on every write anyway, so the
+            // bound costs nothing per write.
+            try channel.syncOptions?.setOption(.writeBufferWaterMark, value: .init(low: maxUnread / 2, high: maxUnread))
+            try channel.pipeline.syncOperations.addHandler(UnreadLimit(self), position: .first)
+        }
+    }
+
+    /// Counts and (at most once per interval) logs a connection closed
+    /// because its peer did not read.
+    fileprivate func closedUnread(_ channel: any Channel) {
+        let now = NIODeadline.now()
+        let count = state.withLock { state -> Int? in
+            state.closedUnread += 1
+            state.unloggedUnread += 1
+            guard state.lastUnreadLog.map({ now - $0 >= logInterval }) ?? true else { return nil }
+            state.lastUnreadLog = now
+            defer { state.unloggedUnread = 0 }
+            return state.unloggedUnread
+        }
+        if let count {
+            logger.warning(
+                "closing connections whose peer does not read",
+                metadata: [
+                    "courier.reason": "more than \(maxUnread ?? 0) bytes waited for the peer", "courier.closed": "\(count)",
+                    "courier.address": "\(channel.remoteAddress?.ipAddress ?? "unknown")",
+                ])
         }
     }
 
@@ -97,6 +145,8 @@ final class ListenerGuard: Sendable {
 
     /// Connections refused since the start.
     var refused: Int { state.withLock { $0.refused } }
+    /// Connections closed since the start because their peer did not read.
+    var closedForNotReading: Int { state.withLock { $0.closedUnread } }
     /// Connections open now.
     var open: Int { state.withLock { $0.open } }
 }
@@ -115,6 +165,25 @@ final class CloseAtOnce: ChannelInboundHandler, Sendable {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {}
+}
+
+/// Closes its connection when the channel turns unwritable: more than
+/// `connections.maxUnreadBytes` wait for a peer that does not read (the
+/// channel's write-buffer high water mark, set by `ListenerGuard.admit`).
+final class UnreadLimit: ChannelInboundHandler, Sendable {
+    typealias InboundIn = NIOAny
+
+    private let limits: ListenerGuard
+
+    init(_ limits: ListenerGuard) { self.limits = limits }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if !context.channel.isWritable, context.channel.isActive {
+            limits.closedUnread(context.channel)
+            context.close(promise: nil)
+        }
+        context.fireChannelWritabilityChanged()
+    }
 }
 
 /// Counts the connections each provider identity (a certificate's serial,

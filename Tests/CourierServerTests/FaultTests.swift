@@ -2,9 +2,14 @@ import CourierCore
 import CourierDevice
 import CourierProvider
 import CourierServer
+import CourierWire
 import CourierTestSupport
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+import NIOTLS
 import Synchronization
 import Testing
 
@@ -99,6 +104,80 @@ import Testing
         }
     }
 
+    /// Devices that stop reading while notifications keep coming for them
+    /// do not hold back delivery to the others; the server closes each
+    /// once `connections.maxUnreadBytes` wait for it (64 KiB here), so what
+    /// they pile up stays bounded.
+    @Test func devicesThatStopReadingDoNotHoldBackTheOthers() async throws {
+        let slowCount = FaultServer.scale("COURIER_FAULT_SLOW_DEVICES", default: 50)
+        let pushesEach = FaultServer.scale("COURIER_FAULT_SLOW_PUSHES", default: 200)
+        let fastCount = 10
+        let fastPushes = 20
+        DescriptorLimit.raise()
+        let directory = try temporaryDirectory("courier-fault")
+        defer { removeTemporaryDirectory(directory) }
+        let server = try FaultServer(directory: directory, connections: ["maxPerDeviceListener": slowCount + 100, "maxUnreadBytes": 65_536])
+        let identities = try await Fleet.identities(count: slowCount + fastCount, server: server)
+        let slow = try await SlowDevice.connect(Array(identities.prefix(slowCount)), port: try server.port("device"))
+        let fast = try await Fleet.connect(Array(identities.suffix(fastCount)), server: server)
+        let provider = try server.provider()
+        let before = residentKiB(server.program.processIdentifier)
+
+        // Every slow device gets its pushes (3 KB each, not to be stored)
+        // from 16 senders; half-way through, the fast devices get theirs.
+        let padding = String(repeating: "x", count: 3_000)
+        let sent = Ledger(devices: slowCount)
+        let slowSenders = (0..<16).map { lane in
+            Task {
+                for round in 0..<pushesEach {
+                    for device in stride(from: lane, to: slowCount, by: 16) {
+                        let payload = Array(#"{"aps":{"alert":"slow"},"s":\#(round),"pad":"\#(padding)"}"#.utf8)
+                        let push = HTTP2Push(token: slow[device].token, payload: payload, topic: "com.example.demo", expiration: Date(timeIntervalSince1970: 0))
+                        guard let result = try? await provider.send(push) else { return }
+                        sent.record(device: device, sequence: round, result: result)
+                    }
+                }
+            }
+        }
+        try await waitUntil(limit: 240) { sent.acceptedCount >= slowCount * pushesEach / 2 }
+        let started = Date()
+        let fastSenders = (0..<fastCount).map { device in
+            Task {
+                for sequence in 0..<fastPushes {
+                    let push = HTTP2Push(
+                        token: fast.tokens[device], payload: FaultServer.payload(device: device, sequence: sequence), topic: "com.example.demo",
+                        expiration: Date(timeIntervalSince1970: 0))
+                    _ = try? await provider.send(push)
+                }
+            }
+        }
+        try? await waitUntil(limit: 60) { (0..<fastCount).allSatisfy { fast.received($0).count == fastPushes } }
+        let fastSeconds = Date().timeIntervalSince(started)
+        for sender in fastSenders + slowSenders { await sender.value }
+        let after = residentKiB(server.program.processIdentifier)
+        // Reading again, a device the server closed finds the end of its
+        // stream after what was already on the way; one left open would
+        // stay open (it sends nothing, and its silence would take 120 s).
+        for device in slow { device.channel.setOption(ChannelOptions.autoRead, value: true).whenComplete { _ in device.channel.read() } }
+        try? await waitUntil(limit: 30) { slow.allSatisfy { !$0.channel.isActive } }
+        let closed = slow.filter { !$0.channel.isActive }.count
+        print(
+            "slow devices: \(slowCount) stopped reading, \(sent.acceptedCount) pushes of 3 KB accepted for them; \(fastCount) other devices got "
+                + "their \(fastCount * fastPushes) in \(String(format: "%.2f", fastSeconds)) s; \(closed) slow devices closed by the server; "
+                + "server memory \(before ?? -1) KiB before, \(after ?? -1) KiB after")
+        for device in 0..<fastCount { #expect(fast.received(device).sorted() == Array(0..<fastPushes), "device \(device)") }
+        #expect(sent.refusals.isEmpty, "\(sent.refusals.prefix(5))")
+        // Each slow device was sent far more than 64 KiB beyond what the
+        // kernel's buffers hold, so the server closed every one of them.
+        #expect(closed == slowCount)
+        #expect(server.program.output.contains { $0.contains("closing connections whose peer does not read") })
+        #expect(server.program.isRunning)
+        for device in slow { device.channel.close(promise: nil) }
+        await provider.close()
+        await fast.stop()
+        try server.stop()
+    }
+
     /// Devices 0–3 get a notification before the fault; during it pushes
     /// to devices 4–7 go on until one fails (some may still fit, in pages
     /// the database already has), then a binary push fails too; after it,
@@ -175,25 +254,28 @@ struct FaultServer {
     private(set) var program: RunningProgram
     let ports: [String: Int]
 
-    init(directory: String, data: String? = nil) throws {
+    /// `connections`: settings of the configuration's `connections` section.
+    init(directory: String, data: String? = nil, connections: [String: Int] = [:]) throws {
         self.data = data ?? directory + "/data"
         configPath = directory + "/courier.json"
-        try Self.writeConfiguration(configPath, production: [:])
+        try Self.writeConfiguration(configPath, production: [:], connections: connections)
         let first = try ServeProcess.start(data: self.data, config: configPath, mergeStandardError: true)
         program = first.program
         ports = first.ports
-        try Self.writeConfiguration(configPath, production: ports)
+        try Self.writeConfiguration(configPath, production: ports, connections: connections)
     }
 
     /// The configuration: production on `ports` (0 where missing), sandbox
     /// on ephemeral ports, no per-token rate limit (the load would reach
     /// it) and room for every device on the one loopback address.
-    private static func writeConfiguration(_ path: String, production ports: [String: Int]) throws {
+    private static func writeConfiguration(_ path: String, production ports: [String: Int], connections: [String: Int]) throws {
         func section(_ environment: String) -> String {
             let entries = ["binary", "feedback", "http2", "device"].map { #""\#($0)": \#(ports["\($0).\(environment)"] ?? 0)"# }
             return "{" + entries.joined(separator: ", ") + "}"
         }
-        try #"{"network": {"production": \#(section("production")), "sandbox": \#(section("sandbox")), "adminPort": 0}, "qos": {"tokenRateLimit": 1000000000}, "connections": {"maxPerAddress": 6000}, "logLevel": "warning"}"#
+        let limits = connections.merging(["maxPerAddress": 20_000]) { given, _ in given }
+            .sorted { $0.key < $1.key }.map { #""\#($0.key)": \#($0.value)"# }.joined(separator: ", ")
+        try #"{"network": {"production": \#(section("production")), "sandbox": \#(section("sandbox")), "adminPort": 0}, "qos": {"tokenRateLimit": 1000000000}, "connections": {\#(limits)}, "logLevel": "warning"}"#
             .write(toFile: path, atomically: true, encoding: .utf8)
     }
 
@@ -444,4 +526,99 @@ enum Mount {
         defer { try? immutable([path], false) }
         return fwrite("x", 1, 1, file) != 1 || fflush(file) != 0
     }()
+}
+
+/// A device that connects, registers the demo app and then stops reading:
+/// what the server sends it fills the kernel's buffers, then waits in the
+/// server's.
+final class SlowDevice: ChannelInboundHandler, Sendable {
+    typealias InboundIn = DeviceFrame
+    typealias OutboundOut = DeviceMessage
+
+    private let generation: UInt32?
+    private let registered: EventLoopPromise<[UInt8]>
+
+    private init(generation: UInt32?, registered: EventLoopPromise<[UInt8]>) {
+        self.generation = generation
+        self.registered = registered
+    }
+
+    /// Connects one per identity, 500 at a time; returns each channel with its token.
+    static func connect(_ directories: [String], port: Int) async throws -> [(channel: any Channel, token: [UInt8])] {
+        var devices: [(channel: any Channel, token: [UInt8])] = []
+        for start in stride(from: 0, to: directories.count, by: 500) {
+            try await withThrowingTaskGroup(of: (Int, any Channel, [UInt8]).self) { group in
+                for index in start..<min(start + 500, directories.count) {
+                    let credentials = try DeviceCredentials.load(from: directories[index])
+                    let context = try NIOSSLContext(configuration: credentials.tlsConfiguration())
+                    group.addTask {
+                        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                            .channelInitializer { channel in
+                                channel.eventLoop.makeCompletedFuture {
+                                    try channel.pipeline.syncOperations.addHandlers([
+                                        try NIOSSLClientHandler(context: context, serverHostname: "localhost"),
+                                        ByteToMessageHandler(DeviceFrameDecoder(maxFrameLength: 1 << 20)),
+                                        MessageToByteHandler(DeviceMessageEncoder()),
+                                        SlowDevice(generation: credentials.file.generation, registered: channel.eventLoop.makePromise()),
+                                    ])
+                                }
+                            }
+                            .connect(host: "127.0.0.1", port: port).get()
+                        let device = try await channel.pipeline.handler(type: SlowDevice.self).get()
+                        return (index, channel, try await device.registered.futureResult.get())
+                    }
+                }
+                var wave: [(Int, any Channel, [UInt8])] = []
+                for try await device in group { wave.append(device) }
+                devices += wave.sorted { $0.0 < $1.0 }.map { ($0.1, $0.2) }
+            }
+        }
+        return devices
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if case .handshakeCompleted = event as? TLSUserEvent {
+            let connect = DeviceMessage.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: generation)
+            context.writeAndFlush(wrapOutboundOut(connect), promise: nil)
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard let message = try? DeviceMessage(frame: unwrapInboundIn(data)) else { return }
+        switch message {
+        case .connectAck(.ok, _, _, _, _, _):
+            context.writeAndFlush(wrapOutboundOut(.appTokenRequest(bundleID: "com.example.demo", requestID: 1)), promise: nil)
+        case .appTokenResponse(_, _, let token?, .ok):
+            // From here on nothing is read.
+            context.channel.setOption(ChannelOptions.autoRead, value: false).whenComplete { _ in self.registered.succeed(token) }
+        case .connectAck, .appTokenResponse, .error:
+            registered.fail(SlowDeviceRefused(message: "\(message)"))
+        default:
+            break
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        registered.fail(ChannelError.ioOnClosedChannel)
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        registered.fail(error)
+        context.close(promise: nil)
+    }
+
+    struct SlowDeviceRefused: Error {
+        let message: String
+    }
+}
+
+/// The resident memory of a process, KiB.
+func residentKiB(_ pid: Int32) -> Int? {
+    guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
+    for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+        return Int(line.split(separator: " ", omittingEmptySubsequences: true)[1])
+    }
+    return nil
 }
