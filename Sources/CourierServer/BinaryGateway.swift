@@ -122,7 +122,7 @@ final class BinaryGateway: Service {
     }
 
     func run() async throws {
-        let verifier = PeerVerifier(authority: authority.authority, store: dispatcher.store, kind: .provider, logger: logger, environment: environment, throttle: policy.throttle)
+        let verifier = PeerVerifier(authority: authority.authority, store: dispatcher.store, kind: .provider, logger: logger, environment: environment, providers: policy.providers)
         let context = self.context
         let limits = BinaryDecoderLimits(
             tokenLength: configuration.limits.tokenLength, legacyPayload: configuration.limits.payload.binaryLegacy,
@@ -139,7 +139,7 @@ final class BinaryGateway: Service {
                         channel.closeFuture.whenComplete { _ in self.open.remove(channel) }
                         try self.open.add(channel)
                         try channel.pipeline.syncOperations.addHandlers(
-                            verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
+                            verifier.tlsHandlers(channel, context: context, box: box, handshakeTimeout: timeout) + [
                                 ConnectionTimeout(.silence, timeout: idle),
                                 BinaryConnectionHandler(gateway: self, peer: box, limits: limits),
                             ])

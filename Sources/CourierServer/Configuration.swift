@@ -148,6 +148,10 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         /// window has passed.
         public var reconnectLimit: Int
         public var reconnectWindow: Double
+        /// Connections one provider identity may hold open at once, on all
+        /// listeners together; beyond it a new one is refused like one
+        /// over `reconnectLimit`.
+        public var maxPerIdentity: Int
         /// Refusals are logged at most once per this many seconds per
         /// listener (with their count), so a flood cannot flood the log.
         public var refusalLogInterval: Double
@@ -165,8 +169,9 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
             maxPerListener: Int = 1000, maxPerDeviceListener: Int = 6000, maxPerAddress: Int = 500, authenticationTimeout: Double = 10,
             binaryIdleTimeout: Double = 3600, unfinishedFrameTimeout: Double = 10, feedbackTimeout: Double = 30, reconnectLimit: Int = 100,
             reconnectWindow: Double = 60, refusalLogInterval: Double = 10, maxUnfinishedRequestBytes: Int = 262_144,
-            maxUnreadBytes: Int = 1_048_576
+            maxUnreadBytes: Int = 1_048_576, maxPerIdentity: Int = 100
         ) {
+            self.maxPerIdentity = maxPerIdentity
             self.maxUnfinishedRequestBytes = maxUnfinishedRequestBytes
             self.maxUnreadBytes = maxUnreadBytes
             self.maxPerListener = maxPerListener
@@ -341,6 +346,7 @@ extension CourierConfiguration {
         let limits = [
             ("connections.maxPerListener", connections.maxPerListener), ("connections.maxPerDeviceListener", connections.maxPerDeviceListener),
             ("connections.maxPerAddress", connections.maxPerAddress), ("connections.reconnectLimit", connections.reconnectLimit),
+            ("connections.maxPerIdentity", connections.maxPerIdentity),
             ("connections.maxUnfinishedRequestBytes", connections.maxUnfinishedRequestBytes),
         ]
         for (key, value) in limits where value < 1 {

@@ -186,32 +186,67 @@ final class UnreadLimit: ChannelInboundHandler, Sendable {
     }
 }
 
-/// Counts the connections each provider identity (a certificate's serial,
-/// an auth key's id) opens in a window: APNs treats rapid connect and
-/// disconnect cycles as a denial-of-service attempt, and so does Courier
-/// (`connections.reconnectLimit` per `connections.reconnectWindow`).
-final class ReconnectThrottle: Sendable {
+/// What one provider identity (a certificate's serial, an auth key's id)
+/// may do with connections: open `connections.reconnectLimit` per
+/// `connections.reconnectWindow` (APNs treats rapid connect and disconnect
+/// cycles as a denial-of-service attempt, and so does Courier), and hold
+/// `connections.maxPerIdentity` open at once in the whole server — so that
+/// one team with valid credentials cannot fill a listener that every team
+/// shares.
+final class ProviderLimits: Sendable {
+    enum Admission: Equatable {
+        case admitted
+        /// Over the reconnect limit of the window.
+        case tooFast
+        /// Over the open connections allowed to one identity.
+        case tooMany
+    }
+
+    private struct State {
+        var windows: [String: Dispatcher.Window] = [:]
+        var open: [String: Int] = [:]
+    }
+
     private let limit: Int
     private let length: TimeInterval
+    let maxOpen: Int
     private let clock: any WallClock
-    private let windows = Mutex([String: Dispatcher.Window]())
+    private let state = Mutex(State())
 
-    init(limit: Int, window: TimeInterval, clock: any WallClock) {
+    init(limit: Int, window: TimeInterval, maxOpen: Int, clock: any WallClock) {
         self.limit = limit
         self.length = window
+        self.maxOpen = maxOpen
         self.clock = clock
     }
 
-    /// Counts one more connection of `identity`; false when it has
-    /// opened its limit in the current window already.
-    func take(_ identity: String) -> Bool {
+    /// Counts one more connection of `identity` in its window and, when
+    /// admitted, as open until `closed` completes.
+    func admit(_ identity: String, until closed: EventLoopFuture<Void>) -> Admission {
         let now = clock.now()
-        return windows.withLock { windows in
+        let admission = state.withLock { state -> Admission in
             // Forget ended windows now and then, so that the table stays small.
-            if windows.count >= 10_000 { windows = windows.filter { !$0.value.hasEnded(at: now, length: length) } }
-            return windows[identity, default: Dispatcher.Window(start: .distantPast, count: 0)].take(limit: limit, per: length, now: now)
+            if state.windows.count >= 10_000 { state.windows = state.windows.filter { !$0.value.hasEnded(at: now, length: length) } }
+            guard state.windows[identity, default: Dispatcher.Window(start: .distantPast, count: 0)].take(limit: limit, per: length, now: now) else {
+                return .tooFast
+            }
+            guard state.open[identity, default: 0] < maxOpen else { return .tooMany }
+            state.open[identity, default: 0] += 1
+            return .admitted
         }
+        if admission == .admitted {
+            closed.whenComplete { _ in
+                self.state.withLock { state in
+                    let left = state.open[identity, default: 1] - 1
+                    state.open[identity] = left > 0 ? left : nil
+                }
+            }
+        }
+        return admission
     }
+
+    /// Connections of `identity` open now.
+    func open(_ identity: String) -> Int { state.withLock { $0.open[identity, default: 0] } }
 }
 
 /// Closes a connection whose frame, once started, is not complete within
@@ -319,11 +354,11 @@ extension CourierConfiguration.Connections {
 
 /// What every listener shares about its peers: the limits of the
 /// configuration, the connections of each certificate (revocation), and
-/// the reconnect throttle of provider identities.
+/// the reconnect and open-connection limits of provider identities.
 struct ConnectionPolicy: Sendable {
     let connections: CourierConfiguration.Connections
     let certificates: CertificateConnections
-    let throttle: ReconnectThrottle
+    let providers: ProviderLimits
     let memory: MemoryReturn
 
     /// The limits of one listener (each listener has its own).

@@ -84,7 +84,9 @@ public struct CourierApplication: Sendable {
             let certificates = CertificateConnections(store: provisioner.store, clock: clock, logger: logger)
             let policy = ConnectionPolicy(
                 connections: configuration.connections, certificates: certificates,
-                throttle: ReconnectThrottle(limit: configuration.connections.reconnectLimit, window: configuration.connections.reconnectWindow, clock: clock),
+                providers: ProviderLimits(
+                    limit: configuration.connections.reconnectLimit, window: configuration.connections.reconnectWindow,
+                    maxOpen: configuration.connections.maxPerIdentity, clock: clock),
                 memory: MemoryReturn(logger: logger))
             var http2Gateways: [Environment: HTTP2Gateway] = [:]
             for environment in Environment.allCases {

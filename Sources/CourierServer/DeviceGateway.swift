@@ -102,7 +102,7 @@ final class DeviceGateway: Service {
                         channel.closeFuture.whenComplete { _ in connection.enqueue(.closed) }
                         try self.open.add(channel)
                         try channel.pipeline.syncOperations.addHandlers(
-                            verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
+                            verifier.tlsHandlers(channel, context: context, box: box, handshakeTimeout: timeout) + [
                                 ConnectionTimeout(.silence, timeout: .seconds(Int64(2 * keepAlive))),
                                 DeviceConnectionHandler(connection, maxFrameLength: maxFrame, unfinishedFrameTimeout: unfinishedFrame),
                             ])

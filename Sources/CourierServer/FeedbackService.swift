@@ -40,7 +40,7 @@ final class FeedbackService: Service {
     }
 
     func run() async throws {
-        let verifier = PeerVerifier(authority: authority.authority, store: store, kind: .provider, logger: logger, environment: environment, throttle: policy.throttle)
+        let verifier = PeerVerifier(authority: authority.authority, store: store, kind: .provider, logger: logger, environment: environment, providers: policy.providers)
         let context = self.context
         let timeout = configuration.handshakeTimeout
         let guardian = policy.guardFor(.feedback, logger: logger)

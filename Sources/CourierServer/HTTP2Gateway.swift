@@ -123,7 +123,7 @@ public final class HTTP2Gateway: Service, Sendable {
     var clock: any WallClock { dispatcher.clock }
 
     public func run() async throws {
-        let verifier = PeerVerifier(authority: authority.authority, store: dispatcher.store, kind: .provider, logger: logger, throttle: policy.throttle)
+        let verifier = PeerVerifier(authority: authority.authority, store: dispatcher.store, kind: .provider, logger: logger, providers: policy.providers)
         let context = self.context
         let timeout = configuration.handshakeTimeout
         let guardian = policy.guardFor(.http2, logger: logger)
@@ -134,7 +134,7 @@ public final class HTTP2Gateway: Service, Sendable {
                         try guardian.admit(channel)
                         let box = PeerIdentityBox()
                         try channel.pipeline.syncOperations.addHandlers(
-                            verifier.tlsHandlers(context: context, box: box, handshakeTimeout: timeout) + [
+                            verifier.tlsHandlers(channel, context: context, box: box, handshakeTimeout: timeout) + [
                                 HTTP2ConnectionSetup(gateway: self, peer: box),
                             ])
                         return channel
@@ -243,11 +243,17 @@ public final class HTTP2Gateway: Service, Sendable {
             switch await trust.authenticate(head.authorization, now: clock.now(), keys: keys) {
             case .rejected(let reason): return .failure(reason, apnsID: apnsID)
             case .valid(let valid, let first):
-                // A key whose connections come and go too fast is refused (and this connection ends).
-                if first, let keyID = trust.keyID, !policy.throttle.take("key " + keyID) {
-                    logger.warning("refusing a provider that reconnects too fast", metadata: ["courier.key": "\(keyID)"])
-                    connection.goAway(.tooManyRequests)
-                    return .failure(.tooManyRequests, apnsID: apnsID)
+                // A key whose connections come and go too fast, or that holds
+                // too many, is refused (and this connection ends).
+                if first, let keyID = trust.keyID {
+                    let admission = policy.providers.admit("key " + keyID, until: connection.channel.closeFuture)
+                    if admission != .admitted {
+                        logger.warning(
+                            admission == .tooFast ? "refusing a provider that reconnects too fast" : "refusing a provider that holds its connections",
+                            metadata: ["courier.key": "\(keyID)"])
+                        connection.goAway(.tooManyRequests)
+                        return .failure(.tooManyRequests, apnsID: apnsID)
+                    }
                 }
                 identity = valid
                 liftStreamLimit = first

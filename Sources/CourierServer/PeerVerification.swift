@@ -32,15 +32,17 @@ struct PeerVerifier: Sendable {
     /// For provider certificates: the environment the port serves, which
     /// the certificate must carry.
     var environment: Environment? = nil
-    /// Provider certificates that connect too often are refused for a while.
-    var throttle: ReconnectThrottle? = nil
+    /// Provider certificates that connect too often, or hold too many
+    /// connections, are refused.
+    var providers: ProviderLimits? = nil
 
     /// The handlers every listener's connection starts with: TLS whose
     /// peer certificate this verifier checks (the identity into `box`),
     /// then the close of a handshake not done within `handshakeTimeout`.
-    func tlsHandlers(context: NIOSSLContext, box: PeerIdentityBox, handshakeTimeout: TimeAmount) -> [any ChannelHandler] {
-        [
-            NIOSSLServerHandler(context: context) { chain, promise in verify(chain, into: box, promise: promise) },
+    func tlsHandlers(_ channel: any Channel, context: NIOSSLContext, box: PeerIdentityBox, handshakeTimeout: TimeAmount) -> [any ChannelHandler] {
+        let closed = channel.closeFuture
+        return [
+            NIOSSLServerHandler(context: context) { chain, promise in verify(chain, into: box, closed: closed, promise: promise) },
             ConnectionTimeout(.handshake, timeout: handshakeTimeout),
         ]
     }
@@ -53,11 +55,15 @@ struct PeerVerifier: Sendable {
     ) throws -> (NIOAsyncChannel<ByteBuffer, ByteBuffer>, PeerIdentityBox, EventLoopFuture<Void>) {
         let box = PeerIdentityBox()
         let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
-        try channel.pipeline.syncOperations.addHandlers(tlsHandlers(context: context, box: box, handshakeTimeout: handshakeTimeout) + [handshake])
+        try channel.pipeline.syncOperations.addHandlers(tlsHandlers(channel, context: context, box: box, handshakeTimeout: handshakeTimeout) + [handshake])
         return (try NIOAsyncChannel(wrappingChannelSynchronously: channel), box, handshake.promise.futureResult)
     }
 
-    func verify(_ chain: [NIOSSLCertificate], into box: PeerIdentityBox, promise: EventLoopPromise<NIOSSLVerificationResult>) {
+    /// `closed`: the connection's close, until which an admitted provider
+    /// certificate counts as open.
+    func verify(
+        _ chain: [NIOSSLCertificate], into box: PeerIdentityBox, closed: EventLoopFuture<Void>, promise: EventLoopPromise<NIOSSLVerificationResult>
+    ) {
         let certificates: [Certificate]
         do {
             certificates = try chain.map { try Certificate(derEncoded: try $0.toDERBytes()) }
@@ -89,8 +95,15 @@ struct PeerVerifier: Sendable {
                     promise.succeed(.failed)
                     return
                 }
-                if let throttle, !throttle.take("certificate " + serial) {
+                switch providers?.admit("certificate " + serial, until: closed) ?? .admitted {
+                case .admitted: break
+                case .tooFast:
                     logger.warning("refusing a provider certificate that reconnects too fast", metadata: ["courier.serial": "\(serial)"])
+                    promise.succeed(.failed)
+                    return
+                case .tooMany:
+                    logger.warning(
+                        "refusing a provider certificate that holds its connections", metadata: ["courier.serial": "\(serial)", "courier.open": "\(providers?.maxOpen ?? 0)"])
                     promise.succeed(.failed)
                     return
                 }

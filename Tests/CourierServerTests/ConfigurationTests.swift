@@ -41,7 +41,7 @@ let everyKeyChanged = CourierConfiguration(
     connections: .init(
         maxPerListener: 10, maxPerDeviceListener: 20, maxPerAddress: 5, authenticationTimeout: 2, binaryIdleTimeout: 60, unfinishedFrameTimeout: 4,
         feedbackTimeout: 6, reconnectLimit: 7, reconnectWindow: 8, refusalLogInterval: 9, maxUnfinishedRequestBytes: 10_000,
-        maxUnreadBytes: 20_000),
+        maxUnreadBytes: 20_000, maxPerIdentity: 11),
     http2: .init(maxConcurrentStreams: 64, idleTimeout: 600),
     limits: .init(payload: PayloadLimits(binaryLegacy: 300, binaryCommand2: 3000, http2: 5000, http2VoIP: 6000), tokenLength: 64, deviceMaxFrameLength: 32_768),
     paths: .init(database: "db.sqlite", pki: "certs", demo: "example"),
@@ -109,6 +109,7 @@ let everyKeyChanged = CourierConfiguration(
         (#"{"logLevel": "loud"}"#, "'logLevel' must be one of"),
         (#"{"qos": {"burstWindow": 0}}"#, "'qos.burstWindow' must be more than 0"),
         (#"{"connections": {"maxPerAddress": 0}}"#, "'connections.maxPerAddress' must be at least 1"),
+        (#"{"connections": {"maxPerIdentity": 0}}"#, "'connections.maxPerIdentity' must be at least 1"),
         (#"{"connections": {"maxUnreadBytes": 16383}}"#, "'connections.maxUnreadBytes' must be at least 16384"),
         (#"{"connections": {"unfinishedFrameTimeout": 0}}"#, "'connections.unfinishedFrameTimeout' must be more than 0"),
         (#"{"qos": {"silentBudgetPerHour": -1}}"#, "'qos.silentBudgetPerHour' must be 0 or more"),

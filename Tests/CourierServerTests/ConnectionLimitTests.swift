@@ -131,6 +131,70 @@ import Testing
         try await server.stop()
     }
 
+    /// One provider identity holds at most `connections.maxPerIdentity`
+    /// connections open: beyond it a certificate's handshake is refused and
+    /// a key's first request gets 429 TooManyRequests; another identity is
+    /// not touched, and once one closes there is room again.
+    @Test func aProviderIdentityHoldsAtMostItsConnections() async throws {
+        let server = try await TestServer(configure: { $0.connections.maxPerIdentity = 2 })
+        let device = try await server.device()
+        let token = try await device.client.register("com.example.demo")
+        let tokenB = try await device.client.register(try await Self.otherApp(server))
+        let payload = Array(#"{"aps":{"alert":"held"}}"#.utf8)
+        var held: [BinaryProviderClient] = []
+        for _ in 0..<2 {
+            let client = try await server.binaryClient()
+            _ = try await client.send(token: token, payload: payload, expiry: 0)
+            #expect(await device.next() != nil)
+            held.append(client)
+        }
+        let third = try await server.binaryClient()
+        await #expect(throws: (any Error).self) { _ = try await third.send(token: token, payload: payload, expiry: 0) }
+        await third.close()
+
+        // Another team's certificate still connects while the first holds its two.
+        let other = try await server.binaryClient(certificate: server.directory + "/b/com.example.b.pem", key: server.directory + "/b/com.example.b-key.pem")
+        _ = try await other.send(token: tokenB, payload: payload, expiry: 0)
+        #expect(await device.next() != nil)
+        await other.close()
+
+        // A key: its two connections, then 429 on the first request of a third.
+        let authorization = jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now())
+        var connections: [HTTP2Connection] = []
+        for _ in 0..<2 {
+            let connection = try await server.http2Connection()
+            #expect(try await RawPush(token: token, authorization: authorization).send(on: connection).status == 200)
+            connections.append(connection)
+        }
+        let tooMany = try await server.http2Connection()
+        let refused = try await RawPush(token: token, authorization: authorization).send(on: tooMany)
+        #expect((refused.status, refused.reason) == (429, "TooManyRequests"))
+        #expect(try #require(await tooMany.closed()).reason == .tooManyRequests)
+
+        // Closing one makes room (the server counts it out when it sees the close).
+        await held.removeFirst().close()
+        var admitted = false
+        for _ in 0..<50 where !admitted {
+            let again = try await server.binaryClient()
+            if (try? await again.send(token: token, payload: payload, expiry: 0)) != nil, await device.next(limit: 2) != nil { admitted = true }
+            await again.close()
+        }
+        #expect(admitted)
+        for client in held { await client.close() }
+        for connection in connections { await connection.close() }
+        await server.disconnect(device)
+        try await server.stop()
+    }
+
+    /// An app of another team, with a provider certificate in `b/`.
+    private static func otherApp(_ server: TestServer) async throws -> String {
+        let provisioner = server.application.provisioner
+        _ = try await provisioner.createTeam(id: "OTHERTEAM1", name: "Other")
+        _ = try await provisioner.createApp(bundleID: "com.example.b", teamID: "OTHERTEAM1")
+        _ = try await provisioner.issueProviderCertificate(bundleID: "com.example.b", environments: [.production], directory: server.directory + "/b")
+        return "com.example.b"
+    }
+
     /// A binary connection that sends half a frame is closed after
     /// `connections.unfinishedFrameTimeout`; one that says nothing, after
     /// `connections.binaryIdleTimeout`.
