@@ -372,15 +372,19 @@ struct ConnectionPolicy: Sendable {
 /// Gives memory back to the system after a flood of connections: freed
 /// memory stays with the allocator (glibc keeps it for the next
 /// allocation), so the process would keep a flood's peak for ever. The
-/// sweep asks once per tick; after the open connections fell to half of a
-/// peak of at least `floodSize` since memory was last given back, the
-/// allocator's free memory goes back to the system (`malloc_trim`).
+/// sweep asks once per tick; once the open connections fell by at least
+/// half of `floodSize` from their peak since memory was last given back,
+/// and stopped falling (a tick without fewer of them: the connections'
+/// memory is freed by then, not only half of it), the allocator's free
+/// memory goes back to the system (`malloc_trim`).
 final class MemoryReturn: Sendable {
     static let floodSize = 1_000
 
     private struct State {
         var listeners: [ListenerGuard] = []
         var peak = 0
+        /// Open connections at the previous tick.
+        var last = 0
         var returned = 0
     }
 
@@ -403,8 +407,9 @@ final class MemoryReturn: Sendable {
     func afterFlood() -> Bool {
         let due = state.withLock { state -> Bool in
             let open = state.listeners.reduce(0) { $0 + $1.open }
+            defer { state.last = open }
             state.peak = max(state.peak, open)
-            guard state.peak >= Self.floodSize, open <= state.peak / 2 else { return false }
+            guard state.peak - open >= Self.floodSize / 2, open >= state.last else { return false }
             state.peak = open
             state.returned += 1
             return true
