@@ -379,12 +379,15 @@ struct ConnectionPolicy: Sendable {
 /// memory goes back to the system (`malloc_trim`).
 final class MemoryReturn: Sendable {
     static let floodSize = 1_000
+    static let followUpTicks = 5
 
     private struct State {
         var listeners: [ListenerGuard] = []
         var peak = 0
         /// Open connections at the previous tick.
         var last = 0
+        /// Ticks until memory is given back once more after a flood.
+        var followUp: Int?
         var returned = 0
     }
 
@@ -409,9 +412,17 @@ final class MemoryReturn: Sendable {
             let open = state.listeners.reduce(0) { $0 + $1.open }
             defer { state.last = open }
             state.peak = max(state.peak, open)
+            if let ticks = state.followUp {
+                // Some of a flood's memory is freed only after its
+                // connections are counted out (their channels' last
+                // references go later): given back again a few ticks on.
+                state.followUp = ticks > 1 ? ticks - 1 : nil
+                return ticks == 1
+            }
             guard state.peak - open >= Self.floodSize / 2, open >= state.last else { return false }
             state.peak = open
             state.returned += 1
+            state.followUp = Self.followUpTicks
             return true
         }
         guard due else { return false }
