@@ -96,6 +96,17 @@ import Testing
         #expect(Self.same(PayloadScanner.scan(bytes), Self.foundationSummary(bytes)), "as Foundation: \(text.prefix(40))")
     }
 
+    /// Such a number is refused even where a later duplicate key replaces
+    /// it: Foundation converts numbers lazily and so never reads the
+    /// replaced one (it takes `{"b":1e999,"b":1}`); the scanner reads every
+    /// value, and a payload with a number that is not a Double is not JSON
+    /// to Courier wherever it stands (found by FuzzPayload in CI).
+    @Test func aNumberBeyondDoubleIsRefusedEvenWhenItsKeyIsRepeated() {
+        for text in [#"{"b":1e999,"b":1}"#, #"{"a":-0,"b":1.0e+1666660,"b":1.666666666666}"#, #"{"aps":{"badge":1e400,"badge":1}}"#] {
+            #expect(PayloadScanner.scan(Array(text.utf8)) == nil, "\(text)")
+        }
+    }
+
     /// Containers nested up to the limit (512, the top-level object
     /// included) are read, one more is not: as Foundation's parser does,
     /// for arrays, objects, and inside `aps`.
