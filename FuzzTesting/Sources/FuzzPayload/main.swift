@@ -82,13 +82,15 @@ func foundation(_ bytes: [UInt8]) -> Summary? {
         hasContentAvailable: aps["content-available"] != nil)
 }
 
-/// A comma before a closing brace or bracket, spaces between allowed.
-func hasTrailingComma(_ bytes: [UInt8]) -> Bool {
-    var lastSignificant: UInt8?
+/// Calls `visit` with each byte and whether it belongs to a string (its
+/// quotes included); true as soon as `visit` returns true.
+func anyByte(_ bytes: [UInt8], where visit: (_ byte: UInt8, _ inString: Bool) -> Bool) -> Bool {
     var inString = false
     var escaped = false
     for byte in bytes {
+        let partOfString: Bool
         if inString {
+            partOfString = true
             if escaped {
                 escaped = false
             } else if byte == UInt8(ascii: "\\") {
@@ -96,19 +98,26 @@ func hasTrailingComma(_ bytes: [UInt8]) -> Bool {
             } else if byte == UInt8(ascii: "\"") {
                 inString = false
             }
-            lastSignificant = byte
-            continue
+        } else {
+            partOfString = byte == UInt8(ascii: "\"")
+            inString = partOfString
         }
-        switch byte {
-        case 0x20, 0x09, 0x0A, 0x0D: continue
-        case UInt8(ascii: "}"), UInt8(ascii: "]"):
-            if lastSignificant == UInt8(ascii: ",") { return true }
-        case UInt8(ascii: "\""): inString = true
-        default: break
-        }
-        lastSignificant = byte
+        if visit(byte, partOfString) { return true }
     }
     return false
+}
+
+/// A comma before a closing brace or bracket, spaces between allowed.
+func hasTrailingComma(_ bytes: [UInt8]) -> Bool {
+    var lastSignificant: UInt8?
+    return anyByte(bytes) { byte, inString in
+        if !inString {
+            if [0x20, 0x09, 0x0A, 0x0D].contains(byte) { return false }
+            if byte == UInt8(ascii: "}") || byte == UInt8(ascii: "]"), lastSignificant == UInt8(ascii: ",") { return true }
+        }
+        lastSignificant = byte
+        return false
+    }
 }
 
 /// What Foundation reads as other than UTF-8, or with a byte order mark.
@@ -140,34 +149,20 @@ func escapingByteOrderMarks(_ bytes: [UInt8]) -> (bytes: [UInt8], afterBackslash
 /// True when a number outside strings is beyond Double's range (what
 /// Foundation refuses when it converts it).
 func hasNumberBeyondDouble(_ bytes: [UInt8]) -> Bool {
-    var inString = false
-    var escaped = false
     var number: [UInt8] = []
     func ends() -> Bool {
         defer { number = [] }
         guard !number.isEmpty, let value = Double(String(decoding: number, as: UTF8.self)) else { return false }
         return value.isInfinite
     }
-    for byte in bytes {
-        if inString {
-            if escaped {
-                escaped = false
-            } else if byte == UInt8(ascii: "\\") {
-                escaped = true
-            } else if byte == UInt8(ascii: "\"") {
-                inString = false
-            }
-            continue
-        }
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "+"), UInt8(ascii: "."), UInt8(ascii: "e"), UInt8(ascii: "E"):
+    let numeral = Set("0123456789-+.eE".utf8)
+    return anyByte(bytes) { byte, inString in
+        if !inString, numeral.contains(byte) {
             number.append(byte)
-        default:
-            if ends() { return true }
-            if byte == UInt8(ascii: "\"") { inString = true }
+            return false
         }
-    }
-    return ends()
+        return ends()
+    } || ends()
 }
 
 func check(_ input: UnsafeRawBufferPointer) {
