@@ -72,11 +72,18 @@ final class ListenerGuard: Sendable {
             // the peer's backlog (to 4 MiB per socket by Linux's defaults:
             // the memory of every TCP socket of the machine, which slow
             // peers would take); Linux doubles the value given.
-            try channel.syncOptions?.setOption(.socketOption(.so_sndbuf), value: Self.sendBuffer)
             // The channel turns unwritable once more than maxUnread bytes
             // wait in it: NIO counts them on every write anyway, so the
-            // bound costs nothing per write.
-            try channel.syncOptions?.setOption(.writeBufferWaterMark, value: .init(low: maxUnread / 2, high: maxUnread))
+            // bound costs nothing per write. A socket that refuses the
+            // options (its peer already gone) is closed, not thrown for:
+            // a throw here would end the listener's accept loop.
+            do {
+                try channel.syncOptions?.setOption(.socketOption(.so_sndbuf), value: Self.sendBuffer)
+                try channel.syncOptions?.setOption(.writeBufferWaterMark, value: .init(low: maxUnread / 2, high: maxUnread))
+            } catch {
+                try channel.pipeline.syncOperations.addHandler(CloseAtOnce(), position: .first)
+                return
+            }
             try channel.pipeline.syncOperations.addHandler(UnreadLimit(self), position: .first)
         }
     }
