@@ -28,15 +28,24 @@ import Testing
         // More keys than are kept without an allocation, with repeats on both sides of that line.
         #"{"aps":{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"a":11,"j":12,"\u006a":13,"content-available":1}}"#,
         #"{"aps":{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"content-available":1,"content-available":1}}"#,
+        // `true` is not the number 1, though Foundation hands it over as an NSNumber 1.
+        #"{"aps":{"content-available":true}}"#, #"{"aps":{"content-available":false,"alert":"x"}}"#,
     ]
+
+    static let booleans = [NSNumber(value: true), NSNumber(value: false)]
 
     /// What the rules need, as Foundation's dictionary shows it.
     static func foundationSummary(_ bytes: [UInt8]) -> PayloadScanner.Aps? {
         guard let object = (try? JSONSerialization.jsonObject(with: Data(bytes))) as? [String: Any] else { return nil }
         var aps = PayloadScanner.Aps()
         guard let dictionary = object["aps"] as? [String: Any] else { return aps }
-        // A number equal to 1; `true` is not one (Apple's guide asks for the number 1).
-        if let value = dictionary["content-available"], let number = value as? NSNumber, type(of: value) != Bool.self {
+        // A number equal to 1; `true` is not one (Apple's guide asks for the
+        // number 1). Foundation hands both over as NSNumber; on Linux a JSON
+        // boolean is one of its two shared instances (`type(of:)` does not
+        // tell them apart there: it is an NSNumber subclass, not Bool).
+        if let value = dictionary["content-available"], let number = value as? NSNumber,
+            !Self.booleans.contains(where: { $0 === number })
+        {
             aps.contentAvailable = number.doubleValue == 1
         }
         aps.visible = dictionary["alert"] != nil || dictionary["sound"] != nil || dictionary["badge"] != nil
