@@ -27,6 +27,7 @@ let package = Package(
                 .product(name: "CourierCore", package: courierPackage),
                 .product(name: "CourierWire", package: courierPackage),
                 .product(name: "CourierPKI", package: courierPackage),
+                .product(name: "CourierSQLite", package: courierPackage),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

@@ -1,6 +1,7 @@
 import Benchmark
 import CourierCore
 import CourierPKI
+import CourierSQLite
 import CourierWire
 import Crypto
 import Foundation

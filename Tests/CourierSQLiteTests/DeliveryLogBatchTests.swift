@@ -1,4 +1,5 @@
 import CourierCore
+import CourierSQLite
 import Foundation
 import Testing
 

@@ -1,3 +1,4 @@
+import CourierCore
 import Foundation
 
 /// The delivery log's storage form: the events of one written batch packed
