@@ -7,16 +7,20 @@ struct DeviceConnectionStateMachine {
     enum State {
         case awaitingConnect
         case connecting
-        case connected
-        case closed
+        /// The ConnectAck went out: the device's session, and the
+        /// generation its registrations are made in.
+        case connected(DeviceSession, generation: UInt32)
+        /// Nothing more is handled. The session, if the connection got
+        /// one, until the dispatcher is told it is gone (`end`).
+        case closed(DeviceSession?)
     }
 
-    enum Action: Equatable {
+    enum Action {
         case connect(tokens: [[UInt8]], generation: UInt32?)
-        case requestToken(bundleID: String, requestID: UInt32)
-        case unregister(bundleID: String, requestID: UInt32)
-        case acknowledge(UInt8, deliveryID: UUID)
-        case filter([[UInt8]])
+        case requestToken(bundleID: String, requestID: UInt32, session: DeviceSession, generation: UInt32)
+        case unregister(bundleID: String, requestID: UInt32, session: DeviceSession)
+        case acknowledge(UInt8, deliveryID: UUID, session: DeviceSession)
+        case filter([[UInt8]], session: DeviceSession)
         case keepAlive
         /// Send an Error frame and close.
         case fail(DeviceProtocolError)
@@ -24,45 +28,60 @@ struct DeviceConnectionStateMachine {
 
     private(set) var state: State = .awaitingConnect
 
+    /// The session of a connection that got one and has not ended.
+    var session: DeviceSession? {
+        switch state {
+        case .connected(let session, _): session
+        case .closed(let session): session
+        case .awaitingConnect, .connecting: nil
+        }
+    }
+
     mutating func receive(_ message: DeviceMessage) -> Action {
         switch (state, message) {
         case (.closed, _):
             return .fail(DeviceProtocolError(.malformedFrame, "the connection is closing"))
         case (.awaitingConnect, .connect(let version, let tokens, _, let generation)):
             guard version == DeviceMessage.version else {
-                state = .closed
+                state = .closed(nil)
                 return .fail(DeviceProtocolError(.unsupportedVersion, "version \(version); this server speaks \(DeviceMessage.version)"))
             }
             state = .connecting
             return .connect(tokens: tokens, generation: generation)
         case (.awaitingConnect, _), (.connecting, _):
-            state = .closed
+            state = .closed(nil)
             return .fail(DeviceProtocolError(.notConnected, "send Connect first and wait for ConnectAck"))
-        case (.connected, .connect):
-            state = .closed
+        case (.connected(let session, _), .connect):
+            state = .closed(session)
             return .fail(DeviceProtocolError(.malformedFrame, "Connect came twice"))
-        case (.connected, .appTokenRequest(let bundleID, let requestID)):
-            return .requestToken(bundleID: bundleID, requestID: requestID)
-        case (.connected, .unregister(let bundleID, let requestID)):
-            return .unregister(bundleID: bundleID, requestID: requestID)
-        case (.connected, .ack(let deliveryID, let status)):
-            return .acknowledge(status, deliveryID: deliveryID)
-        case (.connected, .filter(let hashes)):
-            return .filter(hashes)
+        case (.connected(let session, let generation), .appTokenRequest(let bundleID, let requestID)):
+            return .requestToken(bundleID: bundleID, requestID: requestID, session: session, generation: generation)
+        case (.connected(let session, _), .unregister(let bundleID, let requestID)):
+            return .unregister(bundleID: bundleID, requestID: requestID, session: session)
+        case (.connected(let session, _), .ack(let deliveryID, let status)):
+            return .acknowledge(status, deliveryID: deliveryID, session: session)
+        case (.connected(let session, _), .filter(let hashes)):
+            return .filter(hashes, session: session)
         case (.connected, .keepAlive):
             return .keepAlive
-        case (.connected, _):
-            state = .closed
+        case (.connected(let session, _), _):
+            state = .closed(session)
             return .fail(DeviceProtocolError(.unknownCommand, "a server-to-device command sent by the device"))
         }
     }
 
     /// The ConnectAck was sent: the connection is open for everything else.
-    mutating func connectAccepted() {
-        if state == .connecting { state = .connected }
+    mutating func connectAccepted(_ session: DeviceSession, generation: UInt32) {
+        if case .connecting = state { state = .connected(session, generation: generation) }
     }
 
     mutating func connectRefused() {
-        state = .closed
+        state = .closed(nil)
+    }
+
+    /// The connection is gone: its session, once, for the dispatcher.
+    mutating func end() -> DeviceSession? {
+        defer { state = .closed(nil) }
+        return session
     }
 }

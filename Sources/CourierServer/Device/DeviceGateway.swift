@@ -143,8 +143,8 @@ final class DeviceGateway: Service {
         case .keepAlive:
             link.send(.keepAliveAck)
             return nil
-        case .acknowledge(let status, let deliveryID):
-            return dispatcher.acknowledge(deliveryID, status: status, by: conversation.session!).map(DeviceStep.removeAcknowledged)
+        case .acknowledge(let status, let deliveryID, let session):
+            return dispatcher.acknowledge(deliveryID, status: status, by: session).map(DeviceStep.removeAcknowledged)
         case let action:
             return .act(action)
         }
@@ -178,25 +178,22 @@ final class DeviceGateway: Service {
                     link.close()
                     return false
                 }
-                conversation.generation = device.generation
                 link.send(
                     .connectAck(
                         status: .ok, serverTime: now(), keepAlive: UInt16(clamping: configuration.qos.keepAlive),
                         maxFrameLength: UInt32(configuration.limits.deviceMaxFrameLength), refusedTokens: refused,
                         tokenLength: UInt8(configuration.limits.tokenLength)))
-                conversation.machine.connectAccepted()
                 let session = DeviceSession(environment: environment, deviceID: device.id, link: link)
-                conversation.session = session
+                conversation.machine.connectAccepted(session, generation: device.generation)
                 await dispatcher.connected(session)
-            case .requestToken(let bundleID, let requestID):
-                let token = try await dispatcher.register(
-                    deviceID: conversation.session!.deviceID, generation: conversation.generation, bundleID: bundleID, environment: environment)
+            case .requestToken(let bundleID, let requestID, let session, let generation):
+                let token = try await dispatcher.register(deviceID: session.deviceID, generation: generation, bundleID: bundleID, environment: environment)
                 link.send(.appTokenResponse(requestID: requestID, bundleID: bundleID, token: token, status: token == nil ? .unknownApp : .ok))
-            case .unregister(let bundleID, let requestID):
-                let done = try await dispatcher.unregister(deviceID: conversation.session!.deviceID, bundleID: bundleID, environment: environment)
+            case .unregister(let bundleID, let requestID, let session):
+                let done = try await dispatcher.unregister(deviceID: session.deviceID, bundleID: bundleID, environment: environment)
                 link.send(.unregisterAck(requestID: requestID, status: done ? .ok : .unknownApp))
-            case .filter(let hashes):
-                await dispatcher.filter(hashes, for: conversation.session!)
+            case .filter(let hashes, let session):
+                await dispatcher.filter(hashes, for: session)
             case .keepAlive, .acknowledge:
                 break  // done in `receive`
             }
@@ -257,8 +254,6 @@ enum DeviceStep {
 /// What one device connection has said so far.
 struct DeviceConversation {
     var machine = DeviceConnectionStateMachine()
-    var session: DeviceSession?
-    var generation: UInt32 = 0
     /// An error frame was sent or the connect refused: later frames are
     /// not handled.
     var over = false
@@ -397,10 +392,7 @@ final class DeviceConnection: Sendable {
             await gateway.fail(DeviceProtocolError(.certificateRefused, "the device certificate was revoked"), link: link)
         case .closed:
             conversation.over = true
-            if let session = conversation.session {
-                gateway.dispatcher.disconnected(session)
-                conversation.session = nil
-            }
+            if let session = conversation.machine.end() { gateway.dispatcher.disconnected(session) }
             gateway.ended(link.channel)
         }
     }
