@@ -28,7 +28,7 @@ public enum AcceptResult: Sendable, Hashable {
     public static func rejected(_ reason: Reason) -> AcceptResult { .rejected(reason, timestamp: nil) }
 }
 
-/// Quality-of-service settings of the dispatcher (DESIGN.md §6).
+/// Quality-of-service settings of the dispatcher (docs/delivery.md).
 public struct QoSConfiguration: Sendable, Hashable, Codable {
     /// Priority-5 notifications to an online device wait this long and go
     /// out together (seconds).

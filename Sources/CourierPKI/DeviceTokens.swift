@@ -42,7 +42,7 @@ public enum DeviceTokenError: Error, Sendable, Hashable {
     case notAuthentic
 }
 
-/// Issues and opens device tokens (DESIGN.md §4).
+/// Issues and opens device tokens.
 ///
 /// A token is the 20 bytes `device id (8) | generation (4) | app hash (8)`
 /// followed by zero bytes up to the token length (12 of them at the

@@ -79,7 +79,7 @@ final class BinaryConnectionState: Sendable {
 }
 
 /// The legacy binary provider API of one environment (seeds 000–002,
-/// DESIGN.md §5): TLS with the provider's certificate, commands 0, 1 and 2
+/// docs/protocol.md §1): TLS with the provider's certificate, commands 0, 1 and 2
 /// processed strictly in order, the error-response packet for the first
 /// bad notification, status 10 on graceful shutdown.
 ///

@@ -80,7 +80,7 @@ struct TokenEntry {
     /// makes the mark stale.
     var registeredEpoch: Int?
     /// Its rate window; one never opened reads as ended.
-    var window = Dispatcher.Window(start: .distantPast, count: 0)
+    var window = RateWindow.unopened
 
     init(contents: DeviceTokenContents) {
         self.contents = contents
@@ -93,19 +93,20 @@ struct TokenEntry {
     }
 
     /// For a token marked as `bundleID`'s active registration in `epoch`:
-    /// its contents, and whether its rate window took one more. Nil (and
-    /// nothing counted) otherwise.
-    mutating func take(ifRegisteredIn epoch: Int, for bundleID: String, limit: Int, per length: TimeInterval, now: Date) -> (DeviceTokenContents, Bool)? {
+    /// its contents, and the refusal if its rate window did not take one
+    /// more (`DeliveryRules`). Nil (and nothing counted) otherwise.
+    mutating func take(ifRegisteredIn epoch: Int, for bundleID: String, rules: DeliveryRules, now: Date) -> (DeviceTokenContents, DeliveryRules.Refusal?)? {
         guard registeredEpoch == epoch, self.bundleID == bundleID else { return nil }
-        return (contents, window.take(limit: limit, per: length, now: now))
+        return (contents, rules.refusal(takingFrom: &window, now: now))
     }
 
-    /// Counts one more in the rate window, and marks the token as
-    /// `bundleID`'s active registration in `epoch` (unmarked when nil).
-    mutating func take(markedRegisteredIn epoch: Int?, for bundleID: String, limit: Int, per length: TimeInterval, now: Date) -> Bool {
+    /// Counts one more in the rate window (the refusal when it is full),
+    /// and marks the token as `bundleID`'s active registration in `epoch`
+    /// (unmarked when nil).
+    mutating func take(markedRegisteredIn epoch: Int?, for bundleID: String, rules: DeliveryRules, now: Date) -> DeliveryRules.Refusal? {
         self.bundleID = bundleID
         registeredEpoch = epoch
-        return window.take(limit: limit, per: length, now: now)
+        return rules.refusal(takingFrom: &window, now: now)
     }
 }
 
@@ -154,9 +155,11 @@ public final class DeviceSession: Sendable {
     func isInFlight(_ deliveryID: UUID) -> Bool { state.withLock { $0.inFlight[deliveryID] != nil } }
 }
 
-/// The one entry point of every provider interface: it decides, for each
-/// notification, deliver / queue / store / drop / reject, following the
-/// quality-of-service rules of DESIGN.md §6, and leaves a trail in the
+/// The one entry point of every provider interface: for each notification
+/// it finds what the quality-of-service rules (`DeliveryRules`, in
+/// CourierCore) need to know — the token's standing, its rate window, the
+/// device's presence and silent budget — and carries out what they decide
+/// (deliver / queue / store / drop / reject), writing their events to the
 /// delivery log.
 public final class Dispatcher: Sendable {
     struct Queued: Sendable {
@@ -165,35 +168,12 @@ public final class Dispatcher: Sendable {
         var durable: Pending<Void>? = nil
     }
 
-    struct Burst {
-        var since: Date
-        var queue: [Queued]
-    }
-
-    struct Window {
-        var start: Date
-        var count: Int
-
-        /// At least `length` old: the next count starts a new window.
-        func hasEnded(at now: Date, length: TimeInterval) -> Bool {
-            now.timeIntervalSince(start) >= length
-        }
-
-        /// Counts one more unless `limit` is reached; a window that has
-        /// ended starts again.
-        mutating func take(limit: Int, per length: TimeInterval, now: Date) -> Bool {
-            if hasEnded(at: now, length: length) { self = Window(start: now, count: 0) }
-            guard count < limit else { return false }
-            count += 1
-            return true
-        }
-    }
 
     struct State {
         var sessions: [DeviceKey: DeviceSession] = [:]
         var registrations: [RegistrationKey: AppRegistration] = [:]
-        var bursts: [DeviceKey: Burst] = [:]
-        var silent: [DeviceKey: Window] = [:]
+        var bursts: [DeviceKey: BurstQueue<Queued>] = [:]
+        var silent: [DeviceKey: RateWindow] = [:]
         /// Tokens that opened (see `TokenEntry`).
         var tokens: [TokenKey: TokenEntry] = [:]
         /// Prune `tokens` of idle entries when it reaches this many.
@@ -221,9 +201,6 @@ public final class Dispatcher: Sendable {
         }
     }
 
-    /// The silent-push budget's window.
-    static let silentWindow: TimeInterval = 3600
-
     /// Token entries kept before idle ones are pruned; entries with an open
     /// rate window are never pruned, so the table may hold more (it is
     /// pruned again at twice what was left).
@@ -232,6 +209,7 @@ public final class Dispatcher: Sendable {
     let store: any Store
     let clock: any WallClock
     let qos: QoSConfiguration
+    let rules: DeliveryRules
     let log: DeliveryLogWriter
     private let codecs: [Environment: DeviceTokenCodec]
     private let logger: Logger
@@ -244,6 +222,8 @@ public final class Dispatcher: Sendable {
         self.codecs = codecs
         self.clock = clock
         self.qos = qos
+        let rules = DeliveryRules(qos)
+        self.rules = rules
         self.log = log
         self.logger = logger
         // One transaction per batch; the batch's replaced notifications (or its failure) go to the log here.
@@ -252,11 +232,7 @@ public final class Dispatcher: Sendable {
                 let replaced = try await store.storePending(batch)
                 log.append(
                     zip(batch, replaced).compactMap { new, old in
-                        guard let old = old?.notification else { return nil }
-                        let coalesced = old.collapseID != nil && old.collapseID == new.notification.collapseID
-                        return DeliveryEvent(
-                            notificationID: old.id, kind: coalesced ? .coalesced : .replaced, at: new.acceptedAt,
-                            detail: "by \(new.notification.id.lowercasedString)")
+                        old.map { rules.replacement(of: $0.notification, by: new.notification, at: new.acceptedAt) }
                     })
                 return batch.map { _ in () }
             } catch {
@@ -313,7 +289,7 @@ public final class Dispatcher: Sendable {
         // A delivery log that cannot keep up holds the providers back.
         await log.waitForRoom()
         let now = clock.now()
-        guard grant.allowed else { return reject(notification, .topicDisallowed, now: now) }
+        if let refusal = rules.refusal(topicAllowed: grant.allowed) { return reject(notification, refusal, now: now) }
         let token: CheckedToken
         switch check(notification, TokenKey(environment: environment, bytes: notification.token), bundleID: grant.bundleID, now: now) {
         case .success(let checked): token = checked
@@ -326,20 +302,21 @@ public final class Dispatcher: Sendable {
             registration = try await self.registration(token.key)
         } catch {
             logger.error("store failed reading a registration", metadata: ["courier.error": "\(error)"])
-            return reject(notification, .serviceUnavailable, now: now)
+            return reject(notification, DeliveryRules.Refusal(.serviceUnavailable), now: now)
         }
-        // A token the device no longer holds (an older generation) is not a device token any more.
-        guard let registration, registration.token == notification.token else { return reject(notification, .badDeviceToken, now: now) }
-        guard registration.active else {
-            let removedAt = registration.unregisteredAt ?? now
-            do {
-                try await store.addFeedback(FeedbackEntry(environment: environment, topic: notification.topic, token: notification.token, timestamp: removedAt))
-            } catch {
-                logger.error("store failed adding a feedback entry", metadata: ["courier.error": "\(error)"])
+        if let problem = problem(of: notification.token, in: registration, now: now) {
+            let refusal = rules.refusal(problem)
+            if refusal.addsFeedback {
+                do {
+                    try await store.addFeedback(
+                        FeedbackEntry(environment: environment, topic: notification.topic, token: notification.token, timestamp: refusal.timestamp ?? now))
+                } catch {
+                    logger.error("store failed adding a feedback entry", metadata: ["courier.error": "\(error)"])
+                }
             }
-            return reject(notification, .unregistered, now: now, timestamp: removedAt)
+            return reject(notification, refusal, now: now)
         }
-        guard takeTokenRate(token, registeredIn: epoch, now: now) else { return reject(notification, .tooManyRequests, now: now) }
+        if let refusal = takeTokenRate(token, registeredIn: epoch, now: now) { return reject(notification, refusal, now: now) }
         return admit(notification, token, now: now)
     }
 
@@ -354,16 +331,16 @@ public final class Dispatcher: Sendable {
     {
         assert(grant.topic == notification.topic, "a grant for another topic")
         guard log.hasRoom else { return nil }
-        guard grant.allowed else { return reject(notification, .topicDisallowed, now: now) }
+        if let refusal = rules.refusal(topicAllowed: grant.allowed) { return reject(notification, refusal, now: now) }
         // A token already found to be its app's active registration: one
         // lookup of its entry, which takes the rate window too.
         let bundleID = grant.bundleID
         let key = TokenKey(environment: environment, bytes: notification.token)
         let known = state.withLock { state in
-            state.tokens[key]?.take(ifRegisteredIn: state.registrationEpoch, for: bundleID, limit: qos.tokenRateLimit, per: qos.tokenRateWindow, now: now)
+            state.tokens[key]?.take(ifRegisteredIn: state.registrationEpoch, for: bundleID, rules: rules, now: now)
         }
-        if let (contents, taken) = known {
-            guard taken else { return reject(notification, .tooManyRequests, now: now) }
+        if let (contents, refusal) = known {
+            if let refusal { return reject(notification, refusal, now: now) }
             let registrationKey = RegistrationKey(deviceID: contents.deviceID, bundleID: bundleID, environment: environment)
             return admit(notification, CheckedToken(contents: contents, key: registrationKey, tokenKey: key), now: now)
         }
@@ -373,9 +350,10 @@ public final class Dispatcher: Sendable {
         case .failure(let refusal): return refusal.decided
         }
         let (registration, epoch) = state.withLock { ($0.registrations[token.key], $0.registrationEpoch) }
+        // Not known, or removed (a feedback entry to write): decided after waiting.
         guard let registration, registration.active else { return nil }
-        guard registration.token == notification.token else { return reject(notification, .badDeviceToken, now: now) }
-        guard takeTokenRate(token, registeredIn: epoch, now: now) else { return reject(notification, .tooManyRequests, now: now) }
+        if let problem = problem(of: notification.token, in: registration, now: now) { return reject(notification, rules.refusal(problem), now: now) }
+        if let refusal = takeTokenRate(token, registeredIn: epoch, now: now) { return reject(notification, refusal, now: now) }
         return admit(notification, token, now: now)
     }
 
@@ -392,9 +370,17 @@ public final class Dispatcher: Sendable {
     }
 
     /// Logs a refusal.
-    private func reject(_ notification: PushNotification, _ reason: Reason, now: Date, timestamp: Date? = nil) -> (AcceptResult, Pending<Void>?) {
-        log.append(DeliveryEvent(notificationID: notification.id, kind: .rejected, at: now, detail: reason.rawValue))
-        return (.rejected(reason, timestamp: timestamp), nil)
+    private func reject(_ notification: PushNotification, _ refusal: DeliveryRules.Refusal, now: Date) -> (AcceptResult, Pending<Void>?) {
+        log.append(refusal.event(for: notification.id, at: now))
+        return (refusal.result, nil)
+    }
+
+    /// A token that opened for the topic's app, against the app's
+    /// registration on the device (nil: never registered).
+    private func problem(of token: [UInt8], in registration: AppRegistration?, now: Date) -> TokenProblem? {
+        // A token the device no longer holds (an older generation) is not a device token any more.
+        guard let registration, registration.token == token else { return .notHeld }
+        return registration.active ? nil : .removed(at: registration.unregisteredAt ?? now)
     }
 
     /// The checks of the token itself, once the provider may push to the
@@ -408,7 +394,7 @@ public final class Dispatcher: Sendable {
             contents = known.contents
         } else {
             guard case .success(let opened) = codecs[environment]!.open(notification.token) else {
-                return .failure(Refusal(decided: reject(notification, .badDeviceToken, now: now)))
+                return .failure(Refusal(decided: reject(notification, rules.refusal(.unopened), now: now)))
             }
             contents = opened
         }
@@ -416,7 +402,7 @@ public final class Dispatcher: Sendable {
         if known?.ofTheApp != true {
             state.withLock { $0.remember(key, contents, bundleID: belongs ? bundleID : nil, now: now, window: qos.tokenRateWindow) }
         }
-        guard belongs else { return .failure(Refusal(decided: reject(notification, .deviceTokenNotForTopic, now: now))) }
+        guard belongs else { return .failure(Refusal(decided: reject(notification, rules.refusal(.ofAnotherApp), now: now))) }
         return .success(CheckedToken(contents: contents, key: RegistrationKey(deviceID: contents.deviceID, bundleID: bundleID, environment: environment), tokenKey: key))
     }
 
@@ -431,46 +417,39 @@ public final class Dispatcher: Sendable {
         return hash
     }
 
-    /// The rules once the token's registration is known to be active and
-    /// its rate window took the notification: expiry, silent budget,
-    /// store, deliver or queue.
+    /// Once the token's registration is known to be active and its rate
+    /// window took the notification: finds the device's presence and
+    /// silent budget, and carries out what the rules decide (store,
+    /// deliver now, queue for the burst, or drop).
     private func admit(_ notification: PushNotification, _ token: CheckedToken, now: Date) -> (result: AcceptResult, durable: Pending<Void>?) {
         let environment = token.key.environment
         let bundleID = token.key.bundleID
         // Room for every event one notification can get, in one allocation.
         var events: [DeliveryEvent] = []
         events.reserveCapacity(4)
-        events.append(DeliveryEvent(notificationID: notification.id, kind: .accepted, at: now))
         defer { log.append(events) }
-        if let expiration = notification.expiration, notification.mayBeStored, expiration <= now {
-            events.append(DeliveryEvent(notificationID: notification.id, kind: .expired, at: now, detail: "expired before it was accepted"))
-            return (.accepted, nil)
-        }
         let deviceKey = DeviceKey(environment: environment, deviceID: token.contents.deviceID)
-        if notification.isSilent, !takeSilentBudget(deviceKey, now: now) {
-            events.append(DeliveryEvent(notificationID: notification.id, kind: .throttled, at: now, detail: "silent budget of \(qos.silentBudgetPerHour) per hour used up"))
-            return (.accepted, nil)
+        let (admission, session) = state.withLock { state -> (DeliveryRules.Admission, DeviceSession?) in
+            let session = state.sessions[deviceKey]
+            let presence: DevicePresence = session.map { $0.accepts(bundleID: bundleID) ? .online : .appDisabled } ?? .offline
+            // Only a silent push counts against (and makes) the device's budget.
+            var silentWindow = notification.isSilent ? state.silent[deviceKey] : nil
+            let admission = rules.admit(notification, presence: presence, silentWindow: &silentWindow, now: now, events: &events)
+            if notification.isSilent { state.silent[deviceKey] = silentWindow }
+            return (admission, session)
         }
-
+        guard case .kept(let stored, let sending) = admission else { return (.accepted, nil) }
         var durable: Pending<Void>?
-        if notification.mayBeStored {
-            let pending = PendingNotification(deviceID: token.contents.deviceID, bundleID: bundleID, environment: environment, notification: notification, acceptedAt: now)
-            durable = pendingWriter.enqueue(pending)
-            events.append(DeliveryEvent(notificationID: notification.id, kind: .stored, at: now))
+        if stored {
+            durable = pendingWriter.enqueue(
+                PendingNotification(deviceID: token.contents.deviceID, bundleID: bundleID, environment: environment, notification: notification, acceptedAt: now))
         }
-
-        let session = state.withLock { $0.sessions[deviceKey] }
-        guard let session, session.accepts(bundleID: bundleID) else {
-            if !notification.mayBeStored {
-                events.append(DeliveryEvent(notificationID: notification.id, kind: .expired, at: now, detail: "device offline and expiration 0"))
-            }
-            return (.accepted, durable)
-        }
+        guard let session else { return (.accepted, durable) }
         let queued = Queued(notification: notification, bundleID: bundleID, durable: durable)
-        if notification.priority == .immediate {
-            deliverOrDrop(queued, to: session, now: now, events: &events)
-        } else {
-            enqueueBurst(queued, for: deviceKey, now: now, events: &events)
+        switch sending {
+        case .later: break
+        case .now: deliverOrDrop(queued, to: session, now: now, events: &events)
+        case .withBurst: enqueueBurst(queued, for: deviceKey, now: now, events: &events)
         }
         return (.accepted, durable)
     }
@@ -485,38 +464,20 @@ public final class Dispatcher: Sendable {
     /// Counts the notification in its token's rate window, and marks the
     /// token as its app's active registration (as of `epoch`, when no
     /// registration changed since).
-    private func takeTokenRate(_ token: CheckedToken, registeredIn epoch: Int, now: Date) -> Bool {
+    private func takeTokenRate(_ token: CheckedToken, registeredIn epoch: Int, now: Date) -> DeliveryRules.Refusal? {
         state.withLock { state in
             let current = state.registrationEpoch
             // Found (or made again, if pruned since the check) and updated in place: the token is hashed once.
             return state.tokens[token.tokenKey, default: TokenEntry(contents: token.contents)].take(
-                markedRegisteredIn: epoch == current ? epoch : nil, for: token.key.bundleID, limit: qos.tokenRateLimit, per: qos.tokenRateWindow, now: now)
-        }
-    }
-
-    private func takeSilentBudget(_ key: DeviceKey, now: Date) -> Bool {
-        state.withLock { state in
-            state.silent[key, default: Window(start: now, count: 0)].take(limit: qos.silentBudgetPerHour, per: Self.silentWindow, now: now)
+                markedRegisteredIn: epoch == current ? epoch : nil, for: token.key.bundleID, rules: rules, now: now)
         }
     }
 
     private func enqueueBurst(_ queued: Queued, for key: DeviceKey, now: Date, events: inout [DeliveryEvent]) {
-        let coalesced: UUID? = state.withLock { state in
-            var burst = state.bursts[key] ?? Burst(since: now, queue: [])
-            var replaced: UUID?
-            if let collapseID = queued.notification.collapseID,
-                let index = burst.queue.firstIndex(where: { $0.bundleID == queued.bundleID && $0.notification.collapseID == collapseID })
-            {
-                replaced = burst.queue[index].notification.id
-                burst.queue.remove(at: index)
-            }
-            burst.queue.append(queued)
-            state.bursts[key] = burst
-            return replaced
+        let coalesced = state.withLock { state in
+            state.bursts[key, default: BurstQueue(since: now)].add(queued, notification: queued.notification, bundleID: queued.bundleID, at: now)
         }
-        if let coalesced {
-            events.append(DeliveryEvent(notificationID: coalesced, kind: .coalesced, at: now, detail: "by \(queued.notification.id.lowercasedString)"))
-        }
+        if let coalesced { events.append(coalesced) }
     }
 
     /// `deliver`, and a notification held in the store that the device
@@ -537,7 +498,7 @@ public final class Dispatcher: Sendable {
         // One the device could not read (held by an older version, say) is
         // dropped here: it must not end the device's connection.
         if let problem = frame.problem(tokenLength: codec(session.environment).length) {
-            events.append(DeliveryEvent(notificationID: n.id, kind: .discarded, at: now, detail: "a device could not read it: \(problem)"))
+            events.append(rules.unreadable(n.id, problem: "\(problem)", at: now))
             guard n.mayBeStored else { return nil }
             return PendingReference(deviceID: session.deviceID, bundleID: queued.bundleID, environment: session.environment, deliveryID: n.deliveryID)
         }
@@ -601,7 +562,7 @@ public final class Dispatcher: Sendable {
             state.registrations = state.registrations.filter { $0.key.deviceID != deviceID }
             state.registrationEpoch += 1
             let keys = state.bursts.keys.filter { $0.deviceID == deviceID }
-            return keys.flatMap { state.bursts.removeValue(forKey: $0)?.queue ?? [] }
+            return keys.flatMap { state.bursts.removeValue(forKey: $0)?.elements ?? [] }
         }
         let now = clock.now()
         // A queued notification that may be stored is among the held ones too.
@@ -629,9 +590,9 @@ public final class Dispatcher: Sendable {
             // Expired, or unreadable by the device.
             var dropped: [PendingReference] = []
             for pending in held where session.accepts(bundleID: pending.bundleID) && !session.isInFlight(pending.notification.deliveryID) {
-                if let expiration = pending.notification.expiration, expiration < now {
+                if let expired = rules.onConnect(held: pending.notification, now: now) {
                     dropped.append(PendingReference(pending))
-                    events.append(DeliveryEvent(notificationID: pending.notification.id, kind: .expired, at: now))
+                    events.append(expired)
                     continue
                 }
                 if let unreadable = deliver(Queued(notification: pending.notification, bundleID: pending.bundleID), to: session, now: now, events: &events) {
@@ -650,15 +611,13 @@ public final class Dispatcher: Sendable {
         let (dropped, waiters): ([Queued], [CheckedContinuation<Void, Never>]) = state.withLock { state in
             guard state.sessions[session.key] === session else { return ([], []) }
             state.sessions[session.key] = nil
-            return (state.bursts.removeValue(forKey: session.key)?.queue ?? [], state.offlineWaiters.removeValue(forKey: session.key) ?? [])
+            return (state.bursts.removeValue(forKey: session.key)?.elements ?? [], state.offlineWaiters.removeValue(forKey: session.key) ?? [])
         }
         for waiter in waiters { waiter.resume() }
         // Queued priority-5 notifications that may be stored are held in the
         // store and go out on the next connection; the others are lost.
         let now = clock.now()
-        log.append(dropped.filter { !$0.notification.mayBeStored }.map {
-            DeliveryEvent(notificationID: $0.notification.id, kind: .expired, at: now, detail: "device went offline and expiration 0")
-        })
+        log.append(dropped.compactMap { rules.wentOffline(queued: $0.notification, at: now) })
     }
 
     /// A stored notification the device acknowledged (or refused): its
@@ -679,10 +638,7 @@ public final class Dispatcher: Sendable {
     /// held in the store is returned, for `removeAcknowledged`.
     func acknowledge(_ deliveryID: UUID, status: UInt8, by session: DeviceSession) -> HeldAcknowledgement? {
         guard let inFlight = session.untrack(deliveryID) else { return nil }
-        let event =
-            status == DeviceAckStatus.unreadable
-            ? DeliveryEvent(notificationID: inFlight.notificationID, kind: .discarded, at: clock.now(), detail: "the device could not read it")
-            : DeliveryEvent(notificationID: inFlight.notificationID, kind: .acknowledged, at: clock.now())
+        let event = rules.acknowledgement(of: inFlight.notificationID, unreadable: status == DeviceAckStatus.unreadable, at: clock.now())
         // A notification that was never stored (expiration 0) has nothing to remove.
         guard inFlight.stored else {
             log.append(event)
@@ -738,11 +694,11 @@ public final class Dispatcher: Sendable {
             if now.timeIntervalSince(state.pruned ?? .distantPast) >= 60 {
                 state.pruned = now
                 state.tokens = state.tokens.filter { !$0.value.isIdle(at: now, window: qos.tokenRateWindow) }
-                state.silent = state.silent.filter { !$0.value.hasEnded(at: now, length: Self.silentWindow) }
+                state.silent = state.silent.filter { !$0.value.hasEnded(at: now, length: DeliveryRules.silentWindow) }
             }
             var due: [(DeviceSession?, [Queued])] = []
-            for (key, burst) in state.bursts where now.timeIntervalSince(burst.since) >= qos.burstWindow {
-                due.append((state.sessions[key], burst.queue))
+            for (key, burst) in state.bursts where rules.burstIsDue(since: burst.since, at: now) {
+                due.append((state.sessions[key], burst.elements))
                 state.bursts[key] = nil
             }
             return due
@@ -753,10 +709,10 @@ public final class Dispatcher: Sendable {
         }
         do {
             for pending in try await store.removeExpiredPending(before: now) {
-                events.append(DeliveryEvent(notificationID: pending.notification.id, kind: .expired, at: now))
+                events.append(rules.swept(pending.notification.id, overRetention: false, at: now))
             }
-            for pending in try await store.removePending(acceptedBefore: now.addingTimeInterval(-qos.retention)) {
-                events.append(DeliveryEvent(notificationID: pending.notification.id, kind: .expired, at: now, detail: "held longer than the retention limit"))
+            for pending in try await store.removePending(acceptedBefore: rules.retentionCutoff(at: now)) {
+                events.append(rules.swept(pending.notification.id, overRetention: true, at: now))
             }
         } catch {
             logger.error("store failed sweeping held notifications", metadata: ["courier.error": "\(error)"])

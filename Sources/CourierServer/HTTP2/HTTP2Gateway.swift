@@ -80,7 +80,7 @@ struct HTTP2Answer: Sendable {
 }
 
 /// The HTTP/2 provider API of one environment (seed 003, "Communicating
-/// with APNs"; DESIGN.md §3, §5): TLS 1.2+ with ALPN `h2` (a client that
+/// with APNs"; docs/protocol.md §2): TLS 1.2+ with ALPN `h2` (a client that
 /// offers no ALPN speaks HTTP/2 all the same), certificate or token trust,
 /// `POST /3/device/<token>`, every status and reason of docs/protocol.md §2.
 public final class HTTP2Gateway: Service, Sendable {

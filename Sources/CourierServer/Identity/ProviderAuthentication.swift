@@ -79,7 +79,7 @@ final class ProviderKeys: Sendable {
 }
 
 /// Token trust on one connection (the seeds' "Provider Authentication
-/// Tokens", DESIGN.md §5): ES256 only, the key by `kid`, `iss` its team, one
+/// Tokens"; docs/protocol.md §2): ES256 only, the key by `kid`, `iss` its team, one
 /// team per connection, stale after an hour, replaced at most every 20
 /// minutes. The verified token is kept, so a request that carries it again
 /// costs a string comparison, not a signature check.

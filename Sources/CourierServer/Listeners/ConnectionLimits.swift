@@ -210,7 +210,7 @@ final class ProviderLimits: Sendable {
     }
 
     private struct State {
-        var windows: [String: Dispatcher.Window] = [:]
+        var windows: [String: RateWindow] = [:]
         var open: [String: Int] = [:]
     }
 
@@ -234,7 +234,7 @@ final class ProviderLimits: Sendable {
         let admission = state.withLock { state -> Admission in
             // Forget ended windows now and then, so that the table stays small.
             if state.windows.count >= 10_000 { state.windows = state.windows.filter { !$0.value.hasEnded(at: now, length: length) } }
-            guard state.windows[identity, default: Dispatcher.Window(start: .distantPast, count: 0)].take(limit: limit, per: length, now: now) else {
+            guard state.windows[identity, default: RateWindow.unopened].take(limit: limit, per: length, now: now) else {
                 return .tooFast
             }
             guard state.open[identity, default: 0] < maxOpen else { return .tooMany }

@@ -1,0 +1,279 @@
+import Foundation
+
+/// A count of events in a window of time that starts with the first one:
+/// a token's pushes per `tokenRateWindow`, a device's silent pushes per hour.
+public struct RateWindow: Sendable, Hashable {
+    public var start: Date
+    public var count: Int
+
+    public init(start: Date, count: Int) {
+        self.start = start
+        self.count = count
+    }
+
+    /// A window never opened: it reads as ended.
+    public static let unopened = RateWindow(start: .distantPast, count: 0)
+
+    /// At least `length` old: the next count starts a new window.
+    public func hasEnded(at now: Date, length: TimeInterval) -> Bool {
+        now.timeIntervalSince(start) >= length
+    }
+
+    /// Counts one more unless `limit` is reached; a window that has ended
+    /// starts again.
+    public mutating func take(limit: Int, per length: TimeInterval, now: Date) -> Bool {
+        if hasEnded(at: now, length: length) { self = RateWindow(start: now, count: 0) }
+        guard count < limit else { return false }
+        count += 1
+        return true
+    }
+}
+
+/// What can be wrong with a notification's device token once it was looked
+/// at (docs/delivery.md, "Order of checks", 2 to 5); nil where a
+/// `TokenProblem?` is asked for: the app's active registration.
+public enum TokenProblem: Sendable, Hashable {
+    /// It does not open under the environment's token key: altered,
+    /// forged, or another environment's.
+    case unopened
+    /// It opens, but belongs to another app than the topic's.
+    case ofAnotherApp
+    /// The device does not hold it for the app now: an older generation
+    /// (the device was reset), or an app never registered.
+    case notHeld
+    /// The app was removed from the device at this time.
+    case removed(at: Date)
+}
+
+/// Where the notification's device is when it is accepted.
+public enum DevicePresence: Sendable, Hashable {
+    case offline
+    /// Connected, with a Filter that leaves the notification's app out.
+    case appDisabled
+    case online
+}
+
+/// The quality-of-service rules of docs/delivery.md as decisions: each
+/// takes what is known (the notification, its token's standing, the rate
+/// windows, the device's presence, the time) and returns what to do, with
+/// the delivery-log events that say so. No store, no connection, no lock:
+/// the dispatcher finds the facts and carries the decisions out.
+public struct DeliveryRules: Sendable {
+    public var qos: QoSConfiguration
+
+    /// The silent-push budget's window.
+    public static let silentWindow: TimeInterval = 3600
+
+    public init(_ qos: QoSConfiguration) {
+        self.qos = qos
+    }
+
+    // MARK: Before acceptance
+
+    /// A refusal: the provider's answer, and whether a feedback entry is
+    /// written (an app removed from the device).
+    public struct Refusal: Sendable, Hashable {
+        public var reason: Reason
+        /// The removal time, for `Unregistered`.
+        public var timestamp: Date?
+
+        public init(_ reason: Reason, timestamp: Date? = nil) {
+            self.reason = reason
+            self.timestamp = timestamp
+        }
+
+        /// A feedback entry (environment, topic, token, removal time) goes with it.
+        public var addsFeedback: Bool { reason == .unregistered }
+
+        public var result: AcceptResult { .rejected(reason, timestamp: timestamp) }
+
+        public func event(for id: UUID, at now: Date) -> DeliveryEvent {
+            DeliveryEvent(notificationID: id, kind: .rejected, at: now, detail: reason.rawValue)
+        }
+    }
+
+    /// Check 1: the provider may push to the topic (its certificate's
+    /// topics, or its team's apps).
+    public func refusal(topicAllowed: Bool) -> Refusal? {
+        topicAllowed ? nil : Refusal(.topicDisallowed)
+    }
+
+    /// Checks 2 to 5: a token that cannot take the notification.
+    public func refusal(_ token: TokenProblem) -> Refusal {
+        switch token {
+        case .unopened, .notHeld: Refusal(.badDeviceToken)
+        case .ofAnotherApp: Refusal(.deviceTokenNotForTopic)
+        case .removed(let at): Refusal(.unregistered, timestamp: at)
+        }
+    }
+
+    /// Check 6: the token's rate window takes one more push, or the push
+    /// is refused (`TooManyRequests`).
+    public func refusal(takingFrom window: inout RateWindow, now: Date) -> Refusal? {
+        window.take(limit: qos.tokenRateLimit, per: qos.tokenRateWindow, now: now) ? nil : Refusal(.tooManyRequests)
+    }
+
+    // MARK: After acceptance
+
+    /// What becomes of an accepted notification.
+    public enum Admission: Sendable, Hashable {
+        /// Dropped: expired, or over the silent budget (the events say which).
+        case dropped
+        /// Kept: `stored` in the store until the device acknowledges it
+        /// (queued for the next group commit, replacing what was held for
+        /// the device and app); sent as `sending` says.
+        case kept(stored: Bool, sending: Sending)
+    }
+
+    public enum Sending: Sendable, Hashable {
+        /// Not now: the device is offline or the app disabled; a stored
+        /// one goes out when the device connects (or enables the app).
+        case later
+        /// At once (priority 10).
+        case now
+        /// With the device's next burst (priority 5).
+        case withBurst
+    }
+
+    /// The rules after acceptance: expiry, the silent budget (`silentWindow`,
+    /// nil when the device has none yet; counted only for a silent push),
+    /// store, deliver or queue. The events (accepted first) are appended
+    /// to `events`.
+    public func admit(
+        _ notification: PushNotification, presence: DevicePresence, silentWindow: inout RateWindow?, now: Date, events: inout [DeliveryEvent]
+    ) -> Admission {
+        let id = notification.id
+        events.append(DeliveryEvent(notificationID: id, kind: .accepted, at: now))
+        if let expiration = notification.expiration, notification.mayBeStored, expiration <= now {
+            events.append(DeliveryEvent(notificationID: id, kind: .expired, at: now, detail: "expired before it was accepted"))
+            return .dropped
+        }
+        if notification.isSilent {
+            var window = silentWindow ?? .unopened
+            let taken = window.take(limit: qos.silentBudgetPerHour, per: Self.silentWindow, now: now)
+            silentWindow = window
+            guard taken else {
+                events.append(DeliveryEvent(notificationID: id, kind: .throttled, at: now, detail: "silent budget of \(qos.silentBudgetPerHour) per hour used up"))
+                return .dropped
+            }
+        }
+        let stored = notification.mayBeStored
+        if stored { events.append(DeliveryEvent(notificationID: id, kind: .stored, at: now)) }
+        guard presence == .online else {
+            guard stored else {
+                events.append(DeliveryEvent(notificationID: id, kind: .expired, at: now, detail: "device offline and expiration 0"))
+                return .dropped
+            }
+            return .kept(stored: true, sending: .later)
+        }
+        return .kept(stored: stored, sending: notification.priority == .immediate ? .now : .withBurst)
+    }
+
+    /// A whole decision, in the order of docs/delivery.md: the checks, the
+    /// token's rate window, then `admit`. The dispatcher takes the same
+    /// steps one by one, as it finds the facts (some are in the store).
+    public enum Decision: Sendable, Hashable {
+        case refused(Refusal)
+        case accepted(Admission)
+    }
+
+    public func decide(
+        _ notification: PushNotification, topicAllowed: Bool, tokenProblem: TokenProblem?, tokenWindow: inout RateWindow,
+        presence: DevicePresence, silentWindow: inout RateWindow?, now: Date, events: inout [DeliveryEvent]
+    ) -> Decision {
+        if let refusal = refusal(topicAllowed: topicAllowed) ?? tokenProblem.map(refusal) ?? refusal(takingFrom: &tokenWindow, now: now) {
+            events.append(refusal.event(for: notification.id, at: now))
+            return .refused(refusal)
+        }
+        return .accepted(admit(notification, presence: presence, silentWindow: &silentWindow, now: now, events: &events))
+    }
+
+    // MARK: What is held and queued
+
+    /// A held notification replaced by a newer one for the same device and
+    /// app: `coalesced` when both carry the same collapse id.
+    public func replacement(of old: PushNotification, by new: PushNotification, at now: Date) -> DeliveryEvent {
+        let coalesced = old.collapseID != nil && old.collapseID == new.collapseID
+        return DeliveryEvent(notificationID: old.id, kind: coalesced ? .coalesced : .replaced, at: now, detail: "by \(new.id.lowercasedString)")
+    }
+
+    /// A held notification, when its device connects: sent, or dropped as
+    /// expired (with its event).
+    public func onConnect(held notification: PushNotification, now: Date) -> DeliveryEvent? {
+        guard let expiration = notification.expiration, expiration < now else { return nil }
+        return DeliveryEvent(notificationID: notification.id, kind: .expired, at: now)
+    }
+
+    /// Held notifications accepted before this time are dropped by the
+    /// sweep (held longer than `qos.retention`).
+    public func retentionCutoff(at now: Date) -> Date {
+        now.addingTimeInterval(-qos.retention)
+    }
+
+    /// The sweep's event for a held notification that expired, or (`overRetention`) was held too long.
+    public func swept(_ id: UUID, overRetention: Bool, at now: Date) -> DeliveryEvent {
+        DeliveryEvent(notificationID: id, kind: .expired, at: now, detail: overRetention ? "held longer than the retention limit" : nil)
+    }
+
+    /// A burst whose window passed goes out.
+    public func burstIsDue(since: Date, at now: Date) -> Bool {
+        now.timeIntervalSince(since) >= qos.burstWindow
+    }
+
+    /// A queued notification lost because its device went offline before
+    /// its burst: one that may be stored is held and goes out on the next
+    /// connection (nil); one with expiration 0 expires.
+    public func wentOffline(queued notification: PushNotification, at now: Date) -> DeliveryEvent? {
+        notification.mayBeStored ? nil : DeliveryEvent(notificationID: notification.id, kind: .expired, at: now, detail: "device went offline and expiration 0")
+    }
+
+    /// The device's acknowledgement (or refusal, `unreadable`) of a
+    /// delivered notification: it is no longer held either way.
+    public func acknowledgement(of id: UUID, unreadable: Bool, at now: Date) -> DeliveryEvent {
+        unreadable
+            ? DeliveryEvent(notificationID: id, kind: .discarded, at: now, detail: "the device could not read it")
+            : DeliveryEvent(notificationID: id, kind: .acknowledged, at: now)
+    }
+
+    /// One the server found a device could not read (`problem`), before
+    /// sending it: never sent, no longer held.
+    public func unreadable(_ id: UUID, problem: String, at now: Date) -> DeliveryEvent {
+        DeliveryEvent(notificationID: id, kind: .discarded, at: now, detail: "a device could not read it: \(problem)")
+    }
+}
+
+/// The priority-5 notifications waiting for one device's burst: in
+/// arrival order; a newer one with the same app and collapse id takes the
+/// place of the one queued before (docs/delivery.md).
+public struct BurstQueue<Element>: Sendable where Element: Sendable {
+    public struct Entry: Sendable {
+        public var element: Element
+        public var notificationID: UUID
+        public var bundleID: String
+        public var collapseID: String?
+    }
+
+    /// When the first of them was queued.
+    public let since: Date
+    public private(set) var entries: [Entry] = []
+
+    public init(since: Date) {
+        self.since = since
+    }
+
+    /// Queues a notification; returns the coalesced event of the one it
+    /// replaced, if any.
+    public mutating func add(_ element: Element, notification: PushNotification, bundleID: String, at now: Date) -> DeliveryEvent? {
+        var coalesced: DeliveryEvent?
+        if let collapseID = notification.collapseID,
+            let index = entries.firstIndex(where: { $0.bundleID == bundleID && $0.collapseID == collapseID })
+        {
+            coalesced = DeliveryEvent(notificationID: entries[index].notificationID, kind: .coalesced, at: now, detail: "by \(notification.id.lowercasedString)")
+            entries.remove(at: index)
+        }
+        entries.append(Entry(element: element, notificationID: notification.id, bundleID: bundleID, collapseID: notification.collapseID))
+        return coalesced
+    }
+
+    public var elements: [Element] { entries.map(\.element) }
+}
