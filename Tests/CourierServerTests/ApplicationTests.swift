@@ -171,7 +171,7 @@ func testConfiguration(_ directory: String) -> CourierConfiguration {
         #expect(second.report.demoDeviceToken == nil)
         #expect(try DeviceCredentials.load(from: deviceDirectory).token(for: "com.example.demo", in: .production) == nil)
         let push = PushNotification(id: UUID(), token: token, topic: "com.example.demo", payload: Array(#"{"aps":{}}"#.utf8), expiration: nil, priority: .immediate)
-        let result = await second.dispatcher.accept(push, environment: .production, from: TestServer.demoProvider)
+        let result = await second.dispatcher.accept(push, environment: .production, grant: TopicGrant(push.topic, for: TestServer.demoProvider))
         guard case .rejected(let reason, _) = result else {
             Issue.record("expected Unregistered, got \(result)")
             try await second.provisioner.close()

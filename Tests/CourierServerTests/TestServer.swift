@@ -71,7 +71,7 @@ final class TestServer: Sendable {
         let notification = PushNotification(
             id: id, token: token, topic: topic, payload: Array(payload.utf8), expiration: expiration, priority: priority, collapseID: collapseID,
             pushType: "alert", isSilent: silent)
-        return (id, await dispatcher.accept(notification, environment: environment, from: identity))
+        return (id, await dispatcher.accept(notification, environment: environment, grant: TopicGrant(topic, for: identity)))
     }
 
     func events(_ id: UUID) async throws -> [DeliveryEvent.Kind] {

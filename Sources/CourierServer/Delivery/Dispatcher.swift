@@ -49,19 +49,23 @@ struct TokenKey: Hashable, Sendable {
     }
 }
 
-/// A provider's right to push to one topic, and the topic's app, found
-/// once: a binary connection pushes only to its certificate's topic, so it
-/// asks once per connection what each notification would otherwise ask
-/// (a set lookup and a parse of the topic). A class, so that handing it to
-/// each frame's admission costs one reference, not a copy of its strings.
-final class TopicGrant: Sendable {
-    let topic: String
+/// A provider's right to push to one topic, and the topic's app and kind,
+/// found once by the provider interface and handed to the dispatcher with
+/// the notification: the topic is authorised in one place. A binary
+/// connection pushes only to its certificate's topic, so it asks once per
+/// connection; an HTTP/2 request once. A class, so that handing it to each
+/// frame's admission costs one reference, not a copy of its strings.
+public final class TopicGrant: Sendable {
+    public let topic: String
     let bundleID: String
-    let allowed: Bool
+    let kind: TopicKind
+    public let allowed: Bool
 
-    init(_ topic: String, for identity: ProviderIdentity) {
+    public init(_ topic: String, for identity: ProviderIdentity) {
         self.topic = topic
-        bundleID = Topic(topic).bundleID
+        let parsed = Topic(topic)
+        bundleID = parsed.bundleID
+        kind = parsed.kind
         allowed = identity.topics.contains(topic)
     }
 }
@@ -251,10 +255,21 @@ public final class Dispatcher: Sendable {
     // MARK: Accepting notifications
 
     /// Takes a notification for `environment` from an authenticated
-    /// provider. Returns once the notification is durable when it may be
-    /// stored.
-    public func accept(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity) async -> AcceptResult {
-        let (result, durable) = await admit(notification, environment: environment, from: identity)
+    /// provider with its right to the topic (`grant`, for the
+    /// notification's topic). Returns once the notification is durable
+    /// when it may be stored.
+    ///
+    /// The binary gateway calls its two halves itself (`admitAtOnce` on
+    /// the event loop, then `admitAfterWaiting` only if that declined),
+    /// which do not wait for the store: a notification that may be stored
+    /// is queued for the next group commit (its place in the order fixed
+    /// then) and `durable` completes once it is committed (or fails), so
+    /// one connection's notifications keep flowing while earlier ones are
+    /// committed; it counts a notification as accepted (status 10) only
+    /// once it is durable.
+    public func accept(_ notification: PushNotification, environment: Environment, grant: TopicGrant) async -> AcceptResult {
+        let decided = admitAtOnce(notification, environment: environment, grant: grant, now: clock.now())
+        let (result, durable) = if let decided { decided } else { await admitAfterWaiting(notification, environment: environment, grant: grant) }
         guard let durable else { return result }
         do {
             try await durable.value
@@ -262,22 +277,6 @@ public final class Dispatcher: Sendable {
         } catch {
             return .rejected(.internalServerError)
         }
-    }
-
-    /// Like `accept`, but does not wait for the store: a notification that
-    /// may be stored is queued for the next group commit (its place in the
-    /// order fixed now) and `durable` completes once it is committed (or
-    /// fails). Deliveries to online devices go out at once. The binary
-    /// gateway calls its two halves (`admitAtOnce` on the event loop, then
-    /// `admitAfterWaiting` only if that declined) to keep one connection's
-    /// notifications flowing while earlier ones are committed; it counts a
-    /// notification as accepted (status 10) only once it is durable.
-    func admit(_ notification: PushNotification, environment: Environment, from identity: ProviderIdentity) async
-        -> (result: AcceptResult, durable: Pending<Void>?)
-    {
-        let grant = TopicGrant(notification.topic, for: identity)
-        if let decided = admitAtOnce(notification, environment: environment, grant: grant, now: clock.now()) { return decided }
-        return await admitAfterWaiting(notification, environment: environment, grant: grant)
     }
 
     /// `admit` once `admitAtOnce` declined: waits for room in the delivery

@@ -272,16 +272,19 @@ public final class HTTP2Gateway: Service, Sendable {
     ) async -> HTTP2Answer {
         guard let topic = head.topic ?? defaultTopic else { return .failure(.missingTopic, apnsID: apnsID) }
         guard HTTP2RequestHead.isTopic(topic) else { return .failure(.badTopic, apnsID: apnsID) }
-        if !identity.topics.contains(topic), let tokenTrust, let refreshed = await tokenTrust.refreshTopics(keys: keys) {
+        var grant = TopicGrant(topic, for: identity)
+        // A team's app added since the token was verified.
+        if !grant.allowed, let tokenTrust, let refreshed = await tokenTrust.refreshTopics(keys: keys) {
             identity = refreshed
+            grant = TopicGrant(topic, for: refreshed)
         }
-        guard identity.topics.contains(topic) else { return .failure(.topicDisallowed, apnsID: apnsID) }
+        guard grant.allowed else { return .failure(.topicDisallowed, apnsID: apnsID) }
         let fields: HTTP2RequestHead.Fields
         switch head.fields(tokenLength: configuration.limits.tokenLength, newID: id) {
         case .failure(let reason): return .failure(reason, apnsID: apnsID)
         case .success(let checked): fields = checked
         }
-        let channel: PayloadChannel = Topic(topic).kind == .voip ? .http2VoIP : .http2
+        let channel: PayloadChannel = grant.kind == .voip ? .http2VoIP : .http2
         let summary: PayloadSummary
         switch PayloadRules.check(body.readableBytesView, priority: fields.priority, channel: channel, limits: configuration.limits.payload) {
         case .failure(let error): return .failure(error.reason, apnsID: apnsID)
@@ -291,7 +294,7 @@ public final class HTTP2Gateway: Service, Sendable {
         let notification = PushNotification(
             id: fields.id, token: fields.token, topic: topic, payload: Array(buffer: body), expiration: fields.expiration, priority: priority,
             collapseID: fields.collapseID, pushType: fields.pushType, isSilent: summary.isSilent)
-        switch await dispatcher.accept(notification, environment: environment, from: identity) {
+        switch await dispatcher.accept(notification, environment: environment, grant: grant) {
         case .accepted: return HTTP2Answer(status: 200, apnsID: apnsID, body: nil)
         case .rejected(let reason, let timestamp): return .failure(reason, apnsID: apnsID, timestamp: timestamp)
         }
