@@ -10,7 +10,8 @@ import Testing
 @Suite struct DeviceConnectionStateMachineTests {
     /// A link that goes nowhere: the machine never uses it.
     struct NoLink: DeviceLink {
-        func send(_ message: DeviceMessage) {}
+        func deliver(_ notification: PushNotification) -> String? { nil }
+        func sentEverythingHeld() {}
         func close() {}
     }
 

@@ -1,13 +1,20 @@
 import CourierCore
 import CourierPKI
-import CourierWire
+import CourierWire  // topicHash: a Filter names apps by the hash of their bundle id
 import Foundation
 import Logging
 import Synchronization
 
-/// Where the dispatcher sends a device's frames: its connection.
+/// Where the dispatcher sends a device's notifications: its connection,
+/// which knows the device protocol (the dispatcher speaks only of
+/// notifications).
 public protocol DeviceLink: Sendable {
-    func send(_ message: DeviceMessage)
+    /// Sends the notification; or, when a device could not read it (an
+    /// item over the device protocol's bounds), sends nothing and says why:
+    /// one notification must never end a device's connection.
+    func deliver(_ notification: PushNotification) -> String?
+    /// Everything held for the device was sent.
+    func sentEverythingHeld()
     func close()
 }
 
@@ -490,21 +497,17 @@ public final class Dispatcher: Sendable {
     /// held in the store (to be removed from there).
     private func deliver(_ queued: Queued, to session: DeviceSession, now: Date, events: inout [DeliveryEvent]) -> PendingReference? {
         let n = queued.notification
-        let expiration = n.expiration.map { UInt32(clamping: Int64($0.timeIntervalSince1970)) }
-        let frame = DeviceNotification(
-            token: n.token, payload: n.payload, id: n.id, deliveryID: n.deliveryID, expiration: expiration, priority: n.priority.rawValue,
-            topic: n.topic, collapseID: n.collapseID, pushType: n.pushType)
-        // One the device could not read (held by an older version, say) is
-        // dropped here: it must not end the device's connection.
-        if let problem = frame.problem(tokenLength: codec(session.environment).length) {
-            events.append(rules.unreadable(n.id, problem: "\(problem)", at: now))
-            guard n.mayBeStored else { return nil }
-            return PendingReference(deviceID: session.deviceID, bundleID: queued.bundleID, environment: session.environment, deliveryID: n.deliveryID)
-        }
+        // In flight before it is sent: the acknowledgement may come back at once.
         session.track(n.deliveryID, DeviceSession.InFlight(notificationID: n.id, bundleID: queued.bundleID, stored: n.mayBeStored, durable: queued.durable))
-        session.link.send(.notification(frame))
-        events.append(DeliveryEvent(notificationID: n.id, kind: .delivered, at: now))
-        return nil
+        guard let problem = session.link.deliver(n) else {
+            events.append(DeliveryEvent(notificationID: n.id, kind: .delivered, at: now))
+            return nil
+        }
+        // One the device could not read (held by an older version, say) is dropped.
+        _ = session.untrack(n.deliveryID)
+        events.append(rules.unreadable(n.id, problem: problem, at: now))
+        guard n.mayBeStored else { return nil }
+        return PendingReference(deviceID: session.deviceID, bundleID: queued.bundleID, environment: session.environment, deliveryID: n.deliveryID)
     }
 
     /// Removes a held notification from the store once the commit that
@@ -603,7 +606,7 @@ public final class Dispatcher: Sendable {
             logger.error("store failed reading held notifications", metadata: ["courier.error": "\(error)"])
         }
         log.append(events)
-        session.link.send(.noStorage)
+        session.link.sentEverythingHeld()
     }
 
     public func disconnected(_ session: DeviceSession) {
@@ -630,14 +633,14 @@ public final class Dispatcher: Sendable {
     }
 
     /// The device handled a notification, or could not read it
-    /// (`DeviceAckStatus.unreadable`: dropped, never sent again): either
-    /// way it is no longer in flight. `deliveryID` is the server's id, so
+    /// (`unreadable`: dropped, never sent again): either way it is no
+    /// longer in flight. `deliveryID` is the server's id, so
     /// no provider's choice of apns-id can acknowledge another's
     /// notification. What needs no store is done at once; a notification
     /// held in the store is returned, for `removeAcknowledged`.
-    func acknowledge(_ deliveryID: UUID, status: UInt8, by session: DeviceSession) -> HeldAcknowledgement? {
+    func acknowledge(_ deliveryID: UUID, unreadable: Bool, by session: DeviceSession) -> HeldAcknowledgement? {
         guard let inFlight = session.untrack(deliveryID) else { return nil }
-        let event = rules.acknowledgement(of: inFlight.notificationID, unreadable: status == DeviceAckStatus.unreadable, at: clock.now())
+        let event = rules.acknowledgement(of: inFlight.notificationID, unreadable: unreadable, at: clock.now())
         // A notification that was never stored (expiration 0) has nothing to remove.
         guard inFlight.stored else {
             log.append(event)

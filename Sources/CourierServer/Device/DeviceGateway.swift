@@ -14,9 +14,30 @@ import Synchronization
 /// task or queue of its own per connection.
 final class ChannelDeviceLink: DeviceLink {
     let channel: any Channel
+    /// The device tokens' length in this environment (a Notification's item bound).
+    let tokenLength: Int
 
-    init(channel: any Channel) {
+    init(channel: any Channel, tokenLength: Int) {
         self.channel = channel
+        self.tokenLength = tokenLength
+    }
+
+    /// A Notification frame, unless an item is beyond what the device
+    /// protocol carries (held by an older version, say): then why, and
+    /// nothing is sent.
+    func deliver(_ notification: PushNotification) -> String? {
+        let n = notification
+        let expiration = n.expiration.map { UInt32(clamping: Int64($0.timeIntervalSince1970)) }
+        let frame = DeviceNotification(
+            token: n.token, payload: n.payload, id: n.id, deliveryID: n.deliveryID, expiration: expiration, priority: n.priority.rawValue,
+            topic: n.topic, collapseID: n.collapseID, pushType: n.pushType)
+        if let problem = frame.problem(tokenLength: tokenLength) { return "\(problem)" }
+        send(.notification(frame))
+        return nil
+    }
+
+    func sentEverythingHeld() {
+        send(.noStorage)
     }
 
     /// Always through the event loop's queue, even on the loop itself: a
@@ -86,6 +107,7 @@ final class DeviceGateway: Service {
         let limits = policy.guardFor(.device, logger: logger)
         let unfinishedFrame = policy.connections.unfinishedFrame
         let maxFrame = configuration.limits.deviceMaxFrameLength
+        let tokenLength = dispatcher.codec(environment).length
         let keepAlive = configuration.qos.keepAlive
         let timeout = configuration.handshakeTimeout
         let server = try await bindListener(.device, environment, configuration.network) { host, port in
@@ -95,7 +117,7 @@ final class DeviceGateway: Service {
                     channel.eventLoop.makeCompletedFuture {
                         try limits.admit(channel)
                         let box = PeerIdentityBox()
-                        let connection = DeviceConnection(gateway: self, link: ChannelDeviceLink(channel: channel), peer: box)
+                        let connection = DeviceConnection(gateway: self, link: ChannelDeviceLink(channel: channel, tokenLength: tokenLength), peer: box)
                         // However the channel ends (even before its handlers are
                         // in place, or refused during shutdown), its connection
                         // hears of it last.
@@ -144,7 +166,7 @@ final class DeviceGateway: Service {
             link.send(.keepAliveAck)
             return nil
         case .acknowledge(let status, let deliveryID, let session):
-            return dispatcher.acknowledge(deliveryID, status: status, by: session).map(DeviceStep.removeAcknowledged)
+            return dispatcher.acknowledge(deliveryID, unreadable: status == DeviceAckStatus.unreadable, by: session).map(DeviceStep.removeAcknowledged)
         case let action:
             return .act(action)
         }
