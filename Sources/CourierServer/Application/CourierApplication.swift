@@ -72,7 +72,9 @@ public struct CourierApplication: Sendable {
             let log = DeliveryLogWriter(store: provisioner.store, logger: logger)
             var codecs: [Environment: DeviceTokenCodec] = [:]
             for environment in Environment.allCases { codecs[environment] = try provisioner.tokenCodec(environment) }
-            let dispatcher = Dispatcher(store: provisioner.store, codecs: codecs, clock: clock, qos: configuration.qos, log: log, logger: logger)
+            let feedback = FeedbackList(store: provisioner.store)
+            let dispatcher = Dispatcher(
+                store: provisioner.store, codecs: codecs, clock: clock, qos: configuration.qos, log: log, feedback: feedback, logger: logger)
             if let directory = report.demoDeviceDirectory, let bundleID = report.demoBundleID {
                 report.demoDeviceToken = try await registerDemoApp(bundleID, deviceDirectory: directory, dispatcher: dispatcher, store: provisioner.store)
             }
@@ -109,7 +111,7 @@ public struct CourierApplication: Sendable {
                 services.append(
                     try FeedbackService(
                         environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, policy: policy,
-                        ports: ports, logger: logger))
+                        feedback: feedback, ports: ports, logger: logger))
                 services.append(
                     try BinaryGateway(
                         environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher,

@@ -122,7 +122,7 @@ final class BinaryGateway: Service {
     }
 
     func run() async throws {
-        let verifier = PeerVerifier(authority: authority.authority, store: dispatcher.store, kind: .provider, logger: logger, environment: environment, providers: policy.providers)
+        let verifier = PeerVerifier(authority: authority.authority, certificates: policy.certificates, kind: .provider, logger: logger, environment: environment, providers: policy.providers)
         let context = self.context
         let limits = BinaryDecoderLimits(
             tokenLength: configuration.limits.tokenLength, legacyPayload: configuration.limits.payload.binaryLegacy,

@@ -217,19 +217,24 @@ public final class Dispatcher: Sendable {
     /// pruned again at twice what was left).
     static let tokenCapacity = 100_000
 
-    let store: any Store
+    private let store: any Store
     let clock: any WallClock
     let qos: QoSConfiguration
     let rules: DeliveryRules
     let log: DeliveryLogWriter
+    let feedback: FeedbackList
     private let codecs: [Environment: DeviceTokenCodec]
     private let logger: Logger
     let state = Mutex(State())
     private let pendingWriter: GroupCommit<PendingNotification, Void>
     private let acknowledger: GroupCommit<PendingReference, Bool>
 
-    init(store: any Store, codecs: [Environment: DeviceTokenCodec], clock: any WallClock, qos: QoSConfiguration, log: DeliveryLogWriter, logger: Logger) {
+    init(
+        store: any Store, codecs: [Environment: DeviceTokenCodec], clock: any WallClock, qos: QoSConfiguration, log: DeliveryLogWriter,
+        feedback: FeedbackList, logger: Logger
+    ) {
         self.store = store
+        self.feedback = feedback
         self.codecs = codecs
         self.clock = clock
         self.qos = qos
@@ -314,7 +319,7 @@ public final class Dispatcher: Sendable {
             let refusal = rules.refusal(problem)
             if refusal.addsFeedback {
                 do {
-                    try await store.addFeedback(
+                    try await feedback.add(
                         FeedbackEntry(environment: environment, topic: notification.topic, token: notification.token, timestamp: refusal.timestamp ?? now))
                 } catch {
                     logger.error("store failed adding a feedback entry", metadata: ["courier.error": "\(error)"])
@@ -539,6 +544,19 @@ public final class Dispatcher: Sendable {
             state.registrationEpoch += 1
         }
         return token
+    }
+
+    /// A device connected with its certificate (`id`): its record, once a
+    /// newer `generation` (a reset or restore: `resetDevice`) and the time
+    /// it was seen are recorded. Nil for a device the store does not know.
+    func deviceConnected(id deviceID: UInt64, generation: UInt32?) async throws -> Device? {
+        guard var device = try await store.device(id: deviceID) else { return nil }
+        if let generation, generation > device.generation {
+            try await resetDevice(id: deviceID, generation: generation)
+            device.generation = generation
+        }
+        try await store.markDeviceSeen(id: deviceID, at: clock.now())
+        return device
     }
 
     /// The app was removed from the device. False when it was not registered.

@@ -78,7 +78,6 @@ final class DeviceGateway: Service {
     let configuration: CourierConfiguration
     let tls: ServerTLS
     let dispatcher: Dispatcher
-    let store: any Store
     let ports: BoundPorts
     let logger: Logger
     private let open = OpenConnections()
@@ -94,7 +93,6 @@ final class DeviceGateway: Service {
         self.configuration = configuration
         self.tls = tls
         self.dispatcher = dispatcher
-        self.store = dispatcher.store
         self.ports = ports
         var logger = logger
         logger[metadataKey: "courier.listener"] = "device.\(environment.rawValue)"
@@ -102,7 +100,7 @@ final class DeviceGateway: Service {
     }
 
     func run() async throws {
-        let verifier = PeerVerifier(authority: tls.authority, store: store, kind: .device, logger: logger)
+        let verifier = PeerVerifier(authority: tls.authority, certificates: policy.certificates, kind: .device, logger: logger)
         let context = tls.context
         let limits = policy.guardFor(.device, logger: logger)
         let unfinishedFrame = policy.connections.unfinishedFrame
@@ -243,16 +241,12 @@ final class DeviceGateway: Service {
     /// Identifies the device from its certificate, records a newer
     /// generation, and sorts out the presented tokens that are not its own.
     private func connect(peer: PeerIdentityBox, link: ChannelDeviceLink, tokens: [[UInt8]], generation: UInt32?) async throws -> (Device, [[UInt8]])? {
-        guard let record = peer.take(), let deviceID = record.deviceID, var device = try await store.device(id: deviceID) else { return nil }
+        guard let record = peer.take(), let deviceID = record.deviceID else { return nil }
         let channel = link.channel
         policy.certificates.register(serial: record.serial, channel: channel) {
             channel.pipeline.fireUserInboundEventTriggered(DeviceConnectionHandler.Revoked())
         }
-        if let generation, generation > device.generation {
-            try await dispatcher.resetDevice(id: deviceID, generation: generation)
-            device.generation = generation
-        }
-        try await store.markDeviceSeen(id: deviceID, at: dispatcher.clock.now())
+        guard let device = try await dispatcher.deviceConnected(id: deviceID, generation: generation) else { return nil }
         let codec = dispatcher.codec(environment)
         let refused = tokens.filter { token in
             guard case .success(let contents) = codec.open(token) else { return true }

@@ -17,7 +17,7 @@ final class FeedbackService: Service {
     let configuration: CourierConfiguration
     let context: NIOSSLContext
     let authority: ServerTLS
-    let store: any Store
+    let list: FeedbackList
     let ports: BoundPorts
     let logger: Logger
     /// What peers may hold, and who uses which certificate.
@@ -25,14 +25,14 @@ final class FeedbackService: Service {
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, policy: ConnectionPolicy,
-        ports: BoundPorts, logger: Logger
+        feedback list: FeedbackList, ports: BoundPorts, logger: Logger
     ) throws {
         self.environment = environment
         self.policy = policy
         self.configuration = configuration
         self.authority = tls
         context = try ServerTLS.context(provisioner: provisioner, maximumVersion: .tlsv12)
-        store = provisioner.store
+        self.list = list
         self.ports = ports
         var logger = logger
         logger[metadataKey: "courier.listener"] = "feedback.\(environment.rawValue)"
@@ -40,7 +40,7 @@ final class FeedbackService: Service {
     }
 
     func run() async throws {
-        let verifier = PeerVerifier(authority: authority.authority, store: store, kind: .provider, logger: logger, environment: environment, providers: policy.providers)
+        let verifier = PeerVerifier(authority: authority.authority, certificates: policy.certificates, kind: .provider, logger: logger, environment: environment, providers: policy.providers)
         let context = self.context
         let timeout = configuration.handshakeTimeout
         let guardian = policy.guardFor(.feedback, logger: logger)
@@ -72,14 +72,14 @@ final class FeedbackService: Service {
                 policy.certificates.register(serial: record.serial, channel: channel) { channel.close(promise: nil) }
                 let (_, info) = try ProviderIdentity.certificate(record)
                 for topic in info.topics.map(\.description) {
-                    let entries = try await store.feedback(environment: environment, topic: topic)
+                    let entries = try await list.entries(environment: environment, topic: topic)
                     guard !entries.isEmpty else { continue }
                     var buffer = connection.channel.allocator.buffer(capacity: entries.count * (6 + configuration.limits.tokenLength))
                     for entry in entries {
                         FeedbackTuple(timestamp: UInt32(clamping: Int64(entry.timestamp.timeIntervalSince1970)), token: entry.token).write(to: &buffer)
                     }
                     try await outbound.write(buffer)
-                    try await store.removeFeedback(entries)
+                    try await list.sent(entries)
                     logger.info("feedback sent", metadata: ["courier.topic": "\(topic)", "courier.entries": "\(entries.count)"])
                 }
             }

@@ -123,7 +123,7 @@ public final class HTTP2Gateway: Service, Sendable {
     var clock: any WallClock { dispatcher.clock }
 
     public func run() async throws {
-        let verifier = PeerVerifier(authority: authority.authority, store: dispatcher.store, kind: .provider, logger: logger, providers: policy.providers)
+        let verifier = PeerVerifier(authority: authority.authority, certificates: policy.certificates, kind: .provider, logger: logger, providers: policy.providers)
         let context = self.context
         let timeout = configuration.handshakeTimeout
         let guardian = policy.guardFor(.http2, logger: logger)

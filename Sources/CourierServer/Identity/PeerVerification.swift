@@ -26,7 +26,7 @@ final class PeerIdentityBox: Sendable {
 /// revoked. Anything else fails the handshake.
 struct PeerVerifier: Sendable {
     let authority: Certificate
-    let store: any Store
+    let certificates: CertificateConnections
     let kind: CertificateKind
     let logger: Logger
     /// For provider certificates: the environment the port serves, which
@@ -85,7 +85,7 @@ struct PeerVerifier: Sendable {
             }
             let serial = Hex.encode(leaf.serialNumber.bytes)
             do {
-                guard let record = try await store.certificate(serial: serial), record.kind == kind, record.revokedAt == nil else {
+                guard let record = try await self.certificates.record(serial: serial), record.kind == kind, record.revokedAt == nil else {
                     logger.info("refused an unknown, revoked or wrong-kind certificate", metadata: ["courier.serial": "\(serial)"])
                     promise.succeed(.failed)
                     return

@@ -4,7 +4,8 @@ import Logging
 import NIOCore
 import Synchronization
 
-/// Every open connection that a certificate authenticated, on every
+/// The certificates peers present: their records, and every open
+/// connection that a certificate authenticated, on every
 /// interface (binary, feedback, HTTP/2, device), by the certificate's
 /// serial: revoking a certificate closes all of them, each with its
 /// protocol's own signal (docs/protocol.md, docs/device-protocol.md).
@@ -48,6 +49,12 @@ final class CertificateConnections: Sendable {
                 if state.bySerial[serial]?.isEmpty == true { state.bySerial[serial] = nil }
             }
         }
+    }
+
+    /// The store's record of a certificate (the handshake's question,
+    /// `PeerVerifier`).
+    func record(serial: String) async throws -> CertificateRecord? {
+        try await store.certificate(serial: serial)
     }
 
     /// Connections open now, for tests and logs.
