@@ -26,70 +26,70 @@ import Testing
     /// Beyond `connections.maxPerAddress` a new connection from that
     /// address is closed at accept; one that closes makes room again.
     @Test func connectionsBeyondAnAddresssLimitAreClosedAtAccept() async throws {
-        let server = try await TestServer(configure: { $0.connections.maxPerAddress = 2 })
-        let first = try await server.http2Connection()
-        let second = try await server.http2Connection()
-        await #expect(throws: (any Error).self) { _ = try await server.http2Connection() }
-        // Another listener counts its own.
-        let device = try await server.device()
-        await first.close()
-        // Room again once the server has seen it close (a moment later: retried, boundedly).
-        var again: HTTP2Connection?
-        for _ in 0..<200 where again == nil { again = try? await server.http2Connection() }
-        let reopened = try #require(again)
-        #expect(reopened.isUsable)
-        await reopened.close()
-        await second.close()
-        await server.disconnect(device)
-        try await server.stop()
+        try await withTestServer(configure: { $0.connections.maxPerAddress = 2 }) { server in
+            let first = try await server.http2Connection()
+            let second = try await server.http2Connection()
+            await #expect(throws: (any Error).self) { _ = try await server.http2Connection() }
+            // Another listener counts its own.
+            let device = try await server.device()
+            await first.close()
+            // Room again once the server has seen it close (a moment later: retried, boundedly).
+            var again: HTTP2Connection?
+            for _ in 0..<200 where again == nil { again = try? await server.http2Connection() }
+            let reopened = try #require(again)
+            #expect(reopened.isUsable)
+            await reopened.close()
+            await second.close()
+            await server.disconnect(device)
+        }
     }
 
     /// Beyond `connections.maxPerListener` a new connection is closed at
     /// accept, whatever its address (other loopback addresses here).
     @Test func connectionsBeyondAListenersLimitAreClosedAtAccept() async throws {
-        let server = try await TestServer(configure: { $0.connections.maxPerListener = 3 })
-        let port = try await server.http2Port()
-        var held: [any Channel] = []
-        for source in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] { held.append(try await tcpConnection(port: port, from: source)) }
-        // The fourth, from a fifth address, is closed by the server at once.
-        let refused = try await tcpConnection(port: port, from: "127.0.0.5")
-        try await refused.closeFuture.get()
-        for channel in held { #expect(channel.isActive, "the first three stay") }
-        // The provider listener of the other environment, and the device listener, have their own limits.
-        let sandbox = try await server.http2Connection(.sandbox)
-        #expect(sandbox.isUsable)
-        let device = try await server.device()
-        for channel in held { try await channel.close() }
-        await sandbox.close()
-        await server.disconnect(device)
-        try await server.stop()
+        try await withTestServer(configure: { $0.connections.maxPerListener = 3 }) { server in
+            let port = try await server.http2Port()
+            var held: [any Channel] = []
+            for source in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] { held.append(try await tcpConnection(port: port, from: source)) }
+            // The fourth, from a fifth address, is closed by the server at once.
+            let refused = try await tcpConnection(port: port, from: "127.0.0.5")
+            try await refused.closeFuture.get()
+            for channel in held { #expect(channel.isActive, "the first three stay") }
+            // The provider listener of the other environment, and the device listener, have their own limits.
+            let sandbox = try await server.http2Connection(.sandbox)
+            #expect(sandbox.isUsable)
+            let device = try await server.device()
+            for channel in held { try await channel.close() }
+            await sandbox.close()
+            await server.disconnect(device)
+        }
     }
 
     /// An HTTP/2 connection without a client certificate that sends no
     /// valid provider token within `connections.authenticationTimeout` gets
     /// GOAWAY MissingProviderToken; one that authenticated stays.
     @Test func anHTTP2ConnectionThatDoesNotAuthenticateIsClosed() async throws {
-        let server = try await TestServer()
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let silent = try await server.http2Connection()
-        let authenticated = try await server.http2Connection()
-        let authorization = jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now())
-        #expect(try await RawPush(token: token, authorization: authorization).send(on: authenticated).status == 200)
-        let unauthenticated = try await server.http2Connection()
-        #expect(try await RawPush(token: token).send(on: unauthenticated).reason == "MissingProviderToken")
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let silent = try await server.http2Connection()
+            let authenticated = try await server.http2Connection()
+            let authorization = jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now())
+            #expect(try await RawPush(token: token, authorization: authorization).send(on: authenticated).status == 200)
+            let unauthenticated = try await server.http2Connection()
+            #expect(try await RawPush(token: token).send(on: unauthenticated).reason == "MissingProviderToken")
 
-        server.clock.advance(by: 9)
-        await server.application.sweep()
-        #expect(silent.isUsable, "9 s: still in time")
-        server.clock.advance(by: 1)
-        await server.application.sweep()
-        #expect(try #require(await silent.closed()).reason == .missingProviderToken)
-        #expect(try #require(await unauthenticated.closed()).reason == .missingProviderToken)
-        #expect(authenticated.isUsable)
-        await authenticated.close()
-        await server.disconnect(device)
-        try await server.stop()
+            server.clock.advance(by: 9)
+            await server.application.sweep()
+            #expect(silent.isUsable, "9 s: still in time")
+            server.clock.advance(by: 1)
+            await server.application.sweep()
+            #expect(try #require(await silent.closed()).reason == .missingProviderToken)
+            #expect(try #require(await unauthenticated.closed()).reason == .missingProviderToken)
+            #expect(authenticated.isUsable)
+            await authenticated.close()
+            await server.disconnect(device)
+        }
     }
 
     /// A provider certificate that connects more than
@@ -97,38 +97,38 @@ import Testing
     /// handshake until the window has passed; so is an auth key (its
     /// first request: 429 TooManyRequests).
     @Test func aProviderThatReconnectsTooFastIsRefusedForAWhile() async throws {
-        let server = try await TestServer(configure: { $0.connections.reconnectLimit = 3 })
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let payload = Array(#"{"aps":{"alert":"again"}}"#.utf8)
-        for _ in 0..<3 {
-            let client = try await server.binaryClient()
-            _ = try await client.send(token: token, payload: payload, expiry: 0)
-            #expect(await device.next() != nil)
-            await client.close()
-        }
-        let fourth = try await server.binaryClient()
-        await #expect(throws: (any Error).self) { _ = try await fourth.send(token: token, payload: payload, expiry: 0) }
-        await fourth.close()
+        try await withTestServer(configure: { $0.connections.reconnectLimit = 3 }) { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let payload = Array(#"{"aps":{"alert":"again"}}"#.utf8)
+            for _ in 0..<3 {
+                let client = try await server.binaryClient()
+                _ = try await client.send(token: token, payload: payload, expiry: 0)
+                #expect(await device.next() != nil)
+                await client.close()
+            }
+            let fourth = try await server.binaryClient()
+            await #expect(throws: (any Error).self) { _ = try await fourth.send(token: token, payload: payload, expiry: 0) }
+            await fourth.close()
 
-        let authorization = jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now())
-        for _ in 0..<3 {
-            let connection = try await server.http2Connection()
-            #expect(try await RawPush(token: token, authorization: authorization).send(on: connection).status == 200)
-            await connection.close()
-        }
-        let tooFast = try await server.http2Connection()
-        let refused = try await RawPush(token: token, authorization: authorization).send(on: tooFast)
-        #expect((refused.status, refused.reason) == (429, "TooManyRequests"))
-        #expect(try #require(await tooFast.closed()).reason == .tooManyRequests)
+            let authorization = jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now())
+            for _ in 0..<3 {
+                let connection = try await server.http2Connection()
+                #expect(try await RawPush(token: token, authorization: authorization).send(on: connection).status == 200)
+                await connection.close()
+            }
+            let tooFast = try await server.http2Connection()
+            let refused = try await RawPush(token: token, authorization: authorization).send(on: tooFast)
+            #expect((refused.status, refused.reason) == (429, "TooManyRequests"))
+            #expect(try #require(await tooFast.closed()).reason == .tooManyRequests)
 
-        server.clock.advance(by: 60)
-        let later = try await server.binaryClient()
-        _ = try await later.send(token: token, payload: payload, expiry: 0)
-        #expect(await device.next() != nil, "the window passed")
-        await later.close()
-        await server.disconnect(device)
-        try await server.stop()
+            server.clock.advance(by: 60)
+            let later = try await server.binaryClient()
+            _ = try await later.send(token: token, payload: payload, expiry: 0)
+            #expect(await device.next() != nil, "the window passed")
+            await later.close()
+            await server.disconnect(device)
+        }
     }
 
     /// One provider identity holds at most `connections.maxPerIdentity`
@@ -136,54 +136,54 @@ import Testing
     /// a key's first request gets 429 TooManyRequests; another identity is
     /// not touched, and once one closes there is room again.
     @Test func aProviderIdentityHoldsAtMostItsConnections() async throws {
-        let server = try await TestServer(configure: { $0.connections.maxPerIdentity = 2 })
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let tokenB = try await device.client.register(try await Self.otherApp(server))
-        let payload = Array(#"{"aps":{"alert":"held"}}"#.utf8)
-        var held: [BinaryProviderClient] = []
-        for _ in 0..<2 {
-            let client = try await server.binaryClient()
-            _ = try await client.send(token: token, payload: payload, expiry: 0)
+        try await withTestServer(configure: { $0.connections.maxPerIdentity = 2 }) { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let tokenB = try await device.client.register(try await Self.otherApp(server))
+            let payload = Array(#"{"aps":{"alert":"held"}}"#.utf8)
+            var held: [BinaryProviderClient] = []
+            for _ in 0..<2 {
+                let client = try await server.binaryClient()
+                _ = try await client.send(token: token, payload: payload, expiry: 0)
+                #expect(await device.next() != nil)
+                held.append(client)
+            }
+            let third = try await server.binaryClient()
+            await #expect(throws: (any Error).self) { _ = try await third.send(token: token, payload: payload, expiry: 0) }
+            await third.close()
+
+            // Another team's certificate still connects while the first holds its two.
+            let other = try await server.binaryClient(certificate: server.directory + "/b/com.example.b.pem", key: server.directory + "/b/com.example.b-key.pem")
+            _ = try await other.send(token: tokenB, payload: payload, expiry: 0)
             #expect(await device.next() != nil)
-            held.append(client)
-        }
-        let third = try await server.binaryClient()
-        await #expect(throws: (any Error).self) { _ = try await third.send(token: token, payload: payload, expiry: 0) }
-        await third.close()
+            await other.close()
 
-        // Another team's certificate still connects while the first holds its two.
-        let other = try await server.binaryClient(certificate: server.directory + "/b/com.example.b.pem", key: server.directory + "/b/com.example.b-key.pem")
-        _ = try await other.send(token: tokenB, payload: payload, expiry: 0)
-        #expect(await device.next() != nil)
-        await other.close()
+            // A key: its two connections, then 429 on the first request of a third.
+            let authorization = jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now())
+            var connections: [HTTP2Connection] = []
+            for _ in 0..<2 {
+                let connection = try await server.http2Connection()
+                #expect(try await RawPush(token: token, authorization: authorization).send(on: connection).status == 200)
+                connections.append(connection)
+            }
+            let tooMany = try await server.http2Connection()
+            let refused = try await RawPush(token: token, authorization: authorization).send(on: tooMany)
+            #expect((refused.status, refused.reason) == (429, "TooManyRequests"))
+            #expect(try #require(await tooMany.closed()).reason == .tooManyRequests)
 
-        // A key: its two connections, then 429 on the first request of a third.
-        let authorization = jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now())
-        var connections: [HTTP2Connection] = []
-        for _ in 0..<2 {
-            let connection = try await server.http2Connection()
-            #expect(try await RawPush(token: token, authorization: authorization).send(on: connection).status == 200)
-            connections.append(connection)
+            // Closing one makes room (the server counts it out when it sees the close).
+            await held.removeFirst().close()
+            var admitted = false
+            for _ in 0..<50 where !admitted {
+                let again = try await server.binaryClient()
+                if (try? await again.send(token: token, payload: payload, expiry: 0)) != nil, await device.next(limit: 2) != nil { admitted = true }
+                await again.close()
+            }
+            #expect(admitted)
+            for client in held { await client.close() }
+            for connection in connections { await connection.close() }
+            await server.disconnect(device)
         }
-        let tooMany = try await server.http2Connection()
-        let refused = try await RawPush(token: token, authorization: authorization).send(on: tooMany)
-        #expect((refused.status, refused.reason) == (429, "TooManyRequests"))
-        #expect(try #require(await tooMany.closed()).reason == .tooManyRequests)
-
-        // Closing one makes room (the server counts it out when it sees the close).
-        await held.removeFirst().close()
-        var admitted = false
-        for _ in 0..<50 where !admitted {
-            let again = try await server.binaryClient()
-            if (try? await again.send(token: token, payload: payload, expiry: 0)) != nil, await device.next(limit: 2) != nil { admitted = true }
-            await again.close()
-        }
-        #expect(admitted)
-        for client in held { await client.close() }
-        for connection in connections { await connection.close() }
-        await server.disconnect(device)
-        try await server.stop()
     }
 
     /// An app of another team, with a provider certificate in `b/`.
@@ -199,50 +199,50 @@ import Testing
     /// `connections.unfinishedFrameTimeout`; one that says nothing, after
     /// `connections.binaryIdleTimeout`.
     @Test func binaryConnectionsWithHalfAFrameOrNothingAreClosed() async throws {
-        let server = try await TestServer(configure: {
+        try await withTestServer(configure: {
             $0.connections.unfinishedFrameTimeout = 0.2
             $0.connections.binaryIdleTimeout = 2
-        })
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        var frame = ByteBuffer()
-        frame.writeBinaryNotification(token: token, payload: Array(#"{"aps":{"alert":"half"}}"#.utf8), identifier: 1, expiry: 0, priority: 10)
-        let half = try await server.binaryClient()
-        try await half.sendRaw(frame.getSlice(at: 0, length: 20)!, identifier: 1)
-        await half.waitForDisconnect()
+        }) { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            var frame = ByteBuffer()
+            frame.writeBinaryNotification(token: token, payload: Array(#"{"aps":{"alert":"half"}}"#.utf8), identifier: 1, expiry: 0, priority: 10)
+            let half = try await server.binaryClient()
+            try await half.sendRaw(frame.getSlice(at: 0, length: 20)!, identifier: 1)
+            await half.waitForDisconnect()
 
-        // Connected (nothing written), then silent: closed by the server.
-        let idle = try await server.binaryClient()
-        try await idle.sendRaw(ByteBuffer(), identifier: 0)
-        await idle.waitForDisconnect()
-        await server.disconnect(device)
-        try await server.stop()
+            // Connected (nothing written), then silent: closed by the server.
+            let idle = try await server.binaryClient()
+            try await idle.sendRaw(ByteBuffer(), identifier: 0)
+            await idle.waitForDisconnect()
+            await server.disconnect(device)
+        }
     }
 
     /// A device connection that sends half a frame is closed after
     /// `connections.unfinishedFrameTimeout`, though its bytes keep coming
     /// within the keepalive.
     @Test func aDeviceConnectionWithHalfAFrameIsClosed() async throws {
-        let server = try await TestServer(configure: { $0.connections.unfinishedFrameTimeout = 0.2 })
-        let connection = try await DeviceGatewayTests().rawConnection(server, writing: ByteBuffer.self)
-        let answers = try await connection.executeThenClose { inbound, outbound in
-            var connect = ByteBuffer()
-            DeviceMessage.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: nil).write(to: &connect)
-            try await outbound.write(connect)
-            var messages: [DeviceMessage] = []
-            do {
-                for try await frame in inbound {
-                    messages.append(try DeviceMessage(frame: frame))
-                    // A KeepAlive's first two bytes, and no more.
-                    if messages.last == .noStorage { try await outbound.write(ByteBuffer(bytes: [DeviceCommand.keepAlive, 0])) }
+        try await withTestServer(configure: { $0.connections.unfinishedFrameTimeout = 0.2 }) { server in
+            let connection = try await DeviceGatewayTests().rawConnection(server, writing: ByteBuffer.self)
+            let answers = try await connection.executeThenClose { inbound, outbound in
+                var connect = ByteBuffer()
+                DeviceMessage.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: nil).write(to: &connect)
+                try await outbound.write(connect)
+                var messages: [DeviceMessage] = []
+                do {
+                    for try await frame in inbound {
+                        messages.append(try DeviceMessage(frame: frame))
+                        // A KeepAlive's first two bytes, and no more.
+                        if messages.last == .noStorage { try await outbound.write(ByteBuffer(bytes: [DeviceCommand.keepAlive, 0])) }
+                    }
+                } catch {
+                    // Closed by the server.
                 }
-            } catch {
-                // Closed by the server.
+                return messages
             }
-            return messages
+            #expect(answers.last == .noStorage, "closed with nothing more said")
         }
-        #expect(answers.last == .noStorage, "closed with nothing more said")
-        try await server.stop()
     }
 
     /// A feedback connection has `connections.feedbackTimeout` from its
@@ -283,23 +283,23 @@ import Testing
     /// reset with ENHANCE_YOUR_CALM (11); the connection goes on, and the
     /// bytes of the reset streams are free again.
     @Test func unfinishedRequestsAreBoundedPerConnection() async throws {
-        let server = try await TestServer(configure: { $0.connections.maxUnfinishedRequestBytes = 40_000 })
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let connection = try await server.http2Connection(certificate: (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem"))
-        let part = [UInt8](repeating: UInt8(ascii: " "), count: 4_000)
-        var resets: [Task<Int?, Never>] = []
-        for _ in 0..<12 {
-            resets.append(try await connection.startUnfinishedRequest(RawPush(token: token).all, bodyStart: part))
+        try await withTestServer(configure: { $0.connections.maxUnfinishedRequestBytes = 40_000 }) { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let connection = try await server.http2Connection(certificate: (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem"))
+            let part = [UInt8](repeating: UInt8(ascii: " "), count: 4_000)
+            var resets: [Task<Int?, Never>] = []
+            for _ in 0..<12 {
+                resets.append(try await connection.startUnfinishedRequest(RawPush(token: token).all, bodyStart: part))
+            }
+            // Nine fit (4,000 bytes and their headers each); the rest do not.
+            for reset in resets.suffix(3) { #expect(await reset.value == 11, "reset ENHANCE_YOUR_CALM") }
+            let answer = try await RawPush(token: token).send(on: connection)
+            #expect(answer.status == 200, "the connection goes on")
+            #expect(connection.isUsable)
+            await connection.close()
+            for reset in resets { _ = await reset.value }
+            await server.disconnect(device)
         }
-        // Nine fit (4,000 bytes and their headers each); the rest do not.
-        for reset in resets.suffix(3) { #expect(await reset.value == 11, "reset ENHANCE_YOUR_CALM") }
-        let answer = try await RawPush(token: token).send(on: connection)
-        #expect(answer.status == 200, "the connection goes on")
-        #expect(connection.isUsable)
-        await connection.close()
-        for reset in resets { _ = await reset.value }
-        await server.disconnect(device)
-        try await server.stop()
     }
 }

@@ -21,77 +21,77 @@ import Testing
     }
 
     @Test func revokedAndUnknownDeviceCertificatesFailTheHandshake() async throws {
-        let server = try await TestServer()
-        // Revoked.
-        let path = server.directory + "/revoked-device"
-        let (device, _) = try await server.application.provisioner.issueDeviceIdentity(directory: path)
-        let record = try #require(try await server.application.provisioner.store.device(id: device.id))
-        try await server.application.provisioner.revokeCertificate(serial: record.certificateSerial)
-        let revoked = try await client(server, directory: path)
-        let running = Task { await revoked.run() }
-        await #expect(throws: DeviceClientError.self) { try await revoked.waitUntilConnected() }
-        await running.value
+        try await withTestServer { server in
+            // Revoked.
+            let path = server.directory + "/revoked-device"
+            let (device, _) = try await server.application.provisioner.issueDeviceIdentity(directory: path)
+            let record = try #require(try await server.application.provisioner.store.device(id: device.id))
+            try await server.application.provisioner.revokeCertificate(serial: record.certificateSerial)
+            let revoked = try await client(server, directory: path)
+            let running = Task { await revoked.run() }
+            await #expect(throws: DeviceClientError.self) { try await revoked.waitUntilConnected() }
+            await running.value
 
-        // Issued by another CA (same device id layout, unknown to this server).
-        let stranger = server.directory + "/stranger"
-        let other = try await TestServer()
-        _ = try await other.application.provisioner.issueDeviceIdentity(directory: stranger)
-        try FileManager.default.removeItem(atPath: stranger + "/ca.pem")
-        try FileManager.default.copyItem(atPath: server.directory + "/pki/ca.pem", toPath: stranger + "/ca.pem")
-        let unknown = try await client(server, directory: stranger)
-        let runningUnknown = Task { await unknown.run() }
-        await #expect(throws: DeviceClientError.self) { try await unknown.waitUntilConnected() }
-        await runningUnknown.value
-        try await other.stop()
-        try await server.stop()
+            // Issued by another CA (same device id layout, unknown to this server).
+            let stranger = server.directory + "/stranger"
+            try await withTestServer { other in
+                _ = try await other.application.provisioner.issueDeviceIdentity(directory: stranger)
+                try FileManager.default.removeItem(atPath: stranger + "/ca.pem")
+                try FileManager.default.copyItem(atPath: server.directory + "/pki/ca.pem", toPath: stranger + "/ca.pem")
+                let unknown = try await client(server, directory: stranger)
+                let runningUnknown = Task { await unknown.run() }
+                await #expect(throws: DeviceClientError.self) { try await unknown.waitUntilConnected() }
+                await runningUnknown.value
+            }
+        }
     }
 
     @Test func aFreshDeviceLearnsALongerTokenLengthFromConnectAck() async throws {
-        let server = try await TestServer(tokenLength: 64)
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        #expect(token.count == 64)
-        let (id, result) = await server.push(token)
-        #expect(result == .accepted)
-        #expect(await device.next()?.id == id)
-        await server.disconnect(device)
-        try await server.stop()
+        try await withTestServer(tokenLength: 64) { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            #expect(token.count == 64)
+            let (id, result) = await server.push(token)
+            #expect(result == .accepted)
+            #expect(await device.next()?.id == id)
+            await server.disconnect(device)
+        }
     }
 
     @Test func aResetDeviceGetsNewTokensAndOldOnesAreRefused() async throws {
-        let server = try await TestServer()
-        let device = try await server.device()
-        let old = try await device.client.register("com.example.demo")
-        // Pushed once first (expiration 0: nothing held for later): the
-        // dispatcher then knows the old token as registered, and must forget that.
-        let (first, accepted) = await server.push(old, expiration: Date(timeIntervalSince1970: 0))
-        #expect(accepted == .accepted)
-        let firstReceived = try #require(await device.next())
-        #expect(firstReceived.id == first)
-        try await device.client.acknowledge(firstReceived)
-        await server.disconnect(device)
-        // Held for the device while it is offline, to the old token.
-        let (held, heldAccepted) = await server.push(old, payload: #"{"aps":{"alert":"held"}}"#, expiration: Date().addingTimeInterval(3600))
-        #expect(heldAccepted == .accepted)
-        // A reset: the generation goes up, the device forgets its tokens.
-        var credentials = try DeviceCredentials.load(from: device.directory)
-        credentials.file.generation += 1
-        credentials.file.tokens = [:]
-        try credentials.save()
-        let reset = try await server.device(directory: device.directory)
-        try await reset.client.waitUntilConnected()
-        // The old token is refused from the reset on, before the app registers again.
-        #expect(await server.push(old).1 == .rejected(.badDeviceToken))
-        let new = try await reset.client.register("com.example.demo")
-        #expect(new != old)
-        #expect(await server.push(old).1 == .rejected(.badDeviceToken))
-        let (id, result) = await server.push(new)
-        #expect(result == .accepted)
-        // The one held for the old token would have come at connect, before this one.
-        #expect(await reset.next()?.id == id)
-        #expect(try await server.events(held) == [.accepted, .stored, .discarded])
-        await server.disconnect(reset)
-        try await server.stop()
+        try await withTestServer { server in
+            let device = try await server.device()
+            let old = try await device.client.register("com.example.demo")
+            // Pushed once first (expiration 0: nothing held for later): the
+            // dispatcher then knows the old token as registered, and must forget that.
+            let (first, accepted) = await server.push(old, expiration: Date(timeIntervalSince1970: 0))
+            #expect(accepted == .accepted)
+            let firstReceived = try #require(await device.next())
+            #expect(firstReceived.id == first)
+            try await device.client.acknowledge(firstReceived)
+            await server.disconnect(device)
+            // Held for the device while it is offline, to the old token.
+            let (held, heldAccepted) = await server.push(old, payload: #"{"aps":{"alert":"held"}}"#, expiration: Date().addingTimeInterval(3600))
+            #expect(heldAccepted == .accepted)
+            // A reset: the generation goes up, the device forgets its tokens.
+            var credentials = try DeviceCredentials.load(from: device.directory)
+            credentials.file.generation += 1
+            credentials.file.tokens = [:]
+            try credentials.save()
+            let reset = try await server.device(directory: device.directory)
+            try await reset.client.waitUntilConnected()
+            // The old token is refused from the reset on, before the app registers again.
+            #expect(await server.push(old).1 == .rejected(.badDeviceToken))
+            let new = try await reset.client.register("com.example.demo")
+            #expect(new != old)
+            #expect(await server.push(old).1 == .rejected(.badDeviceToken))
+            let (id, result) = await server.push(new)
+            #expect(result == .accepted)
+            // The one held for the old token would have come at connect, before this one.
+            #expect(await reset.next()?.id == id)
+            #expect(try await server.events(held) == [.accepted, .stored, .discarded])
+            await server.disconnect(reset)
+        }
     }
 
     /// A raw TLS connection to the device gateway with a new device's
@@ -120,26 +120,26 @@ import Testing
     }
 
     @Test func protocolErrorsAreAnsweredWithAnErrorFrame() async throws {
-        let server = try await TestServer()
-        // A raw TLS connection that sends Ack before Connect.
-        let connection = try await rawConnection(server)
-        let answers = try await connection.executeThenClose { inbound, outbound in
-            try await outbound.write(DeviceMessage.ack(deliveryID: UUID(), status: 0).frame)
-            var messages: [DeviceMessage] = []
-            do {
-                for try await frame in inbound { messages.append(try DeviceMessage(frame: frame)) }
-            } catch {
-                // The server closed after its answer.
+        try await withTestServer { server in
+            // A raw TLS connection that sends Ack before Connect.
+            let connection = try await rawConnection(server)
+            let answers = try await connection.executeThenClose { inbound, outbound in
+                try await outbound.write(DeviceMessage.ack(deliveryID: UUID(), status: 0).frame)
+                var messages: [DeviceMessage] = []
+                do {
+                    for try await frame in inbound { messages.append(try DeviceMessage(frame: frame)) }
+                } catch {
+                    // The server closed after its answer.
+                }
+                return messages
             }
-            return messages
+            #expect(answers.count == 1)
+            guard case .error(let code, _) = answers.first else {
+                Issue.record("expected an Error frame, got \(answers)")
+                return
+            }
+            #expect(code == .notConnected)
         }
-        #expect(answers.count == 1)
-        guard case .error(let code, _) = answers.first else {
-            Issue.record("expected an Error frame, got \(answers)")
-            return
-        }
-        #expect(code == .notConnected)
-        try await server.stop()
     }
 
     /// A command only a server sends, sent by a connected device, is
@@ -154,28 +154,28 @@ import Testing
         DeviceFrame(command: DeviceCommand.notification),
     ])
     func aServersCommandFromADeviceIsAnUnknownCommand(_ frame: DeviceFrame) async throws {
-        let server = try await TestServer()
-        let connection = try await rawConnection(server)
-        let answers = try await connection.executeThenClose { inbound, outbound in
-            try await outbound.write(DeviceMessage.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: nil).frame)
-            var messages: [DeviceMessage] = []
-            do {
-                for try await received in inbound {
-                    let message = try DeviceMessage(frame: received)
-                    messages.append(message)
-                    if message == .noStorage { try await outbound.write(frame) }
+        try await withTestServer { server in
+            let connection = try await rawConnection(server)
+            let answers = try await connection.executeThenClose { inbound, outbound in
+                try await outbound.write(DeviceMessage.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: nil).frame)
+                var messages: [DeviceMessage] = []
+                do {
+                    for try await received in inbound {
+                        let message = try DeviceMessage(frame: received)
+                        messages.append(message)
+                        if message == .noStorage { try await outbound.write(frame) }
+                    }
+                } catch {
+                    // The server closed after its answer.
                 }
-            } catch {
-                // The server closed after its answer.
+                return messages
             }
-            return messages
+            guard case .error(let code, _) = answers.last else {
+                Issue.record("expected an Error frame, got \(answers)")
+                return
+            }
+            #expect(code == .unknownCommand)
         }
-        guard case .error(let code, _) = answers.last else {
-            Issue.record("expected an Error frame, got \(answers)")
-            return
-        }
-        #expect(code == .unknownCommand)
-        try await server.stop()
     }
 
     /// A frame cut in two, its start sent in one TLS record after a whole
@@ -184,82 +184,83 @@ import Testing
     /// frame that announces more than the frame limit is answered with
     /// frameTooLarge.
     @Test func aFrameAcrossReadsIsReadWholeAndAnOversizedOneIsRefused() async throws {
-        let server = try await TestServer()
-        let connection = try await rawConnection(server, writing: ByteBuffer.self)
-        try await connection.executeThenClose { inbound, outbound in
-            var answers = inbound.makeAsyncIterator()
-            func next() async throws -> DeviceMessage? { try await answers.next().map { try DeviceMessage(frame: $0) } }
-            func bytes(_ message: DeviceMessage) -> ByteBuffer {
-                var buffer = ByteBuffer()
-                message.write(to: &buffer)
-                return buffer
-            }
-            try await outbound.write(bytes(.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: nil)))
-            guard case .connectAck(.ok, _, _, _, _, _) = try await next() else {
-                Issue.record("expected ConnectAck ok")
-                return
-            }
-            #expect(try await next() == .noStorage)
+        try await withTestServer { server in
+            let connection = try await rawConnection(server, writing: ByteBuffer.self)
+            try await connection.executeThenClose { inbound, outbound in
+                var answers = inbound.makeAsyncIterator()
+                func next() async throws -> DeviceMessage? { try await answers.next().map { try DeviceMessage(frame: $0) } }
+                func bytes(_ message: DeviceMessage) -> ByteBuffer {
+                    var buffer = ByteBuffer()
+                    message.write(to: &buffer)
+                    return buffer
+                }
+                try await outbound.write(bytes(.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: nil)))
+                guard case .connectAck(.ok, _, _, _, _, _) = try await next() else {
+                    Issue.record("expected ConnectAck ok")
+                    return
+                }
+                #expect(try await next() == .noStorage)
 
-            let keepAlive = bytes(.keepAlive)
-            var wholeAndStart = keepAlive
-            wholeAndStart.writeImmutableBuffer(keepAlive.getSlice(at: 0, length: 2)!)
-            try await outbound.write(wholeAndStart)
-            #expect(try await next() == .keepAliveAck)
-            try await outbound.write(keepAlive.getSlice(at: 2, length: keepAlive.readableBytes - 2)!)
-            #expect(try await next() == .keepAliveAck, "the frame whose start came in the read before")
+                let keepAlive = bytes(.keepAlive)
+                var wholeAndStart = keepAlive
+                wholeAndStart.writeImmutableBuffer(keepAlive.getSlice(at: 0, length: 2)!)
+                try await outbound.write(wholeAndStart)
+                #expect(try await next() == .keepAliveAck)
+                try await outbound.write(keepAlive.getSlice(at: 2, length: keepAlive.readableBytes - 2)!)
+                #expect(try await next() == .keepAliveAck, "the frame whose start came in the read before")
 
-            var oversized = ByteBuffer()
-            oversized.writeMultipleIntegers(keepAlive.getInteger(at: 0, as: UInt8.self)!, UInt32(server.application.configuration.limits.deviceMaxFrameLength + 1))
-            try await outbound.write(oversized)
-            guard case .error(let code, _) = try await next() else {
-                Issue.record("expected an Error frame")
-                return
+                var oversized = ByteBuffer()
+                oversized.writeMultipleIntegers(keepAlive.getInteger(at: 0, as: UInt8.self)!, UInt32(server.application.configuration.limits.deviceMaxFrameLength + 1))
+                try await outbound.write(oversized)
+                guard case .error(let code, _) = try await next() else {
+                    Issue.record("expected an Error frame")
+                    return
+                }
+                #expect(code == .frameTooLarge)
             }
-            #expect(code == .frameTooLarge)
         }
-        try await server.stop()
     }
 
     /// Frames sent back to back, many more than the gateway lets wait
     /// before it stops reading, are all answered, in order; and shutting
     /// the server down with the device still connected closes it.
     @Test func pipelinedFramesAreAnsweredInOrderAndShutdownClosesTheConnection() async throws {
-        let server = try await TestServer()
-        let connection = try await rawConnection(server)
-        let keepAlives = 300
-        try await connection.executeThenClose { inbound, outbound in
-            var frames = [DeviceMessage.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: nil).frame]
-            frames += Array(repeating: DeviceMessage.keepAlive.frame, count: keepAlives)
-            frames.append(DeviceMessage.appTokenRequest(bundleID: "com.example.demo", requestID: 7).frame)
-            try await outbound.write(contentsOf: frames)
-            var answers: [DeviceMessage] = []
-            var iterator = inbound.makeAsyncIterator()
-            while answers.count < keepAlives + 3, let frame = try await iterator.next() {
-                answers.append(try DeviceMessage(frame: frame))
-            }
-            guard case .connectAck(let status, _, _, _, _, _) = answers.first else {
-                Issue.record("expected ConnectAck first, got \(answers.first.map { "\($0)" } ?? "nothing")")
-                return
-            }
-            #expect(status == .ok)
-            // NoStorage follows the connect; then the answers in the order asked.
-            #expect(answers.dropFirst().first == .noStorage)
-            #expect(answers.dropFirst(2).prefix(keepAlives).allSatisfy { $0 == .keepAliveAck })
-            guard case .appTokenResponse(let requestID, _, let token, let tokenStatus) = answers.last else {
-                Issue.record("expected AppTokenResponse last, got \(answers.last.map { "\($0)" } ?? "nothing")")
-                return
-            }
-            #expect(requestID == 7 && tokenStatus == .ok && token?.count == 32)
+        try await withTestServer { server in
+            let connection = try await rawConnection(server)
+            let keepAlives = 300
+            try await connection.executeThenClose { inbound, outbound in
+                var frames = [DeviceMessage.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: nil).frame]
+                frames += Array(repeating: DeviceMessage.keepAlive.frame, count: keepAlives)
+                frames.append(DeviceMessage.appTokenRequest(bundleID: "com.example.demo", requestID: 7).frame)
+                try await outbound.write(contentsOf: frames)
+                var answers: [DeviceMessage] = []
+                var iterator = inbound.makeAsyncIterator()
+                while answers.count < keepAlives + 3, let frame = try await iterator.next() {
+                    answers.append(try DeviceMessage(frame: frame))
+                }
+                guard case .connectAck(let status, _, _, _, _, _) = answers.first else {
+                    Issue.record("expected ConnectAck first, got \(answers.first.map { "\($0)" } ?? "nothing")")
+                    return
+                }
+                #expect(status == .ok)
+                // NoStorage follows the connect; then the answers in the order asked.
+                #expect(answers.dropFirst().first == .noStorage)
+                #expect(answers.dropFirst(2).prefix(keepAlives).allSatisfy { $0 == .keepAliveAck })
+                guard case .appTokenResponse(let requestID, _, let token, let tokenStatus) = answers.last else {
+                    Issue.record("expected AppTokenResponse last, got \(answers.last.map { "\($0)" } ?? "nothing")")
+                    return
+                }
+                #expect(requestID == 7 && tokenStatus == .ok && token?.count == 32)
 
-            try await server.stop()
-            var after: [DeviceFrame] = []
-            do {
-                while let frame = try await iterator.next() { after.append(frame) }
-            } catch {
-                // Closed by the server.
+                await server.shutDown()
+                var after: [DeviceFrame] = []
+                do {
+                    while let frame = try await iterator.next() { after.append(frame) }
+                } catch {
+                    // Closed by the server.
+                }
+                #expect(after.isEmpty)
             }
-            #expect(after.isEmpty)
         }
     }
 
@@ -270,33 +271,33 @@ import Testing
     /// after the acknowledgements would not come and the test would run
     /// into its time limit.)
     @Test func aDeviceThatSendsFasterThanItsFramesAreHandledIsReadAgainOnceTheyAre() async throws {
-        let (server, store) = try await TestServer.withFaultyStore()
-        let connection = try await rawConnection(server)
-        store.appGate.close()
-        try await connection.executeThenClose { inbound, outbound in
-            var iterator = inbound.makeAsyncIterator()
-            try await outbound.write(DeviceMessage.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: nil).frame)
-            // The token request waits for the store; 20,000 acknowledgements
-            // (about 560 KB, more than one read cycle takes) queue behind it.
-            var frames = [DeviceMessage.appTokenRequest(bundleID: "com.example.demo", requestID: 1).frame]
-            frames += (0..<20_000).map { _ in DeviceMessage.ack(deliveryID: UUID(), status: 0).frame }
-            frames += [DeviceMessage.appTokenRequest(bundleID: "com.example.demo", requestID: 2).frame, DeviceMessage.keepAlive.frame]
-            try await outbound.write(contentsOf: frames)
-            await store.appGate.waitUntilHolding()
-            store.appGate.open()
-            var answers: [DeviceMessage] = []
-            while answers.count < 5, let frame = try await iterator.next() { answers.append(try DeviceMessage(frame: frame)) }
-            #expect(answers.count == 5)
-            guard answers.count == 5, case .connectAck = answers[0], case .appTokenResponse(1, _, _, .ok) = answers[2],
-                case .appTokenResponse(2, _, _, .ok) = answers[3]
-            else {
-                Issue.record("unexpected answers \(answers)")
-                return
+        try await withFaultyStoreServer { server, store in
+            let connection = try await rawConnection(server)
+            store.appGate.close()
+            try await connection.executeThenClose { inbound, outbound in
+                var iterator = inbound.makeAsyncIterator()
+                try await outbound.write(DeviceMessage.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: nil).frame)
+                // The token request waits for the store; 20,000 acknowledgements
+                // (about 560 KB, more than one read cycle takes) queue behind it.
+                var frames = [DeviceMessage.appTokenRequest(bundleID: "com.example.demo", requestID: 1).frame]
+                frames += (0..<20_000).map { _ in DeviceMessage.ack(deliveryID: UUID(), status: 0).frame }
+                frames += [DeviceMessage.appTokenRequest(bundleID: "com.example.demo", requestID: 2).frame, DeviceMessage.keepAlive.frame]
+                try await outbound.write(contentsOf: frames)
+                await store.appGate.waitUntilHolding()
+                store.appGate.open()
+                var answers: [DeviceMessage] = []
+                while answers.count < 5, let frame = try await iterator.next() { answers.append(try DeviceMessage(frame: frame)) }
+                #expect(answers.count == 5)
+                guard answers.count == 5, case .connectAck = answers[0], case .appTokenResponse(1, _, _, .ok) = answers[2],
+                    case .appTokenResponse(2, _, _, .ok) = answers[3]
+                else {
+                    Issue.record("unexpected answers \(answers)")
+                    return
+                }
+                #expect(answers[1] == .noStorage)
+                #expect(answers[4] == .keepAliveAck)
             }
-            #expect(answers[1] == .noStorage)
-            #expect(answers[4] == .keepAliveAck)
         }
-        try await server.stop()
     }
 
     @Test func aSilentConnectionIsClosedAfterTwoKeepaliveIntervals() throws {

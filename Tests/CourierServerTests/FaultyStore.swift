@@ -9,19 +9,6 @@ import Testing
 /// registrations (503 ServiceUnavailable), a team that is gone (403
 /// Forbidden), and gates that hold commits, delivery-log writes or app
 /// lookups (a request kept in flight).
-extension TestServer {
-    /// A server whose store is a `FaultyStore` over the real one.
-    static func withFaultyStore() async throws -> (TestServer, FaultyStore) {
-        let faults = Mutex<FaultyStore?>(nil)
-        let server = try await TestServer(wrapStore: { base in
-            let store = FaultyStore(base)
-            faults.withLock { $0 = store }
-            return store
-        })
-        return (server, try #require(faults.withLock { $0 }))
-    }
-}
-
 final class FaultyStore: Store {
     struct Injected: Error {}
 

@@ -77,39 +77,39 @@ struct RawPush {
     let payload = Array(#"{"aps":{"alert":"over HTTP/2"}}"#.utf8)
 
     @Test func aPushByTokenReachesADevice() async throws {
-        let server = try await TestServer()
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let client = try await server.http2Client()
-        let id = UUID()
-        let result = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo", id: id, pushType: "alert"))
-        #expect(result.status == 200)
-        #expect(result.apnsID == id.uuidString.lowercased())
-        let received = try #require(await device.next())
-        #expect(received.payload == payload)
-        #expect(received.id == id)
-        #expect(received.pushType == "alert")
-        await client.close()
-        await server.disconnect(device)
-        try await server.stop()
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let client = try await server.http2Client()
+            let id = UUID()
+            let result = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo", id: id, pushType: "alert"))
+            #expect(result.status == 200)
+            #expect(result.apnsID == id.uuidString.lowercased())
+            let received = try #require(await device.next())
+            #expect(received.payload == payload)
+            #expect(received.id == id)
+            #expect(received.pushType == "alert")
+            await client.close()
+            await server.disconnect(device)
+        }
     }
 
     @Test func aPushByCertificateReachesADevice() async throws {
-        let server = try await TestServer()
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let client = try await server.http2Client(credentials: server.demoCertificate)
-        let result = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo"))
-        #expect(result.status == 200)
-        // No apns-id sent: the server made a lowercase UUID.
-        #expect(UUID(uuidString: result.apnsID) != nil)
-        #expect(result.apnsID == result.apnsID.lowercased())
-        let received = try #require(await device.next())
-        #expect(received.payload == payload)
-        #expect(received.id.uuidString.lowercased() == result.apnsID)
-        await client.close()
-        await server.disconnect(device)
-        try await server.stop()
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let client = try await server.http2Client(credentials: server.demoCertificate)
+            let result = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo"))
+            #expect(result.status == 200)
+            // No apns-id sent: the server made a lowercase UUID.
+            #expect(UUID(uuidString: result.apnsID) != nil)
+            #expect(result.apnsID == result.apnsID.lowercased())
+            let received = try #require(await device.next())
+            #expect(received.payload == payload)
+            #expect(received.id.uuidString.lowercased() == result.apnsID)
+            await client.close()
+            await server.disconnect(device)
+        }
     }
 }
 
@@ -129,7 +129,12 @@ func jwt(key: AuthKey, team: String = "DEMOTEAM01", issuedAt: Date) -> String {
 @Suite(.timeLimit(.minutes(2))) struct HTTP2ProtocolTableTests {
     /// The rows decided by the request itself: method, path, headers, payload.
     @Test func headerAndPayloadRows() async throws {
-        let server = try await TestServer()
+        try await withTestServer { try await headerAndPayloadRows(on: $0) }
+    }
+
+    /// (Its own function: the compiler of Swift 6.3.1 crashes on its local
+    /// function inside `withTestServer`'s closure.)
+    private func headerAndPayloadRows(on server: TestServer) async throws {
         let device = try await server.device()
         let token = try await device.client.register("com.example.demo")
         let authorization = jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now())
@@ -194,7 +199,6 @@ func jwt(key: AuthKey, team: String = "DEMOTEAM01", issuedAt: Date) -> String {
         #expect(try await bad.send(on: connection).response.apnsID == id)
         await connection.close()
         await server.disconnect(device)
-        try await server.stop()
     }
 }
 
@@ -211,233 +215,233 @@ extension TestServer {
 
 extension HTTP2ProtocolTableTests {
     @Test func tokenTrustRows() async throws {
-        let server = try await TestServer()
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let key = try server.demoAuthKey()
-        let other = try await server.otherTeam()
-        let now = server.clock.now()
-        func answer(_ authorization: String?, topic: String = "com.example.demo", on connection: HTTP2Connection) async throws -> (Int, String?) {
-            var push = RawPush(token: token, topic: topic)
-            if let authorization { push.headers.append(("authorization", authorization)) }
-            let (status, reason, _) = try await push.send(on: connection)
-            return (status, reason)
-        }
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let key = try server.demoAuthKey()
+            let other = try await server.otherTeam()
+            let now = server.clock.now()
+            func answer(_ authorization: String?, topic: String = "com.example.demo", on connection: HTTP2Connection) async throws -> (Int, String?) {
+                var push = RawPush(token: token, topic: topic)
+                if let authorization { push.headers.append(("authorization", authorization)) }
+                let (status, reason, _) = try await push.send(on: connection)
+                return (status, reason)
+            }
 
-        let refused = try await server.http2Connection()
-        #expect(try await answer(nil, on: refused) == (403, "MissingProviderToken"))
-        #expect(try await answer("bearer not.a.jwt", on: refused) == (403, "InvalidProviderToken"))
-        #expect(try await answer("basic " + jwt(key: key, issuedAt: now), on: refused) == (403, "InvalidProviderToken"))
-        let hs256 = try jwt(header: #"{"alg":"HS256","kid":"\#(key.keyID)"}"#, claims: #"{"iss":"DEMOTEAM01","iat":\#(Int(now.timeIntervalSince1970))}"#, key: key)
-        #expect(try await answer("bearer " + hs256, on: refused) == (403, "InvalidProviderToken"))
-        let unknownKid = try jwt(header: #"{"alg":"ES256","kid":"UNKNOWN123"}"#, claims: #"{"iss":"DEMOTEAM01","iat":\#(Int(now.timeIntervalSince1970))}"#, key: key)
-        #expect(try await answer("bearer " + unknownKid, on: refused) == (403, "InvalidProviderToken"))
-        // iss must be the key's team.
-        #expect(try await answer("bearer " + jwt(key: key, team: "OTHERTEAM1", issuedAt: now), on: refused) == (403, "InvalidProviderToken"))
-        // A signature by another key.
-        let forged = jwt(key: key, issuedAt: now).split(separator: ".").prefix(2).joined(separator: ".") + "."
-            + jwt(key: other, issuedAt: now).split(separator: ".")[2]
-        #expect(try await answer("bearer " + forged, on: refused) == (403, "InvalidProviderToken"))
-        #expect(try await answer("bearer " + jwt(key: key, issuedAt: now - 3_601), on: refused) == (403, "ExpiredProviderToken"))
-        #expect(try await answer("bearer " + jwt(key: key, issuedAt: now + 3_600), on: refused) == (403, "InvalidProviderToken"))
-        await refused.close()
+            let refused = try await server.http2Connection()
+            #expect(try await answer(nil, on: refused) == (403, "MissingProviderToken"))
+            #expect(try await answer("bearer not.a.jwt", on: refused) == (403, "InvalidProviderToken"))
+            #expect(try await answer("basic " + jwt(key: key, issuedAt: now), on: refused) == (403, "InvalidProviderToken"))
+            let hs256 = try jwt(header: #"{"alg":"HS256","kid":"\#(key.keyID)"}"#, claims: #"{"iss":"DEMOTEAM01","iat":\#(Int(now.timeIntervalSince1970))}"#, key: key)
+            #expect(try await answer("bearer " + hs256, on: refused) == (403, "InvalidProviderToken"))
+            let unknownKid = try jwt(header: #"{"alg":"ES256","kid":"UNKNOWN123"}"#, claims: #"{"iss":"DEMOTEAM01","iat":\#(Int(now.timeIntervalSince1970))}"#, key: key)
+            #expect(try await answer("bearer " + unknownKid, on: refused) == (403, "InvalidProviderToken"))
+            // iss must be the key's team.
+            #expect(try await answer("bearer " + jwt(key: key, team: "OTHERTEAM1", issuedAt: now), on: refused) == (403, "InvalidProviderToken"))
+            // A signature by another key.
+            let forged = jwt(key: key, issuedAt: now).split(separator: ".").prefix(2).joined(separator: ".") + "."
+                + jwt(key: other, issuedAt: now).split(separator: ".")[2]
+            #expect(try await answer("bearer " + forged, on: refused) == (403, "InvalidProviderToken"))
+            #expect(try await answer("bearer " + jwt(key: key, issuedAt: now - 3_601), on: refused) == (403, "ExpiredProviderToken"))
+            #expect(try await answer("bearer " + jwt(key: key, issuedAt: now + 3_600), on: refused) == (403, "InvalidProviderToken"))
+            await refused.close()
 
-        // What real clients send: iat as a float or a string, a DER signature (openssl).
-        let seconds = Int(now.timeIntervalSince1970)
-        let forms = [
-            try jwt(header: #"{"alg":"ES256","kid":"\#(key.keyID)"}"#, claims: #"{"iss":"DEMOTEAM01","iat":\#(seconds).25}"#, key: key),
-            try jwt(header: #"{"alg":"ES256","kid":"\#(key.keyID)"}"#, claims: #"{"iss":"DEMOTEAM01","iat":"\#(seconds)"}"#, key: key),
-            try jwt(header: #"{"alg":"ES256","kid":"\#(key.keyID)","typ":"JWT"}"#, claims: #"{"iss":"DEMOTEAM01","iat":\#(seconds)}"#, key: key, der: true),
-        ]
-        for form in forms {
+            // What real clients send: iat as a float or a string, a DER signature (openssl).
+            let seconds = Int(now.timeIntervalSince1970)
+            let forms = [
+                try jwt(header: #"{"alg":"ES256","kid":"\#(key.keyID)"}"#, claims: #"{"iss":"DEMOTEAM01","iat":\#(seconds).25}"#, key: key),
+                try jwt(header: #"{"alg":"ES256","kid":"\#(key.keyID)"}"#, claims: #"{"iss":"DEMOTEAM01","iat":"\#(seconds)"}"#, key: key),
+                try jwt(header: #"{"alg":"ES256","kid":"\#(key.keyID)","typ":"JWT"}"#, claims: #"{"iss":"DEMOTEAM01","iat":\#(seconds)}"#, key: key, der: true),
+            ]
+            for form in forms {
+                let connection = try await server.http2Connection()
+                #expect(try await answer("bearer " + form, on: connection) == (200, nil))
+                await connection.close()
+            }
+
+            // The topic must be one of the team's apps; one team per connection.
             let connection = try await server.http2Connection()
-            #expect(try await answer("bearer " + form, on: connection) == (200, nil))
+            let first = jwt(key: key, issuedAt: now)
+            #expect(try await answer("bearer " + first, topic: "com.example.foreign", on: connection) == (400, "TopicDisallowed"))
+            #expect(try await answer("bearer " + jwt(key: other, team: "OTHERTEAM1", issuedAt: now + 1), topic: "com.example.foreign", on: connection) == (403, "InvalidProviderToken"))
+
+            // The 20-minute rule: another token too soon is refused; the same claims signed again are not an update.
+            let second = jwt(key: key, issuedAt: now + 60)
+            #expect(try await answer("bearer " + second, on: connection) == (429, "TooManyProviderTokenUpdates"))
+            #expect(try await answer("bearer " + jwt(key: key, issuedAt: now), on: connection) == (200, nil))
+            #expect(try await answer("bearer " + first, on: connection) == (200, nil))
+            server.clock.advance(by: 20 * 60 + 1)
+            #expect(try await answer("bearer " + second, on: connection) == (200, nil))
+            #expect(try await answer("bearer " + first, on: connection) == (429, "TooManyProviderTokenUpdates"))
+            // The one-hour rule, for the token in use.
+            server.clock.advance(by: 42 * 60)
+            #expect(try await answer("bearer " + second, on: connection) == (403, "ExpiredProviderToken"))
+            // Once the token in use has expired, a new one is taken at once.
+            #expect(try await answer("bearer " + jwt(key: key, issuedAt: server.clock.now()), on: connection) == (200, nil))
             await connection.close()
+            await server.disconnect(device)
         }
-
-        // The topic must be one of the team's apps; one team per connection.
-        let connection = try await server.http2Connection()
-        let first = jwt(key: key, issuedAt: now)
-        #expect(try await answer("bearer " + first, topic: "com.example.foreign", on: connection) == (400, "TopicDisallowed"))
-        #expect(try await answer("bearer " + jwt(key: other, team: "OTHERTEAM1", issuedAt: now + 1), topic: "com.example.foreign", on: connection) == (403, "InvalidProviderToken"))
-
-        // The 20-minute rule: another token too soon is refused; the same claims signed again are not an update.
-        let second = jwt(key: key, issuedAt: now + 60)
-        #expect(try await answer("bearer " + second, on: connection) == (429, "TooManyProviderTokenUpdates"))
-        #expect(try await answer("bearer " + jwt(key: key, issuedAt: now), on: connection) == (200, nil))
-        #expect(try await answer("bearer " + first, on: connection) == (200, nil))
-        server.clock.advance(by: 20 * 60 + 1)
-        #expect(try await answer("bearer " + second, on: connection) == (200, nil))
-        #expect(try await answer("bearer " + first, on: connection) == (429, "TooManyProviderTokenUpdates"))
-        // The one-hour rule, for the token in use.
-        server.clock.advance(by: 42 * 60)
-        #expect(try await answer("bearer " + second, on: connection) == (403, "ExpiredProviderToken"))
-        // Once the token in use has expired, a new one is taken at once.
-        #expect(try await answer("bearer " + jwt(key: key, issuedAt: server.clock.now()), on: connection) == (200, nil))
-        await connection.close()
-        await server.disconnect(device)
-        try await server.stop()
     }
 
     /// Only one stream until a valid token is seen (seeds, "APNs allows
     /// multiple concurrent streams…"); a certificate connection has them
     /// all from the start.
     @Test func streamLimitBeforeAuthentication() async throws {
-        let server = try await TestServer(configure: { $0.http2.maxConcurrentStreams = 250 })
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let connection = try await server.http2Connection()
-        let invalid = RawPush(token: token, authorization: "garbage.garbage.garbage")
-        #expect(try await invalid.send(on: connection).status == 403)
-        #expect(connection.announcedMaxConcurrentStreams == [1])
-        let valid = RawPush(token: token, authorization: jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now()))
-        #expect(try await valid.send(on: connection).status == 200)
-        // The raised limit comes in a SETTINGS frame after the answer; many streams at once then work.
-        let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
-            for _ in 0..<50 { group.addTask { try await valid.send(on: connection).status } }
-            return try await group.reduce(into: []) { $0.append($1) }
-        }
-        #expect(statuses == Array(repeating: 200, count: 50))
-        #expect(connection.announcedMaxConcurrentStreams == [1, 250])
-        await connection.close()
+        try await withTestServer(configure: { $0.http2.maxConcurrentStreams = 250 }) { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let connection = try await server.http2Connection()
+            let invalid = RawPush(token: token, authorization: "garbage.garbage.garbage")
+            #expect(try await invalid.send(on: connection).status == 403)
+            #expect(connection.announcedMaxConcurrentStreams == [1])
+            let valid = RawPush(token: token, authorization: jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now()))
+            #expect(try await valid.send(on: connection).status == 200)
+            // The raised limit comes in a SETTINGS frame after the answer; many streams at once then work.
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for _ in 0..<50 { group.addTask { try await valid.send(on: connection).status } }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(statuses == Array(repeating: 200, count: 50))
+            #expect(connection.announcedMaxConcurrentStreams == [1, 250])
+            await connection.close()
 
-        let certified = try await server.http2Connection(certificate: (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem"))
-        #expect(try await RawPush(token: token).send(on: certified).status == 200)
-        #expect(certified.announcedMaxConcurrentStreams == [250])
-        await certified.close()
-        await server.disconnect(device)
-        try await server.stop()
+            let certified = try await server.http2Connection(certificate: (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem"))
+            #expect(try await RawPush(token: token).send(on: certified).status == 200)
+            #expect(certified.announcedMaxConcurrentStreams == [250])
+            await certified.close()
+            await server.disconnect(device)
+        }
     }
 }
 
 extension HTTP2ProtocolTableTests {
     @Test func certificateTrustRows() async throws {
-        let server = try await TestServer()
-        let provisioner = server.application.provisioner
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let demo = (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem")
+        try await withTestServer { server in
+            let provisioner = server.application.provisioner
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let demo = (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem")
 
-        // Several topics: apns-topic is required; the authorization header is ignored.
-        let connection = try await server.http2Connection(certificate: demo)
-        #expect(try await RawPush(token: token, topic: nil).send(on: connection).reason == "MissingTopic")
-        let ignored = try await RawPush(token: token, authorization: "not even a token").send(on: connection)
-        #expect(ignored.status == 200)
-        #expect(try #require(await device.next()).topic == "com.example.demo")
-        _ = try await server.otherTeam()
-        #expect(try await RawPush(token: token, topic: "com.example.foreign").send(on: connection).reason == "TopicDisallowed")
-        await connection.close()
+            // Several topics: apns-topic is required; the authorization header is ignored.
+            let connection = try await server.http2Connection(certificate: demo)
+            #expect(try await RawPush(token: token, topic: nil).send(on: connection).reason == "MissingTopic")
+            let ignored = try await RawPush(token: token, authorization: "not even a token").send(on: connection)
+            #expect(ignored.status == 200)
+            #expect(try #require(await device.next()).topic == "com.example.demo")
+            _ = try await server.otherTeam()
+            #expect(try await RawPush(token: token, topic: "com.example.foreign").send(on: connection).reason == "TopicDisallowed")
+            await connection.close()
 
-        // One topic: it is the default.
-        _ = try await provisioner.createApp(bundleID: "com.example.single", teamID: "DEMOTEAM01", kinds: [.app])
-        let singleDirectory = server.directory + "/single"
-        try FileManager.default.createDirectory(atPath: singleDirectory, withIntermediateDirectories: true)
-        _ = try await provisioner.issueProviderCertificate(bundleID: "com.example.single", environments: [.production], directory: singleDirectory)
-        let singleToken = try await device.client.register("com.example.single")
-        let single = try await server.http2Connection(certificate: (singleDirectory + "/com.example.single.pem", singleDirectory + "/com.example.single-key.pem"))
-        #expect(try await RawPush(token: singleToken, topic: nil).send(on: single).status == 200)
-        #expect(try #require(await device.next()).topic == "com.example.single")
-        await single.close()
+            // One topic: it is the default.
+            _ = try await provisioner.createApp(bundleID: "com.example.single", teamID: "DEMOTEAM01", kinds: [.app])
+            let singleDirectory = server.directory + "/single"
+            try FileManager.default.createDirectory(atPath: singleDirectory, withIntermediateDirectories: true)
+            _ = try await provisioner.issueProviderCertificate(bundleID: "com.example.single", environments: [.production], directory: singleDirectory)
+            let singleToken = try await device.client.register("com.example.single")
+            let single = try await server.http2Connection(certificate: (singleDirectory + "/com.example.single.pem", singleDirectory + "/com.example.single-key.pem"))
+            #expect(try await RawPush(token: singleToken, topic: nil).send(on: single).status == 200)
+            #expect(try #require(await device.next()).topic == "com.example.single")
+            await single.close()
 
-        // A sandbox-only certificate on the production port.
-        let sandboxDirectory = server.directory + "/sandbox-only"
-        try FileManager.default.createDirectory(atPath: sandboxDirectory, withIntermediateDirectories: true)
-        _ = try await provisioner.issueProviderCertificate(bundleID: "com.example.demo", environments: [.sandbox], directory: sandboxDirectory)
-        let sandboxOnly = (sandboxDirectory + "/com.example.demo.pem", sandboxDirectory + "/com.example.demo-key.pem")
-        let wrongEnvironment = try await server.http2Connection(certificate: sandboxOnly)
-        let refused = try await RawPush(token: token).send(on: wrongEnvironment)
-        #expect((refused.status, refused.reason) == (403, "BadCertificateEnvironment"))
-        await wrongEnvironment.close()
+            // A sandbox-only certificate on the production port.
+            let sandboxDirectory = server.directory + "/sandbox-only"
+            try FileManager.default.createDirectory(atPath: sandboxDirectory, withIntermediateDirectories: true)
+            _ = try await provisioner.issueProviderCertificate(bundleID: "com.example.demo", environments: [.sandbox], directory: sandboxDirectory)
+            let sandboxOnly = (sandboxDirectory + "/com.example.demo.pem", sandboxDirectory + "/com.example.demo-key.pem")
+            let wrongEnvironment = try await server.http2Connection(certificate: sandboxOnly)
+            let refused = try await RawPush(token: token).send(on: wrongEnvironment)
+            #expect((refused.status, refused.reason) == (403, "BadCertificateEnvironment"))
+            await wrongEnvironment.close()
 
-        // A certificate from Courier's CA without topics.
-        let issued = try provisioner.authority().issueProviderCertificate(
-            bundleID: "com.example.demo", teamID: "DEMOTEAM01", teamName: "Courier Demo", topics: [], environments: [.production], now: server.clock.now())
-        try await provisioner.store.addCertificate(
-            CertificateRecord(
-                serial: issued.serialHex, kind: .provider, subject: issued.certificate.subject.description, teamID: "DEMOTEAM01",
-                bundleID: "com.example.demo", deviceID: nil, environments: [.production], notAfter: issued.certificate.notValidAfter,
-                createdAt: server.clock.now(), pem: try issued.certificatePEM))
-        try issued.certificatePEM.write(toFile: server.directory + "/no-topics.pem", atomically: true, encoding: .utf8)
-        try issued.privateKeyPEM.write(toFile: server.directory + "/no-topics-key.pem", atomically: true, encoding: .utf8)
-        let noTopics = try await server.http2Connection(certificate: (server.directory + "/no-topics.pem", server.directory + "/no-topics-key.pem"))
-        let bad = try await RawPush(token: token).send(on: noTopics)
-        #expect((bad.status, bad.reason) == (403, "BadCertificate"))
-        await noTopics.close()
-        await server.disconnect(device)
-        try await server.stop()
+            // A certificate from Courier's CA without topics.
+            let issued = try provisioner.authority().issueProviderCertificate(
+                bundleID: "com.example.demo", teamID: "DEMOTEAM01", teamName: "Courier Demo", topics: [], environments: [.production], now: server.clock.now())
+            try await provisioner.store.addCertificate(
+                CertificateRecord(
+                    serial: issued.serialHex, kind: .provider, subject: issued.certificate.subject.description, teamID: "DEMOTEAM01",
+                    bundleID: "com.example.demo", deviceID: nil, environments: [.production], notAfter: issued.certificate.notValidAfter,
+                    createdAt: server.clock.now(), pem: try issued.certificatePEM))
+            try issued.certificatePEM.write(toFile: server.directory + "/no-topics.pem", atomically: true, encoding: .utf8)
+            try issued.privateKeyPEM.write(toFile: server.directory + "/no-topics-key.pem", atomically: true, encoding: .utf8)
+            let noTopics = try await server.http2Connection(certificate: (server.directory + "/no-topics.pem", server.directory + "/no-topics-key.pem"))
+            let bad = try await RawPush(token: token).send(on: noTopics)
+            #expect((bad.status, bad.reason) == (403, "BadCertificate"))
+            await noTopics.close()
+            await server.disconnect(device)
+        }
     }
 
     /// Rows the dispatcher decides: token checks, unregistered, rate.
     @Test func dispatcherRows() async throws {
-        let server = try await TestServer(qos: QoSConfiguration(tokenRateLimit: 3))
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        _ = try await server.application.provisioner.createApp(bundleID: "com.example.other", teamID: "DEMOTEAM01")
-        let sandboxDevice = try await server.device(.sandbox)
-        let sandboxToken = try await sandboxDevice.client.register("com.example.demo")
-        let connection = try await server.http2Connection()
-        let authorization = jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now())
-        func answer(_ token: [UInt8], topic: String = "com.example.demo") async throws -> (Int, String?) {
-            let (status, reason, _) = try await RawPush(token: token, topic: topic, authorization: authorization).send(on: connection)
-            return (status, reason)
-        }
-        var tampered = token
-        tampered[5] ^= 0x01
-        #expect(try await answer(tampered) == (400, "BadDeviceToken"))
-        #expect(try await answer(sandboxToken) == (400, "BadDeviceToken"))
-        #expect(try await answer(token, topic: "com.example.other") == (400, "DeviceTokenNotForTopic"))
-        #expect(try await answer(token) == (200, nil))
-        #expect(try await answer(token) == (200, nil))
-        #expect(try await answer(token) == (200, nil))
-        #expect(try await answer(token) == (429, "TooManyRequests"))
+        try await withTestServer(qos: QoSConfiguration(tokenRateLimit: 3)) { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            _ = try await server.application.provisioner.createApp(bundleID: "com.example.other", teamID: "DEMOTEAM01")
+            let sandboxDevice = try await server.device(.sandbox)
+            let sandboxToken = try await sandboxDevice.client.register("com.example.demo")
+            let connection = try await server.http2Connection()
+            let authorization = jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now())
+            func answer(_ token: [UInt8], topic: String = "com.example.demo") async throws -> (Int, String?) {
+                let (status, reason, _) = try await RawPush(token: token, topic: topic, authorization: authorization).send(on: connection)
+                return (status, reason)
+            }
+            var tampered = token
+            tampered[5] ^= 0x01
+            #expect(try await answer(tampered) == (400, "BadDeviceToken"))
+            #expect(try await answer(sandboxToken) == (400, "BadDeviceToken"))
+            #expect(try await answer(token, topic: "com.example.other") == (400, "DeviceTokenNotForTopic"))
+            #expect(try await answer(token) == (200, nil))
+            #expect(try await answer(token) == (200, nil))
+            #expect(try await answer(token) == (200, nil))
+            #expect(try await answer(token) == (429, "TooManyRequests"))
 
-        // Uninstalled: 410 with the removal time in milliseconds.
-        let otherToken = try await device.client.register("com.example.other")
-        // A whole second, so that the store's milliseconds and the answer's agree exactly.
-        let removedAt = Date(timeIntervalSince1970: (server.clock.now().timeIntervalSince1970 + 12).rounded(.down))
-        server.clock.set(removedAt)
-        try await device.client.unregister("com.example.other")
-        server.clock.advance(by: 60)
-        let (status, reason, response) = try await RawPush(token: otherToken, topic: "com.example.other", authorization: authorization).send(on: connection)
-        #expect((status, reason) == (410, "Unregistered"))
-        let body = try #require(HTTP2ErrorBody.decode(response.body))
-        #expect(body.timestamp == Int64((removedAt.timeIntervalSince1970 * 1000).rounded(.down)))
-        await connection.close()
-        await server.disconnect(device)
-        await server.disconnect(sandboxDevice)
-        try await server.stop()
+            // Uninstalled: 410 with the removal time in milliseconds.
+            let otherToken = try await device.client.register("com.example.other")
+            // A whole second, so that the store's milliseconds and the answer's agree exactly.
+            let removedAt = Date(timeIntervalSince1970: (server.clock.now().timeIntervalSince1970 + 12).rounded(.down))
+            server.clock.set(removedAt)
+            try await device.client.unregister("com.example.other")
+            server.clock.advance(by: 60)
+            let (status, reason, response) = try await RawPush(token: otherToken, topic: "com.example.other", authorization: authorization).send(on: connection)
+            #expect((status, reason) == (410, "Unregistered"))
+            let body = try #require(HTTP2ErrorBody.decode(response.body))
+            #expect(body.timestamp == Int64((removedAt.timeIntervalSince1970 * 1000).rounded(.down)))
+            await connection.close()
+            await server.disconnect(device)
+            await server.disconnect(sandboxDevice)
+        }
     }
 
     /// Rows of a failing store: 500, 503, and a team that is gone (403 Forbidden).
     @Test func storeFailureRows() async throws {
-        let (server, store) = try await TestServer.withFaultyStore()
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let key = try server.demoAuthKey()
+        try await withFaultyStoreServer { server, store in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let key = try server.demoAuthKey()
 
-        store.failKeyReads(true)
-        let unavailable = try await RawPush(token: token, authorization: jwt(key: key, issuedAt: server.clock.now())).send(on: try await server.http2Connection())
-        #expect((unavailable.status, unavailable.reason) == (503, "ServiceUnavailable"))
-        store.failKeyReads(false)
+            store.failKeyReads(true)
+            let unavailable = try await RawPush(token: token, authorization: jwt(key: key, issuedAt: server.clock.now())).send(on: try await server.http2Connection())
+            #expect((unavailable.status, unavailable.reason) == (503, "ServiceUnavailable"))
+            store.failKeyReads(false)
 
-        let connection = try await server.http2Connection()
-        let authorization = jwt(key: key, issuedAt: server.clock.now())
-        store.failStorePending(true)
-        var stored = RawPush(token: token, authorization: authorization)
-        stored.headers.append(("apns-expiration", String(Int(server.clock.now().timeIntervalSince1970) + 3600)))
-        let failed = try await stored.send(on: connection)
-        #expect((failed.status, failed.reason) == (500, "InternalServerError"))
-        store.failStorePending(false)
-        #expect(try await stored.send(on: connection).status == 200)
-        await connection.close()
+            let connection = try await server.http2Connection()
+            let authorization = jwt(key: key, issuedAt: server.clock.now())
+            store.failStorePending(true)
+            var stored = RawPush(token: token, authorization: authorization)
+            stored.headers.append(("apns-expiration", String(Int(server.clock.now().timeIntervalSince1970) + 3600)))
+            let failed = try await stored.send(on: connection)
+            #expect((failed.status, failed.reason) == (500, "InternalServerError"))
+            store.failStorePending(false)
+            #expect(try await stored.send(on: connection).status == 200)
+            await connection.close()
 
-        // A team that is gone (the gateway's sweep notices it).
-        store.hideTeam("DEMOTEAM01")
-        await server.application.http2Gateways[.production]!.sweep()
-        let gone = try await RawPush(token: token, authorization: authorization).send(on: try await server.http2Connection())
-        #expect((gone.status, gone.reason) == (403, "Forbidden"))
-        await server.disconnect(device)
-        try await server.stop()
+            // A team that is gone (the gateway's sweep notices it).
+            store.hideTeam("DEMOTEAM01")
+            await server.application.http2Gateways[.production]!.sweep()
+            let gone = try await RawPush(token: token, authorization: authorization).send(on: try await server.http2Connection())
+            #expect((gone.status, gone.reason) == (403, "Forbidden"))
+            await server.disconnect(device)
+        }
     }
 }
 
@@ -445,98 +449,99 @@ extension HTTP2ProtocolTableTests {
 /// PING and PRIORITY.
 @Suite(.timeLimit(.minutes(2))) struct HTTP2ConnectionTests {
     @Test func idleConnectionsGetGoAwayIdleTimeout() async throws {
-        let server = try await TestServer(configure: { $0.http2.idleTimeout = 60 })
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let gateway = try #require(server.application.http2Gateways[.production])
-        let idle = try await server.http2Connection(certificate: (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem"))
-        #expect(try await RawPush(token: token).send(on: idle).status == 200)
-        server.clock.advance(by: 59)
-        await gateway.sweep()
-        #expect(idle.isUsable)
-        server.clock.advance(by: 2)
-        let fresh = try await server.http2Connection(certificate: (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem"))
-        await gateway.sweep()
-        let goAway = try #require(await idle.closed())
-        #expect(goAway.reason == .idleTimeout)
-        #expect(goAway.errorCode == 0)
-        #expect(goAway.lastStreamID == 1)
-        // The connection opened just now is not idle.
-        #expect(try await RawPush(token: token).send(on: fresh).status == 200)
-        await fresh.close()
-        await server.disconnect(device)
-        try await server.stop()
+        try await withTestServer(configure: { $0.http2.idleTimeout = 60 }) { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let gateway = try #require(server.application.http2Gateways[.production])
+            let idle = try await server.http2Connection(certificate: (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem"))
+            #expect(try await RawPush(token: token).send(on: idle).status == 200)
+            server.clock.advance(by: 59)
+            await gateway.sweep()
+            #expect(idle.isUsable)
+            server.clock.advance(by: 2)
+            let fresh = try await server.http2Connection(certificate: (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem"))
+            await gateway.sweep()
+            let goAway = try #require(await idle.closed())
+            #expect(goAway.reason == .idleTimeout)
+            #expect(goAway.errorCode == 0)
+            #expect(goAway.lastStreamID == 1)
+            // The connection opened just now is not idle.
+            #expect(try await RawPush(token: token).send(on: fresh).status == 200)
+            await fresh.close()
+            await server.disconnect(device)
+        }
     }
 
     @Test func gracefulShutdownFinishesInFlightStreamsThenSaysGoAwayShutdown() async throws {
-        let (server, store) = try await TestServer.withFaultyStore()
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let connection = try await server.http2Connection(certificate: (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem"))
-        var held = RawPush(token: token)
-        held.headers.append(("apns-expiration", String(Int(server.clock.now().timeIntervalSince1970) + 3600)))
-        // A push that must be stored stays in flight while its commit is held.
-        store.commitGate.close()
-        let inFlight = Task { try await held.send(on: connection) }
-        await store.commitGate.waitUntilHolding()
-        let stopping = Task { try await server.stop() }
-        await server.application.http2Gateways[.production]!.waitUntilShuttingDown()
-        let late = try await RawPush(token: token).send(on: connection)
-        #expect((late.status, late.reason) == (503, "Shutdown"))
-        #expect(connection.isUsable)
-        store.commitGate.open()
-        #expect(try await inFlight.value.status == 200)
-        let goAway = try #require(await connection.closed())
-        #expect(goAway.reason == .shutdown)
-        #expect(goAway.lastStreamID == 3)
-        try await stopping.value
-        await device.stop()
+        try await withFaultyStoreServer { server, store in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let connection = try await server.http2Connection(certificate: (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem"))
+            var held = RawPush(token: token)
+            held.headers.append(("apns-expiration", String(Int(server.clock.now().timeIntervalSince1970) + 3600)))
+            // A push that must be stored stays in flight while its commit is held.
+            store.commitGate.close()
+            let inFlight = Task { try await held.send(on: connection) }
+            await store.commitGate.waitUntilHolding()
+            let stopping = Task { await server.shutDown() }
+            await server.application.http2Gateways[.production]!.waitUntilShuttingDown()
+            let late = try await RawPush(token: token).send(on: connection)
+            #expect((late.status, late.reason) == (503, "Shutdown"))
+            #expect(connection.isUsable)
+            store.commitGate.open()
+            #expect(try await inFlight.value.status == 200)
+            let goAway = try #require(await connection.closed())
+            #expect(goAway.reason == .shutdown)
+            #expect(goAway.lastStreamID == 3)
+            await stopping.value
+            await device.stop()
+        }
     }
 
     @Test func revokingAKeyOrACertificateClosesItsConnections() async throws {
-        let server = try await TestServer()
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let gateway = try #require(server.application.http2Gateways[.production])
-        let key = try server.demoAuthKey()
-        let authorization = jwt(key: key, issuedAt: server.clock.now())
-        let byToken = try await server.http2Connection()
-        #expect(try await RawPush(token: token, authorization: authorization).send(on: byToken).status == 200)
-        let certificate = (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem")
-        let byCertificate = try await server.http2Connection(certificate: certificate)
-        #expect(try await RawPush(token: token).send(on: byCertificate).status == 200)
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let gateway = try #require(server.application.http2Gateways[.production])
+            let key = try server.demoAuthKey()
+            let authorization = jwt(key: key, issuedAt: server.clock.now())
+            let byToken = try await server.http2Connection()
+            #expect(try await RawPush(token: token, authorization: authorization).send(on: byToken).status == 200)
+            let certificate = (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem")
+            let byCertificate = try await server.http2Connection(certificate: certificate)
+            #expect(try await RawPush(token: token).send(on: byCertificate).status == 200)
 
-        try await server.application.provisioner.revokeAuthKey(keyID: key.keyID)
-        await gateway.sweep()
-        #expect(try #require(await byToken.closed()).reason == .invalidProviderToken)
-        #expect(byCertificate.isUsable)
-        let again = try await RawPush(token: token, authorization: authorization).send(on: try await server.http2Connection())
-        #expect((again.status, again.reason) == (403, "InvalidProviderToken"))
+            try await server.application.provisioner.revokeAuthKey(keyID: key.keyID)
+            await gateway.sweep()
+            #expect(try #require(await byToken.closed()).reason == .invalidProviderToken)
+            #expect(byCertificate.isUsable)
+            let again = try await RawPush(token: token, authorization: authorization).send(on: try await server.http2Connection())
+            #expect((again.status, again.reason) == (403, "InvalidProviderToken"))
 
-        let serial = try #require(await server.application.provisioner.store.certificates(kind: .provider).first { $0.bundleID == "com.example.demo" }?.serial)
-        try await server.application.provisioner.revokeCertificate(serial: serial)
-        await server.application.sweep()
-        #expect(try #require(await byCertificate.closed()).reason == .badCertificate)
-        // TLS 1.3: the client finishes its handshake before the server refuses the certificate, so the request fails.
-        await #expect(throws: HTTP2ClientError.self) { _ = try await RawPush(token: token).send(on: try await server.http2Connection(certificate: certificate)) }
-        await server.disconnect(device)
-        try await server.stop()
+            let serial = try #require(await server.application.provisioner.store.certificates(kind: .provider).first { $0.bundleID == "com.example.demo" }?.serial)
+            try await server.application.provisioner.revokeCertificate(serial: serial)
+            await server.application.sweep()
+            #expect(try #require(await byCertificate.closed()).reason == .badCertificate)
+            // TLS 1.3: the client finishes its handshake before the server refuses the certificate, so the request fails.
+            await #expect(throws: HTTP2ClientError.self) { _ = try await RawPush(token: token).send(on: try await server.http2Connection(certificate: certificate)) }
+            await server.disconnect(device)
+        }
     }
 
     @Test func noALPNPingAndPriorityFrames() async throws {
-        let server = try await TestServer()
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        // A client that offers no ALPN still speaks HTTP/2.
-        let connection = try await server.http2Connection(alpn: [])
-        try await connection.write(HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: 7), ack: false)))
-        try await connection.write(HTTP2Frame(streamID: 11, payload: .priority(.init(exclusive: false, dependency: .rootStream, weight: 200))))
-        let authorization = jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now())
-        #expect(try await RawPush(token: token, authorization: authorization).send(on: connection).status == 200)
-        #expect(connection.pingAcknowledgements == 1)
-        #expect(try #require(await device.next()).topic == "com.example.demo")
-        await connection.close()
-        await server.disconnect(device)
-        try await server.stop()
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            // A client that offers no ALPN still speaks HTTP/2.
+            let connection = try await server.http2Connection(alpn: [])
+            try await connection.write(HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: 7), ack: false)))
+            try await connection.write(HTTP2Frame(streamID: 11, payload: .priority(.init(exclusive: false, dependency: .rootStream, weight: 200))))
+            let authorization = jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now())
+            #expect(try await RawPush(token: token, authorization: authorization).send(on: connection).status == 200)
+            #expect(connection.pingAcknowledgements == 1)
+            #expect(try #require(await device.next()).topic == "com.example.demo")
+            await connection.close()
+            await server.disconnect(device)
+        }
     }
 }

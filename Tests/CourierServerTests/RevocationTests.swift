@@ -16,90 +16,90 @@ import Testing
     /// with the last notification it had accepted, then closes; the
     /// certificate cannot connect again.
     @Test func aRevokedCertificatesBinaryConnectionGetsStatus10AndCloses() async throws {
-        let server = try await TestServer()
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let client = try await server.binaryClient()
-        var last: UInt32 = 0
-        for index in 0..<3 {
-            last = try await client.send(token: token, payload: Array(#"{"aps":{"alert":"\#(index)"}}"#.utf8), expiry: 0)
-            #expect(await device.next() != nil)
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let client = try await server.binaryClient()
+            var last: UInt32 = 0
+            for index in 0..<3 {
+                last = try await client.send(token: token, payload: Array(#"{"aps":{"alert":"\#(index)"}}"#.utf8), expiry: 0)
+                #expect(await device.next() != nil)
+            }
+            let provisioner = server.application.provisioner
+            let serial = try #require(try await provisioner.store.certificates(kind: .provider).first { $0.bundleID == "com.example.demo" }?.serial)
+            try await provisioner.revokeCertificate(serial: serial)
+            await server.application.sweep()
+            #expect(await nextFailure(client) == BinaryPushFailure(identifier: last, status: .shutdown))
+            await client.close()
+            let again = try await server.binaryClient()
+            await #expect(throws: (any Error).self) { try await again.send(token: token, payload: Array(#"{"aps":{}}"#.utf8)) }
+            await again.close()
+            await server.disconnect(device)
         }
-        let provisioner = server.application.provisioner
-        let serial = try #require(try await provisioner.store.certificates(kind: .provider).first { $0.bundleID == "com.example.demo" }?.serial)
-        try await provisioner.revokeCertificate(serial: serial)
-        await server.application.sweep()
-        #expect(await nextFailure(client) == BinaryPushFailure(identifier: last, status: .shutdown))
-        await client.close()
-        let again = try await server.binaryClient()
-        await #expect(throws: (any Error).self) { try await again.send(token: token, payload: Array(#"{"aps":{}}"#.utf8)) }
-        await again.close()
-        await server.disconnect(device)
-        try await server.stop()
     }
 
     /// A device connection whose certificate is revoked gets an Error
     /// frame `certificateRefused` (9), then the server closes it.
     @Test func aRevokedDeviceCertificatesConnectionGetsCertificateRefused() async throws {
-        let server = try await TestServer()
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let deviceID = await device.client.deviceID
-        await server.disconnect(device)
-        let store = server.application.provisioner.store
-        let serial = try #require(try await store.device(id: deviceID)?.certificateSerial)
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let deviceID = await device.client.deviceID
+            await server.disconnect(device)
+            let store = server.application.provisioner.store
+            let serial = try #require(try await store.device(id: deviceID)?.certificateSerial)
 
-        let connection = try await DeviceGatewayTests().rawConnection(server, directory: device.directory)
-        let answers = try await connection.executeThenClose { inbound, outbound in
-            try await outbound.write(DeviceMessage.connect(version: 1, tokens: [token], keepAlive: nil, generation: nil).frame)
-            var messages: [DeviceMessage] = []
-            do {
-                for try await frame in inbound {
-                    let message = try DeviceMessage(frame: frame)
-                    messages.append(message)
-                    if message == .noStorage {
-                        try await server.application.provisioner.revokeCertificate(serial: serial)
-                        await server.application.sweep()
+            let connection = try await DeviceGatewayTests().rawConnection(server, directory: device.directory)
+            let answers = try await connection.executeThenClose { inbound, outbound in
+                try await outbound.write(DeviceMessage.connect(version: 1, tokens: [token], keepAlive: nil, generation: nil).frame)
+                var messages: [DeviceMessage] = []
+                do {
+                    for try await frame in inbound {
+                        let message = try DeviceMessage(frame: frame)
+                        messages.append(message)
+                        if message == .noStorage {
+                            try await server.application.provisioner.revokeCertificate(serial: serial)
+                            await server.application.sweep()
+                        }
                     }
+                } catch {
+                    // The server closed after its Error frame.
                 }
-            } catch {
-                // The server closed after its Error frame.
+                return messages
             }
-            return messages
+            guard case .error(let code, _) = answers.last else {
+                Issue.record("expected an Error frame last, got \(answers)")
+                return
+            }
+            #expect(code == .certificateRefused)
+            await server.dispatcher.waitUntilOffline(deviceID: deviceID, environment: .production)
         }
-        guard case .error(let code, _) = answers.last else {
-            Issue.record("expected an Error frame last, got \(answers)")
-            return
-        }
-        #expect(code == .certificateRefused)
-        await server.dispatcher.waitUntilOffline(deviceID: deviceID, environment: .production)
-        try await server.stop()
     }
 
     /// Only the revoked certificate's connections close: another
     /// provider's binary connection and another device stay.
     @Test func otherCertificatesConnectionsStay() async throws {
-        let server = try await TestServer()
-        let provisioner = server.application.provisioner
-        let device = try await server.device()
-        let other = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let (second, _) = try await provisioner.issueProviderCertificate(
-            bundleID: "com.example.demo", environments: [.production], directory: server.directory + "/second")
-        let kept = try await server.binaryClient(certificate: server.directory + "/second/com.example.demo.pem", key: server.directory + "/second/com.example.demo-key.pem")
-        _ = try await kept.send(token: token, payload: Array(#"{"aps":{"alert":"before"}}"#.utf8), expiry: 0)
-        #expect(await device.next() != nil)
-        let revokedDevice = try #require(try await provisioner.store.device(id: await other.client.deviceID)?.certificateSerial)
-        let demo = try #require(try await provisioner.store.certificates(kind: .provider).first { $0.bundleID == "com.example.demo" && $0.serial != second.serial }?.serial)
-        try await provisioner.revokeCertificate(serial: demo)
-        try await provisioner.revokeCertificate(serial: revokedDevice)
-        await server.application.sweep()
-        await server.dispatcher.waitUntilOffline(deviceID: await other.client.deviceID, environment: .production)
-        _ = try await kept.send(token: token, payload: Array(#"{"aps":{"alert":"after"}}"#.utf8), expiry: 0)
-        #expect(await device.next()?.payload == Array(#"{"aps":{"alert":"after"}}"#.utf8))
-        await kept.close()
-        await other.stop()
-        await server.disconnect(device)
-        try await server.stop()
+        try await withTestServer { server in
+            let provisioner = server.application.provisioner
+            let device = try await server.device()
+            let other = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let (second, _) = try await provisioner.issueProviderCertificate(
+                bundleID: "com.example.demo", environments: [.production], directory: server.directory + "/second")
+            let kept = try await server.binaryClient(certificate: server.directory + "/second/com.example.demo.pem", key: server.directory + "/second/com.example.demo-key.pem")
+            _ = try await kept.send(token: token, payload: Array(#"{"aps":{"alert":"before"}}"#.utf8), expiry: 0)
+            #expect(await device.next() != nil)
+            let revokedDevice = try #require(try await provisioner.store.device(id: await other.client.deviceID)?.certificateSerial)
+            let demo = try #require(try await provisioner.store.certificates(kind: .provider).first { $0.bundleID == "com.example.demo" && $0.serial != second.serial }?.serial)
+            try await provisioner.revokeCertificate(serial: demo)
+            try await provisioner.revokeCertificate(serial: revokedDevice)
+            await server.application.sweep()
+            await server.dispatcher.waitUntilOffline(deviceID: await other.client.deviceID, environment: .production)
+            _ = try await kept.send(token: token, payload: Array(#"{"aps":{"alert":"after"}}"#.utf8), expiry: 0)
+            #expect(await device.next()?.payload == Array(#"{"aps":{"alert":"after"}}"#.utf8))
+            await kept.close()
+            await other.stop()
+            await server.disconnect(device)
+        }
     }
 }

@@ -37,190 +37,190 @@ import Testing
     /// team's next pushes, and with an id the other team chose: the
     /// other team's notifications all arrive.
     @Test func apnsIDsOfAnotherTeamPredictedOrRepeatedSuppressNothing() async throws {
-        let server = try await TestServer()
-        let attackerKey = try await server.otherTeam()
-        let device = try await server.device()
-        let victimToken = try await device.client.register("com.example.demo")
-        let attackerToken = try await device.client.register("com.example.foreign")
-        let victim = try await server.http2Client()
-        let attacker = try await server.http2Client(credentials: .token(attackerKey, teamID: "OTHERTEAM1"))
+        try await withTestServer { server in
+            let attackerKey = try await server.otherTeam()
+            let device = try await server.device()
+            let victimToken = try await device.client.register("com.example.demo")
+            let attackerToken = try await device.client.register("com.example.foreign")
+            let victim = try await server.http2Client()
+            let attacker = try await server.http2Client(credentials: .token(attackerKey, teamID: "OTHERTEAM1"))
 
-        // The attacker reads one id the server made.
-        let seen = try await attacker.send(HTTP2Push(token: attackerToken, payload: attackerPayload, topic: "com.example.foreign"))
-        #expect(seen.status == 200)
-        let base = try #require(UUID(uuidString: seen.apnsID))
-        #expect(await device.next()?.topic == "com.example.foreign")
+            // The attacker reads one id the server made.
+            let seen = try await attacker.send(HTTP2Push(token: attackerToken, payload: attackerPayload, topic: "com.example.foreign"))
+            #expect(seen.status == 200)
+            let base = try #require(UUID(uuidString: seen.apnsID))
+            #expect(await device.next()?.topic == "com.example.foreign")
 
-        // It pushes to its own app with the ids that would follow its own
-        // requests, and with an id the victim will choose; the device
-        // handles every one.
-        let attacks = 8
-        let chosen = UUID()
-        var ids = (0..<attacks).map { Self.counted(base, plus: UInt64(attacks + 2 + $0)) }
-        ids.append(chosen)
-        for id in ids {
-            let result = try await attacker.send(HTTP2Push(token: attackerToken, payload: attackerPayload, topic: "com.example.foreign", id: id))
-            #expect(result.status == 200)
-            let received = try #require(await device.next())
-            #expect(received.id == id)
-            #expect(received.topic == "com.example.foreign")
-            try await device.client.acknowledge(received)
-        }
+            // It pushes to its own app with the ids that would follow its own
+            // requests, and with an id the victim will choose; the device
+            // handles every one.
+            let attacks = 8
+            let chosen = UUID()
+            var ids = (0..<attacks).map { Self.counted(base, plus: UInt64(attacks + 2 + $0)) }
+            ids.append(chosen)
+            for id in ids {
+                let result = try await attacker.send(HTTP2Push(token: attackerToken, payload: attackerPayload, topic: "com.example.foreign", id: id))
+                #expect(result.status == 200)
+                let received = try #require(await device.next())
+                #expect(received.id == id)
+                #expect(received.topic == "com.example.foreign")
+                try await device.client.acknowledge(received)
+            }
 
-        // The victim's pushes, with ids the server makes and with the one it chose, all reach its app.
-        for _ in 0..<attacks {
-            let result = try await victim.send(HTTP2Push(token: victimToken, payload: victimPayload, topic: "com.example.demo"))
-            #expect(result.status == 200)
-            let received = try #require(await device.next(), "the victim's notification \(result.apnsID) did not arrive")
+            // The victim's pushes, with ids the server makes and with the one it chose, all reach its app.
+            for _ in 0..<attacks {
+                let result = try await victim.send(HTTP2Push(token: victimToken, payload: victimPayload, topic: "com.example.demo"))
+                #expect(result.status == 200)
+                let received = try #require(await device.next(), "the victim's notification \(result.apnsID) did not arrive")
+                #expect(received.topic == "com.example.demo")
+                #expect(received.id.uuidString.lowercased() == result.apnsID)
+                #expect(received.payload == victimPayload)
+            }
+            let same = try await victim.send(HTTP2Push(token: victimToken, payload: victimPayload, topic: "com.example.demo", id: chosen))
+            #expect(same.status == 200)
+            let received = try #require(await device.next(), "the victim's notification with a repeated apns-id did not arrive")
+            #expect(received.id == chosen)
             #expect(received.topic == "com.example.demo")
-            #expect(received.id.uuidString.lowercased() == result.apnsID)
-            #expect(received.payload == victimPayload)
-        }
-        let same = try await victim.send(HTTP2Push(token: victimToken, payload: victimPayload, topic: "com.example.demo", id: chosen))
-        #expect(same.status == 200)
-        let received = try #require(await device.next(), "the victim's notification with a repeated apns-id did not arrive")
-        #expect(received.id == chosen)
-        #expect(received.topic == "com.example.demo")
 
-        await attacker.close()
-        await victim.close()
-        await server.disconnect(device)
-        try await server.stop()
+            await attacker.close()
+            await victim.close()
+            await server.disconnect(device)
+        }
     }
 
     /// Two notifications with the same apns-id are two notifications, for
     /// the same app too: both arrive, each acknowledged on its own.
     @Test func twoPushesWithOneAPNsIDAreTwoNotifications() async throws {
-        let server = try await TestServer()
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let id = UUID()
-        let later = server.clock.now().addingTimeInterval(3600)
-        let (_, first) = await server.push(token, payload: #"{"aps":{"alert":"one"}}"#, expiration: later, id: id)
-        let (_, second) = await server.push(token, payload: #"{"aps":{"alert":"two"}}"#, expiration: later, id: id)
-        #expect(first == .accepted)
-        #expect(second == .accepted)
-        let one = try #require(await device.next())
-        let two = try #require(await device.next())
-        #expect(one.id == id && two.id == id)
-        #expect(one.payload == Array(#"{"aps":{"alert":"one"}}"#.utf8))
-        #expect(two.payload == Array(#"{"aps":{"alert":"two"}}"#.utf8))
-        #expect(one.deliveryID != two.deliveryID)
-        await server.disconnect(device)
-        try await server.stop()
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let id = UUID()
+            let later = server.clock.now().addingTimeInterval(3600)
+            let (_, first) = await server.push(token, payload: #"{"aps":{"alert":"one"}}"#, expiration: later, id: id)
+            let (_, second) = await server.push(token, payload: #"{"aps":{"alert":"two"}}"#, expiration: later, id: id)
+            #expect(first == .accepted)
+            #expect(second == .accepted)
+            let one = try #require(await device.next())
+            let two = try #require(await device.next())
+            #expect(one.id == id && two.id == id)
+            #expect(one.payload == Array(#"{"aps":{"alert":"one"}}"#.utf8))
+            #expect(two.payload == Array(#"{"aps":{"alert":"two"}}"#.utf8))
+            #expect(one.deliveryID != two.deliveryID)
+            await server.disconnect(device)
+        }
     }
 
     /// Headers the device protocol could not carry are refused with
     /// Apple's reasons; an empty collapse id is none. Then another team's
     /// push reaches the same device: nothing blocked it.
     @Test func headersADeviceCouldNotReadAreRefusedAndNothingIsBlocked() async throws {
-        let server = try await TestServer()
-        let otherKey = try await server.otherTeam()
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let otherToken = try await device.client.register("com.example.foreign")
-        let authorization = jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now())
-        let connection = try await server.http2Connection()
-        func answer(_ headers: [(String, String)]) async throws -> (Int, String?) {
-            var push = RawPush(token: token, authorization: authorization)
-            push.headers += headers + [("apns-expiration", String(Int(server.clock.now().timeIntervalSince1970) + 3600))]
-            let (status, reason, _) = try await push.send(on: connection)
-            return (status, reason)
-        }
-        #expect(try await answer([("apns-push-type", String(repeating: "p", count: 300))]) == (400, "InvalidPushType"))
-        #expect(try await answer([("apns-push-type", "")]) == (400, "InvalidPushType"))
-        #expect(try await answer([("apns-collapse-id", String(repeating: "c", count: 65))]) == (400, "BadCollapseId"))
-        #expect(try await answer([("apns-collapse-id", "")]) == (200, nil))
-        let emptyCollapse = try #require(await device.next())
-        #expect(emptyCollapse.collapseID == nil)
+        try await withTestServer { server in
+            let otherKey = try await server.otherTeam()
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let otherToken = try await device.client.register("com.example.foreign")
+            let authorization = jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now())
+            let connection = try await server.http2Connection()
+            func answer(_ headers: [(String, String)]) async throws -> (Int, String?) {
+                var push = RawPush(token: token, authorization: authorization)
+                push.headers += headers + [("apns-expiration", String(Int(server.clock.now().timeIntervalSince1970) + 3600))]
+                let (status, reason, _) = try await push.send(on: connection)
+                return (status, reason)
+            }
+            #expect(try await answer([("apns-push-type", String(repeating: "p", count: 300))]) == (400, "InvalidPushType"))
+            #expect(try await answer([("apns-push-type", "")]) == (400, "InvalidPushType"))
+            #expect(try await answer([("apns-collapse-id", String(repeating: "c", count: 65))]) == (400, "BadCollapseId"))
+            #expect(try await answer([("apns-collapse-id", "")]) == (200, nil))
+            let emptyCollapse = try #require(await device.next())
+            #expect(emptyCollapse.collapseID == nil)
 
-        let other = try await server.http2Client(credentials: .token(otherKey, teamID: "OTHERTEAM1"))
-        let result = try await other.send(HTTP2Push(token: otherToken, payload: victimPayload, topic: "com.example.foreign"))
-        #expect(result.status == 200)
-        let received = try #require(await device.next())
-        #expect(received.topic == "com.example.foreign")
-        #expect(received.id.uuidString.lowercased() == result.apnsID)
-        await other.close()
-        await connection.close()
-        await server.disconnect(device)
-        try await server.stop()
+            let other = try await server.http2Client(credentials: .token(otherKey, teamID: "OTHERTEAM1"))
+            let result = try await other.send(HTTP2Push(token: otherToken, payload: victimPayload, topic: "com.example.foreign"))
+            #expect(result.status == 200)
+            let received = try #require(await device.next())
+            #expect(received.topic == "com.example.foreign")
+            #expect(received.id.uuidString.lowercased() == result.apnsID)
+            await other.close()
+            await connection.close()
+            await server.disconnect(device)
+        }
     }
 
     /// A held notification no device could read (as an older Courier
     /// accepted it: a 300-byte push type) is dropped and logged, not sent
     /// again at every connect; the device gets what comes after it.
     @Test func aHeldNotificationADeviceCannotReadIsDroppedAndDeliveryGoesOn() async throws {
-        let server = try await TestServer()
-        _ = try await server.otherTeam()
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let otherToken = try await device.client.register("com.example.foreign")
-        let deviceID = await device.client.deviceID
-        await server.disconnect(device)
+        try await withTestServer { server in
+            _ = try await server.otherTeam()
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let otherToken = try await device.client.register("com.example.foreign")
+            let deviceID = await device.client.deviceID
+            await server.disconnect(device)
 
-        let unreadable = PushNotification(
-            id: UUID(), token: token, topic: "com.example.demo", payload: Array(#"{"aps":{"alert":"old"}}"#.utf8),
-            expiration: server.clock.now().addingTimeInterval(3600), priority: .immediate, pushType: String(repeating: "p", count: 300))
-        let store = server.application.provisioner.store
-        _ = try await store.storePending([
-            PendingNotification(deviceID: deviceID, bundleID: "com.example.demo", environment: .production, notification: unreadable, acceptedAt: server.clock.now())
-        ])
+            let unreadable = PushNotification(
+                id: UUID(), token: token, topic: "com.example.demo", payload: Array(#"{"aps":{"alert":"old"}}"#.utf8),
+                expiration: server.clock.now().addingTimeInterval(3600), priority: .immediate, pushType: String(repeating: "p", count: 300))
+            let store = server.application.provisioner.store
+            _ = try await store.storePending([
+                PendingNotification(deviceID: deviceID, bundleID: "com.example.demo", environment: .production, notification: unreadable, acceptedAt: server.clock.now())
+            ])
 
-        let again = try await server.device(directory: device.directory)
-        await again.client.waitUntilDrained()
-        #expect(try await store.pending(deviceID: deviceID, environment: .production) == [], "removed from the store")
-        #expect(try await server.events(unreadable.id) == [.discarded])
-        let (next, accepted) = await server.push(otherToken, topic: "com.example.foreign", from: ProviderIdentity(name: "other", teamID: "OTHERTEAM1", topics: ["com.example.foreign"]))
-        #expect(accepted == .accepted)
-        let received = try #require(await again.next())
-        #expect(received.id == next, "the first notification the device gets is the one after")
-        await server.disconnect(again)
-        try await server.stop()
+            let again = try await server.device(directory: device.directory)
+            await again.client.waitUntilDrained()
+            #expect(try await store.pending(deviceID: deviceID, environment: .production) == [], "removed from the store")
+            #expect(try await server.events(unreadable.id) == [.discarded])
+            let (next, accepted) = await server.push(otherToken, topic: "com.example.foreign", from: ProviderIdentity(name: "other", teamID: "OTHERTEAM1", topics: ["com.example.foreign"]))
+            #expect(accepted == .accepted)
+            let received = try #require(await again.next())
+            #expect(received.id == next, "the first notification the device gets is the one after")
+            await server.disconnect(again)
+        }
     }
 
     /// A device that cannot read a notification refuses it by its delivery
     /// id (Ack status 1): the server drops it from the store and logs it;
     /// the connection goes on, and it is not delivered again.
     @Test func aNotificationTheDeviceRefusesIsDroppedNotResent() async throws {
-        let server = try await TestServer()
-        let device = try await server.device()
-        let token = try await device.client.register("com.example.demo")
-        let deviceID = await device.client.deviceID
-        await server.disconnect(device)
-        let (held, accepted) = await server.push(token, expiration: server.clock.now().addingTimeInterval(3600))
-        #expect(accepted == .accepted)
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let deviceID = await device.client.deviceID
+            await server.disconnect(device)
+            let (held, accepted) = await server.push(token, expiration: server.clock.now().addingTimeInterval(3600))
+            #expect(accepted == .accepted)
 
-        // The device's own identity, spoken to by hand.
-        let connection = try await DeviceGatewayTests().rawConnection(server, directory: device.directory)
-        let answers = try await connection.executeThenClose { inbound, outbound in
-            try await outbound.write(DeviceMessage.connect(version: 1, tokens: [token], keepAlive: nil, generation: nil).frame)
-            var messages: [DeviceMessage] = []
-            for try await frame in inbound {
-                let message = try DeviceMessage(frame: frame)
-                messages.append(message)
-                switch message {
-                case .notification(let notification):
-                    try await outbound.write(DeviceMessage.ack(deliveryID: notification.deliveryID, status: DeviceAckStatus.unreadable).frame)
-                    // Answered only after the Ack before it was handled.
-                    try await outbound.write(DeviceMessage.keepAlive.frame)
-                case .keepAliveAck:
-                    return messages
-                default:
-                    continue
+            // The device's own identity, spoken to by hand.
+            let connection = try await DeviceGatewayTests().rawConnection(server, directory: device.directory)
+            let answers = try await connection.executeThenClose { inbound, outbound in
+                try await outbound.write(DeviceMessage.connect(version: 1, tokens: [token], keepAlive: nil, generation: nil).frame)
+                var messages: [DeviceMessage] = []
+                for try await frame in inbound {
+                    let message = try DeviceMessage(frame: frame)
+                    messages.append(message)
+                    switch message {
+                    case .notification(let notification):
+                        try await outbound.write(DeviceMessage.ack(deliveryID: notification.deliveryID, status: DeviceAckStatus.unreadable).frame)
+                        // Answered only after the Ack before it was handled.
+                        try await outbound.write(DeviceMessage.keepAlive.frame)
+                    case .keepAliveAck:
+                        return messages
+                    default:
+                        continue
+                    }
                 }
+                return messages
             }
-            return messages
-        }
-        let delivered = answers.compactMap { if case .notification(let n) = $0 { n } else { nil } }
-        #expect(delivered.map(\.id) == [held])
-        #expect(try await server.application.provisioner.store.pending(deviceID: deviceID, environment: .production) == [])
-        #expect(try await server.events(held) == [.accepted, .stored, .delivered, .discarded])
+            let delivered = answers.compactMap { if case .notification(let n) = $0 { n } else { nil } }
+            #expect(delivered.map(\.id) == [held])
+            #expect(try await server.application.provisioner.store.pending(deviceID: deviceID, environment: .production) == [])
+            #expect(try await server.events(held) == [.accepted, .stored, .delivered, .discarded])
 
-        // The next connection gets only what comes after.
-        let again = try await server.device(directory: device.directory)
-        let (next, _) = await server.push(token)
-        #expect(await again.next()?.id == next)
-        await server.disconnect(again)
-        try await server.stop()
+            // The next connection gets only what comes after.
+            let again = try await server.device(directory: device.directory)
+            let (next, _) = await server.push(token)
+            #expect(await again.next()?.id == next)
+            await server.disconnect(again)
+        }
     }
 }

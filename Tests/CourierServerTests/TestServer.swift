@@ -5,15 +5,57 @@ import CourierWire
 import CourierTestSupport
 import Foundation
 import Logging
+import NIOPosix
 import ServiceLifecycle
+import Synchronization
 import Testing
 
+/// Runs `body` against a real Courier (`TestServer`) that runs in a child
+/// task of this call and is always shut down before it returns: when
+/// `body` returns, throws (a failed `#require`) or is cancelled. Its data
+/// directory is removed then.
+func withTestServer<Result: Sendable>(
+    qos: QoSConfiguration = QoSConfiguration(), tokenLength: Int = 32, configure: (inout CourierConfiguration) -> Void = { _ in },
+    wrapStore: (@Sendable (any Store) -> any Store)? = nil, _ body: (TestServer) async throws -> Result
+) async throws -> Result {
+    let server = try await TestServer(qos: qos, tokenLength: tokenLength, configure: configure, wrapStore: wrapStore)
+    defer { removeTemporaryDirectory(server.directory) }
+    return try await withThrowingTaskGroup(of: Void.self) { tasks in
+        tasks.addTask { try await server.run() }
+        let result: Result
+        do {
+            result = try await body(server)
+        } catch {
+            await server.group.triggerGracefulShutdown()
+            try? await tasks.waitForAll()
+            throw error
+        }
+        await server.group.triggerGracefulShutdown()
+        try await tasks.waitForAll()
+        return result
+    }
+}
+
+/// `withTestServer` with a store whose faults the test injects.
+func withFaultyStoreServer<Result: Sendable>(_ body: (TestServer, FaultyStore) async throws -> Result) async throws -> Result {
+    let faults = Mutex<FaultyStore?>(nil)
+    return try await withTestServer(wrapStore: { base in
+        let store = FaultyStore(base)
+        faults.withLock { $0 = store }
+        return store
+    }) { server in
+        try await body(server, try #require(faults.withLock { $0 }))
+    }
+}
+
 /// A real Courier (all listeners on port 0, real TLS) with an injected
-/// clock, and real devices that talk to it.
+/// clock, and real devices that talk to it; see `withTestServer`.
 final class TestServer: Sendable {
     let application: CourierApplication
     let group: ServiceGroup
-    let task: Task<Void, any Error>
+    /// Finished once the service group stopped.
+    private let stopped: AsyncStream<Void>
+    private let stoppedContinuation: AsyncStream<Void>.Continuation
     let clock: ManualWallClock
     /// The data directory, made for this server and removed when it stops.
     let directory: String
@@ -39,8 +81,13 @@ final class TestServer: Sendable {
         application = try await CourierApplication.build(
             configuration: configuration, clock: clock, timers: false, wrapStore: wrapStore, logger: logger)
         group = application.serviceGroup(logger: logger, signals: false)
-        let group = self.group
-        task = Task { try await group.run() }
+        (stopped, stoppedContinuation) = AsyncStream.makeStream()
+    }
+
+    /// Runs the services until they stop (`withTestServer`'s child task).
+    fileprivate func run() async throws {
+        defer { stoppedContinuation.finish() }
+        try await group.run()
     }
 
     var dispatcher: Dispatcher { application.dispatcher }
@@ -85,10 +132,11 @@ final class TestServer: Sendable {
         await dispatcher.waitUntilOffline(deviceID: await device.client.deviceID, environment: device.client.environment)
     }
 
-    func stop() async throws {
+    /// Graceful shutdown now, as SIGTERM: returns once every service
+    /// stopped (call it at most once; `withTestServer` shuts down anyway).
+    func shutDown() async {
         await group.triggerGracefulShutdown()
-        try await task.value
-        removeTemporaryDirectory(directory)
+        for await _ in stopped {}
     }
 }
 
@@ -161,5 +209,27 @@ struct TestDevice: Sendable {
         await client.stop()
         await runTask.value
         await reader.value
+    }
+}
+
+@Suite struct TestServerTests {
+    struct Failed: Error {}
+
+    /// A test whose `#require` fails inside `withTestServer` leaves no
+    /// server running: its listeners are closed and its data removed.
+    @Test func aServerIsShutDownWhenTheTestThrows() async throws {
+        let seen = Mutex<(port: Int, directory: String)?>(nil)
+        await #expect(throws: Failed.self) {
+            try await withTestServer { server in
+                let port = try await server.application.ports.port(.http2, .production)
+                seen.withLock { $0 = (port, server.directory) }
+                throw Failed()
+            }
+        }
+        let (port, directory) = try #require(seen.withLock { $0 })
+        await #expect(throws: (any Error).self) {
+            try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connect(host: "127.0.0.1", port: port).get().close()
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory))
     }
 }
