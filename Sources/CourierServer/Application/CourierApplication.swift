@@ -94,7 +94,7 @@ public struct CourierApplication: Sendable {
             for environment in Environment.allCases {
                 http2Gateways[environment] = try HTTP2Gateway(
                     environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, keys: keys,
-                    policy: policy, ports: ports, logger: logger)
+                    policy: policy, logger: logger)
             }
             if timers {
                 services.append(TimerService(interval: configuration.qos.tickInterval) { await dispatcher.tick() })
@@ -103,20 +103,22 @@ public struct CourierApplication: Sendable {
                         await Self.sweep(Array(http2Gateways.values), policy)
                     })
             }
+            // One listener a port, each with its interface.
             for environment in Environment.allCases {
-                services.append(
-                    DeviceGateway(
-                        environment: environment, configuration: configuration, tls: tls, dispatcher: dispatcher, policy: policy, ports: ports,
-                        logger: logger))
-                services.append(
-                    try FeedbackService(
-                        environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, policy: policy,
-                        feedback: feedback, ports: ports, logger: logger))
-                services.append(
-                    try BinaryGateway(
-                        environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher,
-                        policy: policy, ports: ports, logger: logger))
-                services.append(http2Gateways[environment]!)
+                let device = DeviceGateway(
+                    environment: environment, configuration: configuration, tls: tls, dispatcher: dispatcher, policy: policy, logger: logger)
+                let feedbackService = try FeedbackService(
+                    environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, policy: policy, feedback: feedback,
+                    logger: logger)
+                let binary = try BinaryGateway(
+                    environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, policy: policy,
+                    logger: logger)
+                services += [
+                    PortListener(device, configuration: configuration, policy: policy, ports: ports),
+                    PortListener(feedbackService, configuration: configuration, policy: policy, ports: ports),
+                    PortListener(binary, configuration: configuration, policy: policy, ports: ports),
+                    PortListener(http2Gateways[environment]!, configuration: configuration, policy: policy, ports: ports),
+                ]
             }
             return CourierApplication(
                 configuration: configuration, provisioner: provisioner, report: report, services: services, dispatcher: dispatcher, ports: ports,

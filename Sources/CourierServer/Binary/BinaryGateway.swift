@@ -88,71 +88,53 @@ final class BinaryConnectionState: Sendable {
 /// cannot decide at once (the store must be asked, or the delivery log has
 /// no room) waits in a task, and the connection reads nothing more until it
 /// is decided.
-final class BinaryGateway: Service {
+final class BinaryGateway: ListenerInterface {
+    let listener = BoundPorts.Listener.binary
     let environment: Environment
     let configuration: CourierConfiguration
-    let context: NIOSSLContext
-    let authority: ServerTLS
+    let tlsContext: NIOSSLContext
+    let verifier: PeerVerifier
     let dispatcher: Dispatcher
-    let ports: BoundPorts
     let logger: Logger
     /// How long to keep reading (and discarding) after an error packet, so
     /// that closing is not a TCP reset that destroys the packet.
     let linger: TimeAmount = .milliseconds(250)
-    private let open = OpenConnections()
     /// What peers may hold, and who uses which certificate.
     let policy: ConnectionPolicy
+    private let decoderLimits: BinaryDecoderLimits
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher,
-        policy: ConnectionPolicy, ports: BoundPorts, logger: Logger
+        policy: ConnectionPolicy, logger: Logger
     ) throws {
         self.environment = environment
         self.policy = policy
         self.configuration = configuration
-        self.authority = tls
-        // TLS 1.2 at most, as Apple's gateway spoke: TLS 1.3 session tickets
-        // arrive after the handshake, and old clients take them for an error response.
-        context = try ServerTLS.context(provisioner: provisioner, maximumVersion: .tlsv12)
-        self.dispatcher = dispatcher
-        self.ports = ports
         var logger = logger
         logger[metadataKey: "courier.listener"] = "binary.\(environment.rawValue)"
         self.logger = logger
-    }
-
-    func run() async throws {
-        let verifier = PeerVerifier(authority: authority.authority, certificates: policy.certificates, kind: .provider, logger: logger, environment: environment, providers: policy.providers)
-        let context = self.context
-        let limits = BinaryDecoderLimits(
+        // TLS 1.2 at most, as Apple's gateway spoke: TLS 1.3 session tickets
+        // arrive after the handshake, and old clients take them for an error response.
+        tlsContext = try ServerTLS.context(provisioner: provisioner, maximumVersion: .tlsv12)
+        verifier = PeerVerifier(
+            authority: tls.authority, certificates: policy.certificates, kind: .provider, logger: logger, environment: environment,
+            providers: policy.providers)
+        self.dispatcher = dispatcher
+        decoderLimits = BinaryDecoderLimits(
             tokenLength: configuration.limits.tokenLength, legacyPayload: configuration.limits.payload.binaryLegacy,
             command2Payload: configuration.limits.payload.binaryCommand2)
-        let timeout = configuration.handshakeTimeout
-        let guardian = policy.guardFor(.binary, logger: logger)
-        let idle = policy.connections.binaryIdle
-        let server = try await bindListener(.binary, environment, configuration.network) { host, port in
-            try await listenerBootstrap()
-                .childChannelInitializer { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        try guardian.admit(channel)
-                        let box = PeerIdentityBox()
-                        channel.closeFuture.whenComplete { _ in self.open.remove(channel) }
-                        try self.open.add(channel)
-                        try channel.pipeline.syncOperations.addHandlers(
-                            verifier.tlsHandlers(channel, context: context, box: box, handshakeTimeout: timeout) + [
-                                ConnectionTimeout(.silence, timeout: idle),
-                                BinaryConnectionHandler(gateway: self, peer: box, limits: limits),
-                            ])
-                    }
-                }
-                .bind(host: host, port: port)
-                .get()
-        }
-        ports.listening(.binary, environment, on: server, logger: logger)
-        // Each open connection learns the last notification accepted: status 10.
-        await serveChannels(server, open) { channel in
-            channel.pipeline.fireUserInboundEventTriggered(BinaryConnectionHandler.ShuttingDown())
-        }
+    }
+
+    func setUp(_ channel: any Channel, peer: PeerIdentityBox, release: @escaping @Sendable () -> Void) throws -> Never? {
+        try channel.pipeline.syncOperations.addHandlers(
+            ConnectionTimeout(.silence, timeout: policy.connections.binaryIdle),
+            BinaryConnectionHandler(gateway: self, peer: peer, limits: decoderLimits))
+        return nil
+    }
+
+    /// Each open connection learns the last notification accepted: status 10.
+    func farewell(_ channel: any Channel) {
+        channel.pipeline.fireUserInboundEventTriggered(BinaryConnectionHandler.ShuttingDown())
     }
 
     struct Refusal: Error {

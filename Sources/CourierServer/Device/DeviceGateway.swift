@@ -73,74 +73,51 @@ final class ChannelDeviceLink: DeviceLink {
 /// handled by a `DeviceConnection`, whose task runs only while there are
 /// frames to handle (see there). Ten thousand idle devices are ten
 /// thousand channels, not ten thousand suspended tasks.
-final class DeviceGateway: Service {
+final class DeviceGateway: ListenerInterface {
+    let listener = BoundPorts.Listener.device
     let environment: Environment
     let configuration: CourierConfiguration
-    let tls: ServerTLS
+    let tlsContext: NIOSSLContext
+    let verifier: PeerVerifier
     let dispatcher: Dispatcher
-    let ports: BoundPorts
     let logger: Logger
-    private let open = OpenConnections()
     /// What peers may hold, and who uses which certificate.
     let policy: ConnectionPolicy
+    private let tokenLength: Int
 
-    init(
-        environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, dispatcher: Dispatcher, policy: ConnectionPolicy,
-        ports: BoundPorts, logger: Logger
-    ) {
+    init(environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, dispatcher: Dispatcher, policy: ConnectionPolicy, logger: Logger) {
         self.environment = environment
         self.policy = policy
         self.configuration = configuration
-        self.tls = tls
-        self.dispatcher = dispatcher
-        self.ports = ports
         var logger = logger
         logger[metadataKey: "courier.listener"] = "device.\(environment.rawValue)"
         self.logger = logger
+        tlsContext = tls.context
+        verifier = PeerVerifier(authority: tls.authority, certificates: policy.certificates, kind: .device, logger: logger)
+        self.dispatcher = dispatcher
+        tokenLength = dispatcher.codec(environment).length
     }
 
-    func run() async throws {
-        let verifier = PeerVerifier(authority: tls.authority, certificates: policy.certificates, kind: .device, logger: logger)
-        let context = tls.context
-        let limits = policy.guardFor(.device, logger: logger)
-        let unfinishedFrame = policy.connections.unfinishedFrame
-        let maxFrame = configuration.limits.deviceMaxFrameLength
-        let tokenLength = dispatcher.codec(environment).length
-        let keepAlive = configuration.qos.keepAlive
-        let timeout = configuration.handshakeTimeout
-        let server = try await bindListener(.device, environment, configuration.network) { host, port in
-            try await listenerBootstrap(backlog: 1024)
-                .childChannelOption(.allocator, value: PageBufferAllocator.allocator)
-                .childChannelInitializer { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        try limits.admit(channel)
-                        let box = PeerIdentityBox()
-                        let connection = DeviceConnection(gateway: self, link: ChannelDeviceLink(channel: channel, tokenLength: tokenLength), peer: box)
-                        // However the channel ends (even before its handlers are
-                        // in place, or refused during shutdown), its connection
-                        // hears of it last.
-                        channel.closeFuture.whenComplete { _ in connection.enqueue(.closed) }
-                        try self.open.add(channel)
-                        try channel.pipeline.syncOperations.addHandlers(
-                            verifier.tlsHandlers(channel, context: context, box: box, handshakeTimeout: timeout) + [
-                                ConnectionTimeout(.silence, timeout: .seconds(Int64(2 * keepAlive))),
-                                DeviceConnectionHandler(connection, maxFrameLength: maxFrame, unfinishedFrameTimeout: unfinishedFrame),
-                            ])
-                    }
-                }
-                .bind(host: host, port: port)
-                .get()
-        }
-        ports.listening(.device, environment, on: server, logger: logger)
-        // Once the listening socket is closed every connection is closed, and
-        // its last frames handled (the dispatcher told it went offline)
-        // before the gateway stops.
-        await serveChannels(server, open)
+    func configure(_ bootstrap: ServerBootstrap) -> ServerBootstrap {
+        bootstrap
+            .serverChannelOption(.backlog, value: 1024)
+            .childChannelOption(.allocator, value: PageBufferAllocator.allocator)
     }
 
-    /// A connection was closed and its last frame handled.
-    fileprivate func ended(_ channel: any Channel) {
-        open.remove(channel)
+    /// A connection ends (for shutdown) once it was closed and its last
+    /// frames were handled: the dispatcher was told it went offline.
+    static var releasesItself: Bool { true }
+
+    func setUp(_ channel: any Channel, peer: PeerIdentityBox, release: @escaping @Sendable () -> Void) throws -> Never? {
+        let connection = DeviceConnection(gateway: self, link: ChannelDeviceLink(channel: channel, tokenLength: tokenLength), peer: peer, release: release)
+        // However the channel ends (even before its handlers are in place),
+        // its connection hears of it last.
+        channel.closeFuture.whenComplete { _ in connection.enqueue(.closed) }
+        try channel.pipeline.syncOperations.addHandlers(
+            ConnectionTimeout(.silence, timeout: .seconds(Int64(2 * configuration.qos.keepAlive))),
+            DeviceConnectionHandler(
+                connection, maxFrameLength: configuration.limits.deviceMaxFrameLength, unfinishedFrameTimeout: policy.connections.unfinishedFrame))
+        return nil
     }
 
     /// Reads one frame of a connection and does at once what needs no
@@ -307,12 +284,15 @@ final class DeviceConnection: Sendable {
     private let gateway: DeviceGateway
     private let link: ChannelDeviceLink
     private let peer: PeerIdentityBox
+    /// Tells the listener the connection has ended.
+    private let release: @Sendable () -> Void
     private let inbox = Mutex(Inbox())
 
-    init(gateway: DeviceGateway, link: ChannelDeviceLink, peer: PeerIdentityBox) {
+    init(gateway: DeviceGateway, link: ChannelDeviceLink, peer: PeerIdentityBox, release: @escaping @Sendable () -> Void) {
         self.gateway = gateway
         self.link = link
         self.peer = peer
+        self.release = release
     }
 
     /// Takes a frame or event, on the channel's event loop. A frame that
@@ -409,7 +389,7 @@ final class DeviceConnection: Sendable {
         case .closed:
             conversation.over = true
             if let session = conversation.machine.end() { gateway.dispatcher.disconnected(session) }
-            gateway.ended(link.channel)
+            release()
         }
     }
 }

@@ -12,55 +12,50 @@ import ServiceLifecycle
 /// The feedback service of one environment: on connect it streams the
 /// (timestamp, token) tuples of the certificate's topics, then closes. An
 /// entry is removed only after it was written.
-final class FeedbackService: Service {
+final class FeedbackService: ListenerInterface {
+    let listener = BoundPorts.Listener.feedback
     let environment: Environment
     let configuration: CourierConfiguration
-    let context: NIOSSLContext
-    let authority: ServerTLS
+    let tlsContext: NIOSSLContext
+    let verifier: PeerVerifier
     let list: FeedbackList
-    let ports: BoundPorts
     let logger: Logger
     /// What peers may hold, and who uses which certificate.
     let policy: ConnectionPolicy
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, policy: ConnectionPolicy,
-        feedback list: FeedbackList, ports: BoundPorts, logger: Logger
+        feedback list: FeedbackList, logger: Logger
     ) throws {
         self.environment = environment
         self.policy = policy
         self.configuration = configuration
-        self.authority = tls
-        context = try ServerTLS.context(provisioner: provisioner, maximumVersion: .tlsv12)
-        self.list = list
-        self.ports = ports
         var logger = logger
         logger[metadataKey: "courier.listener"] = "feedback.\(environment.rawValue)"
         self.logger = logger
+        tlsContext = try ServerTLS.context(provisioner: provisioner, maximumVersion: .tlsv12)
+        verifier = PeerVerifier(
+            authority: tls.authority, certificates: policy.certificates, kind: .provider, logger: logger, environment: environment,
+            providers: policy.providers)
+        self.list = list
     }
 
-    func run() async throws {
-        let verifier = PeerVerifier(authority: authority.authority, certificates: policy.certificates, kind: .provider, logger: logger, environment: environment, providers: policy.providers)
-        let context = self.context
-        let timeout = configuration.handshakeTimeout
-        let guardian = policy.guardFor(.feedback, logger: logger)
-        let lifetime = policy.connections.feedbackLifetime
-        let server = try await bindListener(.feedback, environment, configuration.network) { host, port in
-            try await listenerBootstrap()
-                .bind(host: host, port: port) { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        try guardian.admit(channel)
-                        // A client that does not read cannot hold the connection.
-                        try channel.pipeline.syncOperations.addHandler(ConnectionTimeout(.lifetime, timeout: lifetime))
-                        return try verifier.handshakingConnection(channel, context: context, handshakeTimeout: timeout)
-                    }
-                }
-        }
-        ports.listening(.feedback, environment, on: server.channel, logger: logger)
-        try await acceptConnections(on: server) { connection, box, handshake in
-            await self.serve(connection, peer: box, handshake: handshake)
-        }
+    /// A feedback connection: its channel, the peer's identity, and the end of the handshake.
+    typealias Connection = (channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerIdentityBox, handshake: EventLoopFuture<Void>)
+
+    func setUp(_ channel: any Channel, peer: PeerIdentityBox, release: @escaping @Sendable () -> Void) throws -> Connection? {
+        let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
+        // A client that does not read cannot hold the connection.
+        try channel.pipeline.syncOperations.addHandlers(ConnectionTimeout(.lifetime, timeout: policy.connections.feedbackLifetime), handshake)
+        return (try NIOAsyncChannel(wrappingChannelSynchronously: channel), peer, handshake.promise.futureResult)
     }
+
+    func serve(_ connection: Connection) async {
+        await serve(connection.channel, peer: connection.peer, handshake: connection.handshake)
+    }
+
+    /// Those connected finish what they send.
+    func farewell(_ channel: any Channel) {}
 
     private func serve(_ connection: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerIdentityBox, handshake: EventLoopFuture<Void>) async {
         do {

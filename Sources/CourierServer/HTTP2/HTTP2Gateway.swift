@@ -83,14 +83,14 @@ struct HTTP2Answer: Sendable {
 /// with APNs"; docs/protocol.md §2): TLS 1.2+ with ALPN `h2` (a client that
 /// offers no ALPN speaks HTTP/2 all the same), certificate or token trust,
 /// `POST /3/device/<token>`, every status and reason of docs/protocol.md §2.
-public final class HTTP2Gateway: Service, Sendable {
+public final class HTTP2Gateway: ListenerInterface, Sendable {
+    let listener = BoundPorts.Listener.http2
     let environment: Environment
     let configuration: CourierConfiguration
-    let context: NIOSSLContext
-    let authority: ServerTLS
+    let tlsContext: NIOSSLContext
+    let verifier: PeerVerifier
     let dispatcher: Dispatcher
     let keys: ProviderKeys
-    let ports: BoundPorts
     let logger: Logger
     private struct Connections {
         var open: [ObjectIdentifier: HTTP2ConnectionHandle] = [:]
@@ -104,56 +104,44 @@ public final class HTTP2Gateway: Service, Sendable {
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher,
-        keys: ProviderKeys, policy: ConnectionPolicy, ports: BoundPorts, logger: Logger
+        keys: ProviderKeys, policy: ConnectionPolicy, logger: Logger
     ) throws {
         self.environment = environment
         self.policy = policy
         self.configuration = configuration
-        self.authority = tls
-        // A certificate is optional here: without one, the provider uses tokens.
-        context = try ServerTLS.context(provisioner: provisioner, alpn: ["h2"], verification: .optionalVerification)
-        self.dispatcher = dispatcher
-        self.keys = keys
-        self.ports = ports
         var logger = logger
         logger[metadataKey: "courier.listener"] = "http2.\(environment.rawValue)"
         self.logger = logger
+        // A certificate is optional here: without one, the provider uses tokens.
+        tlsContext = try ServerTLS.context(provisioner: provisioner, alpn: ["h2"], verification: .optionalVerification)
+        verifier = PeerVerifier(authority: tls.authority, certificates: policy.certificates, kind: .provider, logger: logger, providers: policy.providers)
+        self.dispatcher = dispatcher
+        self.keys = keys
     }
 
     var clock: any WallClock { dispatcher.clock }
 
-    public func run() async throws {
-        let verifier = PeerVerifier(authority: authority.authority, certificates: policy.certificates, kind: .provider, logger: logger, providers: policy.providers)
-        let context = self.context
-        let timeout = configuration.handshakeTimeout
-        let guardian = policy.guardFor(.http2, logger: logger)
-        let server = try await bindListener(.http2, environment, configuration.network) { host, port in
-            try await listenerBootstrap()
-                .bind(host: host, port: port) { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        try guardian.admit(channel)
-                        let box = PeerIdentityBox()
-                        try channel.pipeline.syncOperations.addHandlers(
-                            verifier.tlsHandlers(channel, context: context, box: box, handshakeTimeout: timeout) + [
-                                HTTP2ConnectionSetup(gateway: self, peer: box),
-                            ])
-                        return channel
-                    }
-                }
-        }
-        ports.listening(.http2, environment, on: server.channel, logger: logger)
-        try await acceptConnections(on: server) {
-            let (open, waiters) = self.connections.withLock { state in
-                state.shuttingDown = true
-                defer { state.shutdownWaiters = [] }
-                return (Array(state.open.values), state.shutdownWaiters)
-            }
-            for connection in open { connection.goAway(.shutdown) }
-            for waiter in waiters { waiter.resume() }
-        } serve: { channel in
-            try? await channel.closeFuture.get()
-        }
+    func setUp(_ channel: any Channel, peer: PeerIdentityBox, release: @escaping @Sendable () -> Void) throws -> Never? {
+        try channel.pipeline.syncOperations.addHandler(HTTP2ConnectionSetup(gateway: self, peer: peer))
+        return nil
     }
+
+    /// Open connections answer `Shutdown` from now on, and get GOAWAY
+    /// `Shutdown` once their streams are answered (one whose handshake
+    /// ends later, when it registers).
+    func shuttingDown() {
+        let (open, waiters) = connections.withLock { state in
+            state.shuttingDown = true
+            defer { state.shutdownWaiters = [] }
+            return (Array(state.open.values), state.shutdownWaiters)
+        }
+        for connection in open { connection.goAway(.shutdown) }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Nothing more than `shuttingDown` said: each connection closes
+    /// itself after its GOAWAY.
+    func farewell(_ channel: any Channel) {}
 
     /// Called once a connection's TLS handshake is done.
     func register(_ handle: HTTP2ConnectionHandle) {

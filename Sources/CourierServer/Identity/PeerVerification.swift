@@ -47,18 +47,6 @@ struct PeerVerifier: Sendable {
         ]
     }
 
-    /// A connection of the feedback listener: `tlsHandlers`, then a signal
-    /// for the handshake's end; returned with the peer's identity and the
-    /// end of the handshake.
-    func handshakingConnection(
-        _ channel: any Channel, context: NIOSSLContext, handshakeTimeout: TimeAmount
-    ) throws -> (NIOAsyncChannel<ByteBuffer, ByteBuffer>, PeerIdentityBox, EventLoopFuture<Void>) {
-        let box = PeerIdentityBox()
-        let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
-        try channel.pipeline.syncOperations.addHandlers(tlsHandlers(channel, context: context, box: box, handshakeTimeout: handshakeTimeout) + [handshake])
-        return (try NIOAsyncChannel(wrappingChannelSynchronously: channel), box, handshake.promise.futureResult)
-    }
-
     /// `closed`: the connection's close, until which an admitted provider
     /// certificate counts as open.
     func verify(

@@ -5,54 +5,7 @@ import NIOTLS
 import ServiceLifecycle
 import Synchronization
 
-/// The accept loop every listener shares (swift-nio's structured server
-/// style): each connection in its own child task, catching its own errors;
-/// on graceful shutdown the listening socket closes, `onShutdown` tells the
-/// open connections, and the loop returns once they have all ended.
-func acceptConnections<Connection: Sendable>(
-    on server: NIOAsyncChannel<Connection, Never>,
-    onShutdown: @escaping @Sendable () -> Void = {},
-    serve: @escaping @Sendable (Connection) async -> Void
-) async throws {
-    try await withGracefulShutdownHandler {
-        try await server.executeThenClose { inbound in
-            try await withThrowingDiscardingTaskGroup { group in
-                for try await connection in inbound {
-                    group.addTask { await serve(connection) }
-                }
-            }
-        }
-    } onGracefulShutdown: {
-        server.channel.close(promise: nil)
-        onShutdown()
-    }
-}
-
-/// Runs a listener whose connections are plain channels (no task of their
-/// own), tracked in `open`, until the listening socket closes — graceful
-/// shutdown closes it, and so does cancellation. Then each open connection
-/// gets `farewell` after a graceful shutdown (by default it is closed) or
-/// is closed at once after cancellation, and this returns once all of them
-/// have ended.
-func serveChannels(_ server: any Channel, _ open: OpenConnections, farewell: @escaping (any Channel) -> Void = { $0.close(promise: nil) }) async {
-    await withGracefulShutdownHandler {
-        await withTaskCancellationHandler {
-            try? await server.closeFuture.get()
-        } onCancel: {
-            server.close(promise: nil)
-        }
-    } onGracefulShutdown: {
-        server.close(promise: nil)
-    }
-    if Task.isCancelled {
-        open.closeAll()
-    } else {
-        open.closeAll(farewell)
-    }
-    await open.waitUntilEmpty()
-}
-
-/// The channels of a gateway that are open or whose last frames are still
+/// The channels of a listener that are open or whose last frames are still
 /// being handled, so that shutdown can close them and wait for them.
 final class OpenConnections: Sendable {
     private struct State {
@@ -64,11 +17,12 @@ final class OpenConnections: Sendable {
 
     private let state = Mutex(State())
 
-    /// Throws once `closeAll` was called (the channel is then refused).
+    /// Throws once `closeAll` was called (the channel is then refused, and
+    /// not kept).
     func add(_ channel: any Channel) throws {
         try state.withLock { state in
-            state.channels[ObjectIdentifier(channel)] = channel
             if state.closing { throw ChannelError.ioOnClosedChannel }
+            state.channels[ObjectIdentifier(channel)] = channel
         }
     }
 
@@ -113,10 +67,10 @@ final class OpenConnections: Sendable {
 /// (`CourierConfiguration.Connections.fitted`), because out of them an
 /// event loop spins on the listening socket, NIO's `AcceptBackoffHandler`
 /// or not.
-func listenerBootstrap(backlog: Int32 = 256) -> ServerBootstrap {
+func listenerBootstrap() -> ServerBootstrap {
     ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
         .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-        .serverChannelOption(.backlog, value: backlog)
+        .serverChannelOption(.backlog, value: 256)
         .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
 }
 

@@ -1,0 +1,143 @@
+import CourierCore
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+import ServiceLifecycle
+
+/// What an interface (binary, feedback, HTTP/2, device) gives the one
+/// listener of its port: the TLS of its connections, their handlers after
+/// TLS, and what an open connection is told at graceful shutdown. The
+/// listener does the rest, the same for every port (`PortListener`).
+protocol ListenerInterface: Sendable {
+    /// What a connection hands to `serve`, when it needs a task.
+    associatedtype Connection: Sendable = Never
+
+    var listener: BoundPorts.Listener { get }
+    var environment: Environment { get }
+    var logger: Logger { get }
+    /// The TLS context of the port's connections.
+    var tlsContext: NIOSSLContext { get }
+    /// Checks the peer's certificate during the handshake.
+    var verifier: PeerVerifier { get }
+
+    /// The port's own bootstrap options (a backlog, an allocator).
+    func configure(_ bootstrap: ServerBootstrap) -> ServerBootstrap
+
+    /// Adds a new connection's handlers after TLS, on its event loop (the
+    /// peer's identity goes into `peer` during the handshake). Returns
+    /// what `serve` needs if the connection needs a task of its own; nil
+    /// when its handlers do all the work (a connection costs no task).
+    /// `release` says the connection has ended, for shutdown to wait for
+    /// it: the listener calls it when the channel closes, unless
+    /// `releasesItself` (then the interface calls it, once the
+    /// connection's last work is done).
+    func setUp(_ channel: any Channel, peer: PeerIdentityBox, release: @escaping @Sendable () -> Void) throws -> Connection?
+
+    /// A connection's work in a task of its own (one of the listener's
+    /// child tasks).
+    func serve(_ connection: Connection) async
+
+    /// Graceful shutdown reached the listener: its socket is closed, open
+    /// connections are about to get their `farewell`.
+    func shuttingDown()
+
+    /// What an open connection is told at graceful shutdown; by default it
+    /// is closed.
+    func farewell(_ channel: any Channel)
+
+    /// The interface calls `release` itself (see `setUp`).
+    static var releasesItself: Bool { get }
+}
+
+extension ListenerInterface {
+    func configure(_ bootstrap: ServerBootstrap) -> ServerBootstrap { bootstrap }
+    func shuttingDown() {}
+    func farewell(_ channel: any Channel) { channel.close(promise: nil) }
+    static var releasesItself: Bool { false }
+}
+
+extension ListenerInterface where Connection == Never {
+    func serve(_ connection: Never) async {}
+}
+
+/// The one listener every port runs, in the manner of hummingbird's
+/// `Server`: it binds the port, admits each connection through the
+/// port's `ListenerGuard` (limits, unread bytes), adds TLS with the
+/// interface's peer check and handshake timeout, then the interface's
+/// handlers. Connections that need a task run in the listener's task
+/// group. Graceful shutdown is one path for every port: the listening
+/// socket closes, each open connection gets the interface's farewell
+/// (binary status 10, HTTP/2 GOAWAY, a device's close), and `run` returns
+/// once all of them have ended. Cancellation closes them at once.
+struct PortListener<Interface: ListenerInterface>: Service {
+    let interface: Interface
+    let network: CourierConfiguration.Network
+    let guardian: ListenerGuard
+    let handshakeTimeout: TimeAmount
+    let ports: BoundPorts
+
+    init(_ interface: Interface, configuration: CourierConfiguration, policy: ConnectionPolicy, ports: BoundPorts) {
+        self.interface = interface
+        network = configuration.network
+        guardian = policy.guardFor(interface.listener, logger: interface.logger)
+        handshakeTimeout = configuration.handshakeTimeout
+        self.ports = ports
+    }
+
+    func run() async throws {
+        let interface = self.interface
+        let guardian = self.guardian
+        let timeout = handshakeTimeout
+        let open = OpenConnections()
+        let server = try await bindListener(interface.listener, interface.environment, network) { host, port in
+            try await interface.configure(listenerBootstrap())
+                .bind(host: host, port: port) { channel in
+                    channel.eventLoop.makeCompletedFuture { () -> Interface.Connection? in
+                        try guardian.admit(channel)
+                        try open.add(channel)
+                        let release: @Sendable () -> Void = { open.remove(channel) }
+                        do {
+                            if !Interface.releasesItself { channel.closeFuture.whenComplete { _ in release() } }
+                            let peer = PeerIdentityBox()
+                            try channel.pipeline.syncOperations.addHandlers(
+                                interface.verifier.tlsHandlers(channel, context: interface.tlsContext, box: peer, handshakeTimeout: timeout))
+                            return try interface.setUp(channel, peer: peer, release: release)
+                        } catch {
+                            // Refused: whatever the interface took on ends with the channel.
+                            if Interface.releasesItself { release() }
+                            throw error
+                        }
+                    }
+                }
+        }
+        ports.listening(interface.listener, interface.environment, on: server.channel, logger: interface.logger)
+        await withDiscardingTaskGroup { tasks in
+            await withGracefulShutdownHandler {
+                await withTaskCancellationHandler {
+                    do {
+                        try await server.executeThenClose { inbound in
+                            for try await connection in inbound {
+                                guard let connection else { continue }
+                                tasks.addTask { await interface.serve(connection) }
+                            }
+                        }
+                    } catch {
+                        interface.logger.debug("listener stopped", metadata: ["courier.error": "\(error)"])
+                    }
+                } onCancel: {
+                    server.channel.close(promise: nil)
+                }
+            } onGracefulShutdown: {
+                server.channel.close(promise: nil)
+            }
+            if Task.isCancelled {
+                open.closeAll()
+            } else {
+                interface.shuttingDown()
+                open.closeAll(interface.farewell)
+            }
+            await open.waitUntilEmpty()
+        }
+    }
+}
