@@ -208,27 +208,18 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
 
     private let gateway: BinaryGateway
     private let peer: PeerIdentityBox
+    /// The last identifier accepted, as the commits finish.
     private let state = BinaryConnectionState()
-    /// The certificate's right to its topic, once the handshake is done.
-    private var grant: TopicGrant?
+    /// What the protocol allows now (`BinaryConnectionStateMachine`).
+    private var machine = BinaryConnectionStateMachine()
     private var decoder: BinaryProviderDecoder
     /// What is received and not decoded yet: the start of a frame that the
     /// next read completes, or what arrived while a notification waits.
     private var received = ReceivedBytes()
-    /// A notification waits for the dispatcher.
-    private var busy = false
-    /// The channel asked for a read while `busy`.
-    private var readHeld = false
-    /// A bad notification was seen (or the channel ended): nothing after it counts.
-    private var over = false
     /// A frame begun must end in time.
     private var deadline: UnfinishedFrameDeadline
     /// Frames handled since the last read.
     private var handled = 0
-    /// The commit of the last admitted notification that has one. Commits
-    /// finish in order, so once it is done all are: an error response,
-    /// which tells the provider everything before it was taken, waits for it.
-    private var lastDurable: Pending<Void>?
 
     init(gateway: BinaryGateway, peer: PeerIdentityBox, limits: BinaryDecoderLimits) {
         self.gateway = gateway
@@ -241,29 +232,32 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     /// read: bytes waiting while a notification waits for the dispatcher
     /// are whole frames held back by the server, not the peer's doing.
     private func checkUnfinishedFrame(context: ChannelHandlerContext) {
-        deadline.update(unfinished: !over && !busy && !received.isEmpty, progressed: handled > 0, channel: context.channel)
+        deadline.update(unfinished: machine.admitting != nil && !received.isEmpty, progressed: handled > 0, channel: context.channel)
         handled = 0
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if case .handshakeCompleted = event as? TLSUserEvent {
+            var grant: TopicGrant?
             if let record = peer.record, let (identity, info) = try? ProviderIdentity.certificate(record),
                 let topic = info.bundleID ?? info.topics.first?.description
             {
                 grant = TopicGrant(topic, for: identity)
+            }
+            switch machine.handshakeCompleted(grant) {
+            case .admit:
+                guard let record = peer.record else { break }
                 let channel = context.channel
                 gateway.policy.certificates.register(serial: record.serial, channel: channel) {
                     channel.pipeline.fireUserInboundEventTriggered(ShuttingDown())
                 }
-            } else {
+            case .close:
                 context.close(promise: nil)
             }
         } else if event is ShuttingDown {
-            if grant == nil {
-                context.close(promise: nil)  // still in its handshake
-            } else if state.answer() {
-                over = true
-                write(.shutdown, state.lastAccepted, context: context)
+            switch machine.shuttingDown() {
+            case .close: context.close(promise: nil)
+            case .answerShutdown: if state.answer() { write(.shutdown, state.lastAccepted, context: context) }
             }
             return
         }
@@ -272,38 +266,36 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         // After the first bad notification (or status 10) everything is discarded.
-        guard !over else { return }
+        guard !machine.isOver else { return }
         // One time for the frames of one read: they arrived together.
         let now = gateway.dispatcher.clock.now()
         received.receive(unwrapInboundIn(data)) { handleFrames(in: &$0, now: now, context: context) }
-        if over { received.discard() }
+        if machine.isOver { received.discard() }
         checkUnfinishedFrame(context: context)
     }
 
     func read(context: ChannelHandlerContext) {
-        if busy {
-            readHeld = true
-        } else {
-            context.read()
+        switch machine.readRequested() {
+        case .read: context.read()
+        case .hold: break
         }
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         // Can come in the middle of a read (a refusal closes at once): what
         // is received stays where it is, never to be read.
-        over = true
+        machine.closed()
         deadline.cancel()
         context.fireChannelInactive()
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         gateway.logger.debug("binary connection ended", metadata: ["courier.error": "\(error)"])
-        over = true
+        machine.closed()
         context.close(promise: nil)
     }
 
-    private func handle(_ message: BinaryProviderInbound, grant: TopicGrant?, now: Date, context: ChannelHandlerContext) {
-        guard !over, let grant else { return }
+    private func handle(_ message: BinaryProviderInbound, grant: TopicGrant, now: Date, context: ChannelHandlerContext) {
         switch message {
         case .failure(let failure):
             gateway.logger.info("malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"])
@@ -313,7 +305,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
             case .decided(let outcome):
                 settle(outcome, command: frame.command, identifier: frame.identifier, context: context)
             case .waits(let notification):
-                busy = true
+                machine.waitForDispatcher()
                 // Not the frame: its bytes are the TLS handler's, which it reuses.
                 let (command, identifier) = (frame.command, frame.identifier)
                 let (gateway, loop) = (self.gateway, context.eventLoop)
@@ -322,24 +314,31 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
                     let decided = await gateway.dispatcher.admitAfterWaiting(notification, environment: gateway.environment, grant: grant)
                     loop.execute {
                         let (handler, context) = bound.value
-                        handler.busy = false
-                        if !handler.over { handler.settle(gateway.outcome(decided), command: command, identifier: identifier, context: context) }
-                        handler.resume(context: context)
+                        switch handler.machine.dispatcherDecided() {
+                        case .settle(let read):
+                            handler.settle(gateway.outcome(decided), command: command, identifier: identifier, context: context)
+                            handler.resume(context: context, read: read)
+                        case .drop:
+                            break
+                        }
                     }
                 }
             }
         }
     }
 
-    /// Handles the frames that waited, until one waits again; then reads on.
-    private func resume(context: ChannelHandlerContext) {
+    /// Handles the frames that waited, until one waits again; then reads
+    /// on, if a read was held.
+    private func resume(context: ChannelHandlerContext, read: Bool) {
         let now = gateway.dispatcher.clock.now()
         received.readCarried { handleFrames(in: &$0, now: now, context: context) }
-        if over { received.discard() }
+        if machine.isOver { received.discard() }
         checkUnfinishedFrame(context: context)
-        if !busy, readHeld {
-            readHeld = false
-            context.read()
+        if read {
+            switch machine.readRequested() {
+            case .read: context.read()
+            case .hold: break
+            }
         }
     }
 
@@ -347,8 +346,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     /// notification waits for the dispatcher (what follows it waits too)
     /// or only an unfinished frame is left.
     private func handleFrames(in bytes: inout ByteBuffer, now: Date, context: ChannelHandlerContext) {
-        let grant = self.grant
-        while !busy, !over, let message = decoder.next(from: &bytes) {
+        while let grant = machine.admitting, let message = decoder.next(from: &bytes) {
             handled += 1
             handle(message, grant: grant, now: now, context: context)
         }
@@ -365,11 +363,11 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
                 // A commit failed: status 1, as soon as it is known.
                 loop.execute {
                     let (handler, context) = bound.value
-                    handler.over = true
+                    handler.machine.commitFailed()
                     handler.answer(.processingError, identifier, context: context)
                 }
             }
-            lastDurable = durable
+            machine.admitted(committing: durable)
         case .failure(let refusal):
             gateway.logger.info("refused notification", metadata: ["courier.status": "\(refusal.status)", "courier.identifier": "\(identifier)"])
             // Command 0 has no error response.
@@ -380,8 +378,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     /// The first bad notification: answered with `status` (nil: closed
     /// without an answer) once everything admitted before it is durable.
     private func refuse(_ status: BinaryStatus?, _ identifier: UInt32, context: ChannelHandlerContext) {
-        over = true
-        guard let lastDurable else {
+        guard case .answerAfter(let lastDurable) = machine.refused() else {
             answer(status, identifier, context: context)
             return
         }
