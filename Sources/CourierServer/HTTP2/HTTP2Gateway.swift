@@ -34,37 +34,37 @@ final class HTTP2ConnectionHandle: Sendable {
     let trust: ProviderTrust
     /// When its TLS handshake finished.
     let openedAt: Date
-    private let state: Mutex<(lastActivity: Date, closing: Reason?)>
+    private let state: Mutex<(lastActivity: Date, endRequested: Bool)>
 
     init(channel: any Channel, trust: ProviderTrust, now: Date) {
         self.channel = channel
         self.trust = trust
         openedAt = now
-        state = Mutex((now, nil))
+        state = Mutex((now, false))
     }
 
     func touch(_ now: Date) { state.withLock { $0.lastActivity = now } }
 
     var idleSince: Date { state.withLock { $0.lastActivity } }
 
-    /// Why the connection is ending, once it is.
-    var closing: Reason? { state.withLock { $0.closing } }
-
-    /// Ends the connection: requests that arrive from now on are answered
-    /// with `reason` (an idle connection's with `Shutdown`), those in
-    /// flight finish, then GOAWAY carries `{"reason": …}` and the
-    /// connection closes.
+    /// Ends the connection (from any thread; the first reason stands):
+    /// requests that arrive from now on are answered with `reason` (an
+    /// idle connection's with `Shutdown`), those in flight finish, then
+    /// GOAWAY carries `{"reason": …}` and the connection closes
+    /// (`HTTP2ConnectionStateMachine`).
     func goAway(_ reason: Reason) {
         let first = state.withLock { state in
-            defer { state.closing = state.closing ?? reason }
-            return state.closing == nil
+            defer { state.endRequested = true }
+            return !state.endRequested
         }
-        if first { channel.pipeline.fireUserInboundEventTriggered(HTTP2GoAwayRequest()) }
+        if first { channel.pipeline.fireUserInboundEventTriggered(HTTP2GoAwayRequest(reason: reason)) }
     }
 }
 
-/// Tells a connection's handler that its handle has a closing reason.
-struct HTTP2GoAwayRequest: Sendable {}
+/// Tells a connection's handler to end the connection.
+struct HTTP2GoAwayRequest: Sendable {
+    var reason: Reason
+}
 
 /// The answer to one request.
 struct HTTP2Answer: Sendable {
@@ -365,11 +365,9 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     private var unfinishedBytes = 0
     private let unfinishedLimit: Int
     private var streams: [HTTP2StreamID: OpenStream] = [:]
-    private var inFlight = 0
-    private var lastStream = HTTP2StreamID.rootStream
+    /// What the connection's life allows now (`HTTP2ConnectionStateMachine`).
+    private var machine = HTTP2ConnectionStateMachine()
     private var flushScheduled = false
-    private var streamLimitLifted = false
-    private var goAwaySent = false
     private var context: ChannelHandlerContext?
 
     init(gateway: HTTP2Gateway, connection: HTTP2ConnectionHandle) {
@@ -419,7 +417,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
             if streams[frame.streamID] == nil {
                 // Trailers on a known stream add nothing; a new stream starts a request.
                 var stream = OpenStream(headers: headers.headers, bytes: 0)
-                lastStream = max(lastStream, frame.streamID)
+                machine.requestBegan(on: frame.streamID)
                 connection.touch(gateway.clock.now())
                 if !headers.endStream {
                     let size = headers.headers.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 32 }
@@ -477,8 +475,8 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let window = event as? NIOHTTP2WindowUpdatedEvent {
             replenish(window, context: context)
-        } else if event is HTTP2GoAwayRequest {
-            if inFlight == 0 { sendGoAway(context: context) }
+        } else if let request = event as? HTTP2GoAwayRequest {
+            if let reason = machine.goAwayRequested(request.reason) { sendGoAway(reason, context: context) }
             return
         }
         context.fireUserInboundEventTriggered(event)
@@ -513,8 +511,8 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
 
     private func complete(_ streamID: HTTP2StreamID, context: ChannelHandlerContext) {
         guard let stream = remove(streamID) else { return }
-        if let closing = connection.closing {
-            write(.failure(closing == .idleTimeout ? .shutdown : closing, apnsID: Self.apnsID(in: stream.headers)), on: streamID, context: context)
+        if case .refuse(let reason) = machine.requestComplete() {
+            write(.failure(reason, apnsID: Self.apnsID(in: stream.headers)), on: streamID, context: context)
             return
         }
         let head: HTTP2RequestHead
@@ -524,7 +522,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
             return
         case .success(let parsed): head = parsed
         }
-        inFlight += 1
+        machine.dispatched()
         let body = stream.body ?? context.channel.allocator.buffer(capacity: 0)
         let gateway = self.gateway
         let connection = self.connection
@@ -536,15 +534,14 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     }
 
     private func finish(_ answer: HTTP2Answer, on streamID: HTTP2StreamID) {
-        inFlight -= 1
+        let action = machine.answered(firstValidToken: answer.liftStreamLimit)
         guard let context else { return }
-        if answer.liftStreamLimit, !streamLimitLifted {
-            streamLimitLifted = true
+        if action.liftStreamLimit {
             let settings = [HTTP2Setting(parameter: .maxConcurrentStreams, value: gateway.configuration.http2.maxConcurrentStreams)]
             context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .settings(.settings(settings)))), promise: nil)
         }
         write(answer, on: streamID, context: context)
-        if connection.closing != nil, inFlight == 0 { sendGoAway(context: context) }
+        if let reason = action.goAway { sendGoAway(reason, context: context) }
     }
 
     private func write(_ answer: HTTP2Answer, on streamID: HTTP2StreamID, context: ChannelHandlerContext, promise: EventLoopPromise<Void>? = nil) {
@@ -575,11 +572,9 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         }
     }
 
-    private func sendGoAway(context: ChannelHandlerContext) {
-        guard let closing = connection.closing, !goAwaySent else { return }
-        goAwaySent = true
-        let data = context.channel.allocator.buffer(bytes: HTTP2ErrorBody(reason: closing).json)
-        let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: lastStream, errorCode: .noError, opaqueData: data))
+    private func sendGoAway(_ reason: Reason, context: ChannelHandlerContext) {
+        let data = context.channel.allocator.buffer(bytes: HTTP2ErrorBody(reason: reason).json)
+        let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: machine.lastStream, errorCode: .noError, opaqueData: data))
         let channel = context.channel
         context.writeAndFlush(wrapOutboundOut(frame)).whenComplete { _ in channel.close(promise: nil) }
     }
