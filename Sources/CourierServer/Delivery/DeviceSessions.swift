@@ -1,0 +1,180 @@
+import CourierCore
+import CourierWire  // topicHash: a Filter names apps by the hash of their bundle id
+import Foundation
+import Synchronization
+
+/// Where the dispatcher sends a device's notifications: its connection,
+/// which knows the device protocol (the dispatcher speaks only of
+/// notifications).
+public protocol DeviceLink: Sendable {
+    /// Sends the notification; or, when a device could not read it (an
+    /// item over the device protocol's bounds), sends nothing and says why:
+    /// one notification must never end a device's connection.
+    func deliver(_ notification: PushNotification) -> String?
+    /// Everything held for the device was sent.
+    func sentEverythingHeld()
+    func close()
+}
+
+struct DeviceKey: Hashable, Sendable {
+    var environment: Environment
+    var deviceID: UInt64
+}
+
+/// One connected device, as the dispatcher sees it.
+public final class DeviceSession: Sendable {
+    let key: DeviceKey
+    let link: any DeviceLink
+    private struct State {
+        /// SHA-1 of enabled bundle ids; nil until the device sends a Filter.
+        var enabled: Set<[UInt8]>?
+        /// Delivered, not yet acknowledged, by delivery id.
+        var inFlight: [UUID: InFlight] = [:]
+    }
+    private let state = Mutex(State())
+
+    public init(environment: Environment, deviceID: UInt64, link: any DeviceLink) {
+        key = DeviceKey(environment: environment, deviceID: deviceID)
+        self.link = link
+    }
+
+    public var deviceID: UInt64 { key.deviceID }
+    public var environment: Environment { key.environment }
+
+    func setFilter(_ hashes: [[UInt8]]) { state.withLock { $0.enabled = Set(hashes) } }
+
+    func accepts(bundleID: String) -> Bool {
+        guard let enabled = state.withLock({ $0.enabled }) else { return true }
+        return enabled.contains(topicHash(of: bundleID))
+    }
+
+    /// A delivered notification awaiting its acknowledgement.
+    struct InFlight {
+        /// Its apns-id, for the delivery log.
+        var notificationID: UUID
+        var bundleID: String
+        /// Held in the store (so the acknowledgement removes it there).
+        var stored: Bool
+        /// The commit that holds it, when it may still be running.
+        var durable: Pending<Void>?
+    }
+
+    func track(_ deliveryID: UUID, _ inFlight: InFlight) { state.withLock { $0.inFlight[deliveryID] = inFlight } }
+
+    func untrack(_ deliveryID: UUID) -> InFlight? { state.withLock { $0.inFlight.removeValue(forKey: deliveryID) } }
+
+    func isInFlight(_ deliveryID: UUID) -> Bool { state.withLock { $0.inFlight[deliveryID] != nil } }
+}
+
+/// A notification for an online device, on its way: waiting for the
+/// device's burst, or being sent.
+struct QueuedNotification: Sendable {
+    var notification: PushNotification
+    var bundleID: String
+    /// The commit that holds it, when it may be stored.
+    var durable: Pending<Void>? = nil
+}
+
+/// The devices that are connected, what waits for their bursts, their
+/// silent-push budgets, and whoever waits for one to go offline. One lock:
+/// a notification finds its device's presence and budget in one take.
+final class DeviceSessions: Sendable {
+    private struct State {
+        var sessions: [DeviceKey: DeviceSession] = [:]
+        var bursts: [DeviceKey: BurstQueue<QueuedNotification>] = [:]
+        var silent: [DeviceKey: RateWindow] = [:]
+        var offlineWaiters: [DeviceKey: [CheckedContinuation<Void, Never>]] = [:]
+    }
+
+    private let state = Mutex(State())
+    private let rules: DeliveryRules
+
+    init(rules: DeliveryRules) {
+        self.rules = rules
+    }
+
+    /// The rules after acceptance (`DeliveryRules.admit`) for a
+    /// notification to the device `key`'s app `bundleID`, with the device's
+    /// presence and silent budget as they are now; the device's session
+    /// when it is connected.
+    func admit(
+        _ notification: PushNotification, to key: DeviceKey, bundleID: String, now: Date, events: inout [DeliveryEvent]
+    ) -> (DeliveryRules.Admission, DeviceSession?) {
+        state.withLock { state in
+            let session = state.sessions[key]
+            let presence: DevicePresence = session.map { $0.accepts(bundleID: bundleID) ? .online : .appDisabled } ?? .offline
+            // Only a silent push counts against (and makes) the device's budget.
+            var silentWindow = notification.isSilent ? state.silent[key] : nil
+            let admission = rules.admit(notification, presence: presence, silentWindow: &silentWindow, now: now, events: &events)
+            if notification.isSilent { state.silent[key] = silentWindow }
+            return (admission, session)
+        }
+    }
+
+    /// Queues a priority-5 notification for the device's burst; the
+    /// coalesced event of one it replaced, if any.
+    func queueForBurst(_ queued: QueuedNotification, for key: DeviceKey, now: Date) -> DeliveryEvent? {
+        state.withLock { state in
+            state.bursts[key, default: BurstQueue(since: now)].add(queued, notification: queued.notification, bundleID: queued.bundleID, at: now)
+        }
+    }
+
+    /// The bursts whose window passed, taken out, each with its device's
+    /// session (nil: gone offline meanwhile).
+    func dueBursts(at now: Date) -> [(DeviceSession?, [QueuedNotification])] {
+        state.withLock { state in
+            var due: [(DeviceSession?, [QueuedNotification])] = []
+            for (key, burst) in state.bursts where rules.burstIsDue(since: burst.since, at: now) {
+                due.append((state.sessions[key], burst.elements))
+                state.bursts[key] = nil
+            }
+            return due
+        }
+    }
+
+    /// What was queued for a device's bursts (in both environments), taken out.
+    func removeBursts(ofDevice deviceID: UInt64) -> [QueuedNotification] {
+        state.withLock { state in
+            let keys = state.bursts.keys.filter { $0.deviceID == deviceID }
+            return keys.flatMap { state.bursts.removeValue(forKey: $0)?.elements ?? [] }
+        }
+    }
+
+    /// The device connected: returns the session it replaces, if any.
+    func connected(_ session: DeviceSession) -> DeviceSession? {
+        state.withLock { state -> DeviceSession? in
+            defer { state.sessions[session.key] = session }
+            return state.sessions[session.key]
+        }
+    }
+
+    /// The session ended: unless a newer one replaced it, the device is
+    /// offline, those waiting for that hear of it, and what was queued for
+    /// its burst is returned.
+    func disconnected(_ session: DeviceSession) -> [QueuedNotification] {
+        let (dropped, waiters): ([QueuedNotification], [CheckedContinuation<Void, Never>]) = state.withLock { state in
+            guard state.sessions[session.key] === session else { return ([], []) }
+            state.sessions[session.key] = nil
+            return (state.bursts.removeValue(forKey: session.key)?.elements ?? [], state.offlineWaiters.removeValue(forKey: session.key) ?? [])
+        }
+        for waiter in waiters { waiter.resume() }
+        return dropped
+    }
+
+    /// Returns once the device has no connection in the environment.
+    func waitUntilOffline(_ key: DeviceKey) async {
+        await withCheckedContinuation { continuation in
+            let online = state.withLock { state -> Bool in
+                guard state.sessions[key] != nil else { return false }
+                state.offlineWaiters[key, default: []].append(continuation)
+                return true
+            }
+            if !online { continuation.resume() }
+        }
+    }
+
+    /// Forgets silent budgets whose hour ended.
+    func pruneBudgets(at now: Date) {
+        state.withLock { state in state.silent = state.silent.filter { !$0.value.hasEnded(at: now, length: DeliveryRules.silentWindow) } }
+    }
+}

@@ -1,0 +1,277 @@
+import CourierCore
+import CourierPKI
+import Foundation
+import Synchronization
+
+struct RegistrationKey: Hashable, Sendable {
+    var deviceID: UInt64
+    var bundleID: String
+    var environment: Environment
+}
+
+/// A device token (with its environment) as a dictionary key.
+///
+/// Hashed by its first eight bytes only: a token is an AES block's output
+/// (DeviceTokens.swift), so those bytes are already spread evenly, and
+/// only tokens that opened — which only the server's key can make — are
+/// kept. Equality still compares every byte.
+struct TokenKey: Hashable, Sendable {
+    var environment: Environment
+    var bytes: [UInt8]
+
+    static func == (left: TokenKey, right: TokenKey) -> Bool {
+        left.environment == right.environment && left.bytes.count == right.bytes.count
+            && left.bytes.withUnsafeBytes { l in right.bytes.withUnsafeBytes { r in l.isEmpty || memcmp(l.baseAddress!, r.baseAddress!, l.count) == 0 } }
+    }
+
+    func hash(into hasher: inout Hasher) {
+        hasher.combine(environment)
+        bytes.withUnsafeBytes { raw in
+            if raw.count >= 8 {
+                hasher.combine(raw.loadUnaligned(as: UInt64.self))
+            } else {
+                hasher.combine(bytes: raw)
+            }
+        }
+    }
+}
+
+/// A token that opened and belongs to the notification's topic.
+struct CheckedToken {
+    var contents: DeviceTokenContents
+    var key: RegistrationKey
+    var tokenKey: TokenKey
+}
+
+/// What is known of a token that opened. A token's contents depend only on
+/// its bytes and the environment's key, so it is opened once (four AES
+/// blocks); the app it belongs to and whether it is that app's active
+/// registration are kept beside them, with its rate window, so that a
+/// notification to a known token costs one dictionary lookup.
+struct TokenEntry {
+    var contents: DeviceTokenContents
+    /// The app the token was found to belong to.
+    var bundleID: String?
+    /// The registration epoch (`Registrations`) in which the token was
+    /// found to be its app's active registration: a later change of any
+    /// registration makes the mark stale.
+    var registeredEpoch: Int?
+    /// Its rate window; one never opened reads as ended.
+    var window = RateWindow.unopened
+
+    init(contents: DeviceTokenContents) {
+        self.contents = contents
+    }
+
+    /// True when the window has ended (or was never opened): the entry
+    /// holds nothing that cannot be found again.
+    func isIdle(at now: Date, window length: TimeInterval) -> Bool {
+        window.hasEnded(at: now, length: length)
+    }
+
+    /// For a token marked as `bundleID`'s active registration in `epoch`:
+    /// its contents, and the refusal if its rate window did not take one
+    /// more (`DeliveryRules`). Nil (and nothing counted) otherwise.
+    mutating func take(ifRegisteredIn epoch: Int, for bundleID: String, rules: DeliveryRules, now: Date) -> (DeviceTokenContents, DeliveryRules.Refusal?)? {
+        guard registeredEpoch == epoch, self.bundleID == bundleID else { return nil }
+        return (contents, rules.refusal(takingFrom: &window, now: now))
+    }
+
+    /// Counts one more in the rate window (the refusal when it is full),
+    /// and marks the token as `bundleID`'s active registration in `epoch`
+    /// (unmarked when nil).
+    mutating func take(markedRegisteredIn epoch: Int?, for bundleID: String, rules: DeliveryRules, now: Date) -> DeliveryRules.Refusal? {
+        self.bundleID = bundleID
+        registeredEpoch = epoch
+        return rules.refusal(takingFrom: &window, now: now)
+    }
+}
+
+/// Which token is which device's app: the apps' registrations (the store's,
+/// cached), the tokens that opened with their rate windows, the apps'
+/// token hashes. One lock: a notification to a token already known as its
+/// app's active registration costs one lookup here, which takes its rate
+/// window too.
+final class Registrations: Sendable {
+    /// Token entries kept before idle ones are pruned; entries with an open
+    /// rate window are never pruned, so the table may hold more (it is
+    /// pruned again at twice what was left).
+    static let tokenCapacity = 100_000
+
+    private struct State {
+        var registrations: [RegistrationKey: AppRegistration] = [:]
+        /// Tokens that opened (see `TokenEntry`).
+        var tokens: [TokenKey: TokenEntry] = [:]
+        /// Prune `tokens` of idle entries when it reaches this many.
+        var tokensPruneAt = Registrations.tokenCapacity
+        /// Apps' token hashes (`DeviceTokenContents.appHash(of:)`), by bundle id.
+        var appHashes: [String: UInt64] = [:]
+        /// Counts changes of `registrations` (see `TokenEntry.registeredEpoch`).
+        var epoch = 0
+
+        /// Keeps a token that opened, and the app it belongs to when known.
+        /// A full table first loses its idle entries.
+        mutating func remember(_ key: TokenKey, _ contents: DeviceTokenContents, bundleID: String?, now: Date, window: TimeInterval) {
+            if tokens[key] == nil, tokens.count >= tokensPruneAt {
+                tokens = tokens.filter { !$0.value.isIdle(at: now, window: window) }
+                tokensPruneAt = max(Registrations.tokenCapacity, 2 * tokens.count)
+            }
+            if let bundleID {
+                tokens[key, default: TokenEntry(contents: contents)].bundleID = bundleID
+            } else if tokens[key] == nil {
+                tokens[key] = TokenEntry(contents: contents)
+            }
+        }
+    }
+
+    private let state = Mutex(State())
+    private let store: any Store
+    private let codecs: [Environment: DeviceTokenCodec]
+    private let rules: DeliveryRules
+    private let clock: any WallClock
+
+    init(store: any Store, codecs: [Environment: DeviceTokenCodec], rules: DeliveryRules, clock: any WallClock) {
+        self.store = store
+        self.codecs = codecs
+        self.rules = rules
+        self.clock = clock
+    }
+
+    func codec(_ environment: Environment) -> DeviceTokenCodec { codecs[environment]! }
+
+    // MARK: Tokens
+
+    /// A token already found to be `bundleID`'s active registration (no
+    /// registration changed since): it, with the refusal if its rate
+    /// window is full. Nil when it is not known so.
+    func takeKnown(_ key: TokenKey, bundleID: String, now: Date) -> (CheckedToken, DeliveryRules.Refusal?)? {
+        let known = state.withLock { state in
+            state.tokens[key]?.take(ifRegisteredIn: state.epoch, for: bundleID, rules: rules, now: now)
+        }
+        guard let (contents, refusal) = known else { return nil }
+        let registrationKey = RegistrationKey(deviceID: contents.deviceID, bundleID: bundleID, environment: key.environment)
+        return (CheckedToken(contents: contents, key: registrationKey, tokenKey: key), refusal)
+    }
+
+    /// The checks of the token itself: it opens in its environment, and
+    /// is `bundleID`'s (the topic's app).
+    func check(_ key: TokenKey, bundleID: String, now: Date) -> Result<CheckedToken, TokenCheckFailure> {
+        let known = state.withLock { $0.tokens[key].map { (contents: $0.contents, ofTheApp: $0.bundleID == bundleID) } }
+        let contents: DeviceTokenContents
+        if let known {
+            contents = known.contents
+        } else {
+            guard case .success(let opened) = codec(key.environment).open(key.bytes) else { return .failure(TokenCheckFailure(problem: .unopened)) }
+            contents = opened
+        }
+        let belongs = known?.ofTheApp ?? false || appHash(of: bundleID) == contents.appHash
+        if known?.ofTheApp != true {
+            state.withLock { $0.remember(key, contents, bundleID: belongs ? bundleID : nil, now: now, window: rules.qos.tokenRateWindow) }
+        }
+        guard belongs else { return .failure(TokenCheckFailure(problem: .ofAnotherApp)) }
+        return .success(
+            CheckedToken(contents: contents, key: RegistrationKey(deviceID: contents.deviceID, bundleID: bundleID, environment: key.environment), tokenKey: key))
+    }
+
+    /// `DeviceTokenContents.appHash(of:)`, computed once per app.
+    private func appHash(of bundleID: String) -> UInt64 {
+        if let hash = state.withLock({ $0.appHashes[bundleID] }) { return hash }
+        let hash = DeviceTokenContents.appHash(of: bundleID)
+        state.withLock { state in
+            if state.appHashes.count >= Self.tokenCapacity { state.appHashes.removeAll() }
+            state.appHashes[bundleID] = hash
+        }
+        return hash
+    }
+
+    /// Counts the notification in its token's rate window (the refusal
+    /// when it is full), and marks the token as its app's active
+    /// registration (as of `epoch`, when no registration changed since).
+    func takeRate(_ token: CheckedToken, registeredIn epoch: Int, now: Date) -> DeliveryRules.Refusal? {
+        state.withLock { state in
+            let current = state.epoch
+            // Found (or made again, if pruned since the check) and updated in place: the token is hashed once.
+            return state.tokens[token.tokenKey, default: TokenEntry(contents: token.contents)].take(
+                markedRegisteredIn: epoch == current ? epoch : nil, for: token.key.bundleID, rules: rules, now: now)
+        }
+    }
+
+    /// The tokens known now (tests).
+    var knownTokens: Int { state.withLock { $0.tokens.count } }
+
+    /// Forgets tokens whose rate window ended (they are found again).
+    func pruneIdle(at now: Date) {
+        state.withLock { state in state.tokens = state.tokens.filter { !$0.value.isIdle(at: now, window: rules.qos.tokenRateWindow) } }
+    }
+
+    // MARK: Registrations
+
+    /// The registration as cached (nil: not cached), and the epoch it was read in.
+    func cached(_ key: RegistrationKey) -> (AppRegistration?, epoch: Int) {
+        state.withLock { ($0.registrations[key], $0.epoch) }
+    }
+
+    /// The current epoch: read before a registration is loaded, a change
+    /// while it is loaded makes the token's mark stale.
+    var epoch: Int { state.withLock { $0.epoch } }
+
+    /// The registration, from the cache or the store.
+    func registration(_ key: RegistrationKey) async throws -> AppRegistration? {
+        if let cached = state.withLock({ $0.registrations[key] }) { return cached }
+        let loaded = try await store.registration(deviceID: key.deviceID, bundleID: key.bundleID, environment: key.environment)
+        if let loaded { state.withLock { $0.registrations[key] = $0.registrations[key] ?? loaded } }
+        return loaded
+    }
+
+    /// A token that opened for the topic's app, against the app's
+    /// registration on the device (nil: never registered).
+    static func problem(of token: [UInt8], in registration: AppRegistration?, now: Date) -> TokenProblem? {
+        // A token the device no longer holds (an older generation) is not a device token any more.
+        guard let registration, registration.token == token else { return .notHeld }
+        return registration.active ? nil : .removed(at: registration.unregisteredAt ?? now)
+    }
+
+    /// Issues (or returns again) the token of an app on a device and records
+    /// the registration. Nil when there is no such app.
+    func register(deviceID: UInt64, generation: UInt32, bundleID: String, environment: Environment) async throws -> [UInt8]? {
+        guard try await store.app(bundleID: bundleID) != nil else { return nil }
+        let token = codec(environment).issue(DeviceTokenContents(deviceID: deviceID, generation: generation, bundleID: bundleID))
+        let key = RegistrationKey(deviceID: deviceID, bundleID: bundleID, environment: environment)
+        let existing = try await registration(key)
+        if let existing, existing.active, existing.token == token { return token }
+        let registration = AppRegistration(deviceID: deviceID, bundleID: bundleID, environment: environment, token: token, registeredAt: clock.now())
+        try await store.register(registration)
+        state.withLock { state in
+            state.registrations[key] = registration
+            state.epoch += 1
+        }
+        return token
+    }
+
+    /// The app was removed from the device. False when it was not registered.
+    func unregister(deviceID: UInt64, bundleID: String, environment: Environment) async throws -> Bool {
+        guard try await store.unregister(deviceID: deviceID, bundleID: bundleID, environment: environment, at: clock.now()) else { return false }
+        let key = RegistrationKey(deviceID: deviceID, bundleID: bundleID, environment: environment)
+        let updated = try await store.registration(deviceID: deviceID, bundleID: bundleID, environment: environment)
+        state.withLock { state in
+            state.registrations[key] = updated
+            state.epoch += 1
+        }
+        return true
+    }
+
+    /// The device was reset: its registrations end (the store's were
+    /// ended with its new generation).
+    func forgetDevice(_ deviceID: UInt64) {
+        state.withLock { state in
+            state.registrations = state.registrations.filter { $0.key.deviceID != deviceID }
+            state.epoch += 1
+        }
+    }
+}
+
+/// Why a token cannot take a notification, found before its registration
+/// was looked at (`TokenProblem.unopened` or `.ofAnotherApp`).
+struct TokenCheckFailure: Error {
+    var problem: TokenProblem
+}
