@@ -89,36 +89,22 @@ final class BinaryConnectionState: Sendable {
 /// no room) waits in a task, and the connection reads nothing more until it
 /// is decided.
 final class BinaryGateway: ListenerInterface {
-    let listener = BoundPorts.Listener.binary
-    let environment: Environment
-    let configuration: CourierConfiguration
-    let tlsContext: NIOSSLContext
-    let verifier: PeerVerifier
+    let basics: PortBasics
     let dispatcher: Dispatcher
-    let logger: Logger
     /// How long to keep reading (and discarding) after an error packet, so
     /// that closing is not a TCP reset that destroys the packet.
     let linger: TimeAmount = .milliseconds(250)
-    /// What peers may hold, and who uses which certificate.
-    let policy: ConnectionPolicy
     private let decoderLimits: BinaryDecoderLimits
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher,
         policy: ConnectionPolicy, logger: Logger
     ) throws {
-        self.environment = environment
-        self.policy = policy
-        self.configuration = configuration
-        var logger = logger
-        logger[metadataKey: "courier.listener"] = "binary.\(environment.rawValue)"
-        self.logger = logger
         // TLS 1.2 at most, as Apple's gateway spoke: TLS 1.3 session tickets
         // arrive after the handshake, and old clients take them for an error response.
-        tlsContext = try ServerTLS.context(provisioner: provisioner, maximumVersion: .tlsv12)
-        verifier = PeerVerifier(
-            authority: tls.authority, certificates: policy.certificates, kind: .provider, logger: logger, environment: environment,
-            providers: policy.providers)
+        basics = PortBasics(
+            .binary, environment, configuration: configuration, policy: policy, authority: tls,
+            context: try ServerTLS.context(provisioner: provisioner, maximumVersion: .tlsv12), peers: .providers(checkingEnvironment: true), logger: logger)
         self.dispatcher = dispatcher
         decoderLimits = BinaryDecoderLimits(
             tokenLength: configuration.limits.tokenLength, legacyPayload: configuration.limits.payload.binaryLegacy,

@@ -74,26 +74,13 @@ final class ChannelDeviceLink: DeviceLink {
 /// frames to handle (see there). Ten thousand idle devices are ten
 /// thousand channels, not ten thousand suspended tasks.
 final class DeviceGateway: ListenerInterface {
-    let listener = BoundPorts.Listener.device
-    let environment: Environment
-    let configuration: CourierConfiguration
-    let tlsContext: NIOSSLContext
-    let verifier: PeerVerifier
+    let basics: PortBasics
     let dispatcher: Dispatcher
-    let logger: Logger
-    /// What peers may hold, and who uses which certificate.
-    let policy: ConnectionPolicy
     private let tokenLength: Int
 
     init(environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, dispatcher: Dispatcher, policy: ConnectionPolicy, logger: Logger) {
-        self.environment = environment
-        self.policy = policy
-        self.configuration = configuration
-        var logger = logger
-        logger[metadataKey: "courier.listener"] = "device.\(environment.rawValue)"
-        self.logger = logger
-        tlsContext = tls.context
-        verifier = PeerVerifier(authority: tls.authority, certificates: policy.certificates, kind: .device, logger: logger)
+        basics = PortBasics(
+            .device, environment, configuration: configuration, policy: policy, authority: tls, context: tls.context, peers: .devices, logger: logger)
         self.dispatcher = dispatcher
         tokenLength = dispatcher.codec(environment).length
     }

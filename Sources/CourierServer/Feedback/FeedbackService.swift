@@ -13,30 +13,16 @@ import ServiceLifecycle
 /// (timestamp, token) tuples of the certificate's topics, then closes. An
 /// entry is removed only after it was written.
 final class FeedbackService: ListenerInterface {
-    let listener = BoundPorts.Listener.feedback
-    let environment: Environment
-    let configuration: CourierConfiguration
-    let tlsContext: NIOSSLContext
-    let verifier: PeerVerifier
+    let basics: PortBasics
     let list: FeedbackList
-    let logger: Logger
-    /// What peers may hold, and who uses which certificate.
-    let policy: ConnectionPolicy
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, policy: ConnectionPolicy,
         feedback list: FeedbackList, logger: Logger
     ) throws {
-        self.environment = environment
-        self.policy = policy
-        self.configuration = configuration
-        var logger = logger
-        logger[metadataKey: "courier.listener"] = "feedback.\(environment.rawValue)"
-        self.logger = logger
-        tlsContext = try ServerTLS.context(provisioner: provisioner, maximumVersion: .tlsv12)
-        verifier = PeerVerifier(
-            authority: tls.authority, certificates: policy.certificates, kind: .provider, logger: logger, environment: environment,
-            providers: policy.providers)
+        basics = PortBasics(
+            .feedback, environment, configuration: configuration, policy: policy, authority: tls,
+            context: try ServerTLS.context(provisioner: provisioner, maximumVersion: .tlsv12), peers: .providers(checkingEnvironment: true), logger: logger)
         self.list = list
     }
 

@@ -84,14 +84,9 @@ struct HTTP2Answer: Sendable {
 /// offers no ALPN speaks HTTP/2 all the same), certificate or token trust,
 /// `POST /3/device/<token>`, every status and reason of docs/protocol.md §2.
 public final class HTTP2Gateway: ListenerInterface, Sendable {
-    let listener = BoundPorts.Listener.http2
-    let environment: Environment
-    let configuration: CourierConfiguration
-    let tlsContext: NIOSSLContext
-    let verifier: PeerVerifier
+    let basics: PortBasics
     let dispatcher: Dispatcher
     let keys: ProviderKeys
-    let logger: Logger
     private struct Connections {
         var open: [ObjectIdentifier: HTTP2ConnectionHandle] = [:]
         var shuttingDown = false
@@ -99,22 +94,16 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
     }
 
     private let connections = Mutex(Connections())
-    /// What peers may hold, and who uses which certificate.
-    let policy: ConnectionPolicy
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher,
         keys: ProviderKeys, policy: ConnectionPolicy, logger: Logger
     ) throws {
-        self.environment = environment
-        self.policy = policy
-        self.configuration = configuration
-        var logger = logger
-        logger[metadataKey: "courier.listener"] = "http2.\(environment.rawValue)"
-        self.logger = logger
         // A certificate is optional here: without one, the provider uses tokens.
-        tlsContext = try ServerTLS.context(provisioner: provisioner, alpn: ["h2"], verification: .optionalVerification)
-        verifier = PeerVerifier(authority: tls.authority, certificates: policy.certificates, kind: .provider, logger: logger, providers: policy.providers)
+        basics = PortBasics(
+            .http2, environment, configuration: configuration, policy: policy, authority: tls,
+            context: try ServerTLS.context(provisioner: provisioner, alpn: ["h2"], verification: .optionalVerification),
+            peers: .providers(checkingEnvironment: false), logger: logger)
         self.dispatcher = dispatcher
         self.keys = keys
     }

@@ -13,13 +13,8 @@ protocol ListenerInterface: Sendable {
     /// What a connection hands to `serve`, when it needs a task.
     associatedtype Connection: Sendable = Never
 
-    var listener: BoundPorts.Listener { get }
-    var environment: Environment { get }
-    var logger: Logger { get }
-    /// The TLS context of the port's connections.
-    var tlsContext: NIOSSLContext { get }
-    /// Checks the peer's certificate during the handshake.
-    var verifier: PeerVerifier { get }
+    /// What every port's interface has.
+    var basics: PortBasics { get }
 
     /// The port's own bootstrap options (a backlog, an allocator).
     func configure(_ bootstrap: ServerBootstrap) -> ServerBootstrap
@@ -51,6 +46,15 @@ protocol ListenerInterface: Sendable {
 }
 
 extension ListenerInterface {
+    var listener: BoundPorts.Listener { basics.listener }
+    var environment: Environment { basics.environment }
+    var configuration: CourierConfiguration { basics.configuration }
+    /// What peers may hold, and who uses which certificate.
+    var policy: ConnectionPolicy { basics.policy }
+    var logger: Logger { basics.logger }
+    var tlsContext: NIOSSLContext { basics.tlsContext }
+    var verifier: PeerVerifier { basics.verifier }
+
     func configure(_ bootstrap: ServerBootstrap) -> ServerBootstrap { bootstrap }
     func shuttingDown() {}
     func farewell(_ channel: any Channel) { channel.close(promise: nil) }
@@ -59,6 +63,52 @@ extension ListenerInterface {
 
 extension ListenerInterface where Connection == Never {
     func serve(_ connection: Never) async {}
+}
+
+/// What every port's interface has: which listener it is and its
+/// environment, the configuration and connection policy, a logger that
+/// names the listener, and the TLS of its connections with their peer
+/// check.
+struct PortBasics: Sendable {
+    let listener: BoundPorts.Listener
+    let environment: Environment
+    let configuration: CourierConfiguration
+    let policy: ConnectionPolicy
+    let logger: Logger
+    let tlsContext: NIOSSLContext
+    let verifier: PeerVerifier
+
+    /// Whose certificates the port takes.
+    enum Peers {
+        /// Providers' (`checkingEnvironment`: the certificate must carry the
+        /// port's environment at the handshake; the HTTP/2 port answers
+        /// that per request instead).
+        case providers(checkingEnvironment: Bool)
+        case devices
+    }
+
+    init(
+        _ listener: BoundPorts.Listener, _ environment: Environment, configuration: CourierConfiguration, policy: ConnectionPolicy,
+        authority: ServerTLS, context: NIOSSLContext, peers: Peers, logger: Logger
+    ) {
+        self.listener = listener
+        self.environment = environment
+        self.configuration = configuration
+        self.policy = policy
+        var logger = logger
+        logger[metadataKey: "courier.listener"] = "\(listener.rawValue).\(environment.rawValue)"
+        self.logger = logger
+        tlsContext = context
+        verifier =
+            switch peers {
+            case .providers(let checkingEnvironment):
+                PeerVerifier(
+                    authority: authority.authority, certificates: policy.certificates, kind: .provider, logger: logger,
+                    environment: checkingEnvironment ? environment : nil, providers: policy.providers)
+            case .devices:
+                PeerVerifier(authority: authority.authority, certificates: policy.certificates, kind: .device, logger: logger)
+            }
+    }
 }
 
 /// The one listener every port runs, in the manner of hummingbird's
