@@ -2,6 +2,15 @@ import Synchronization
 
 /// A result that arrives later: callbacks registered before it arrives run
 /// when it does, and any number of tasks may await it.
+///
+/// Not NIO's `EventLoopFuture`: a group commit resolves a batch's results
+/// in the batch's order, and each result's callbacks must run then, on the
+/// resolving thread, in that order — a binary connection counts its
+/// accepted identifiers by the order its commits finish
+/// (`BinaryConnectionState`). An `EventLoopFuture` runs its callbacks on
+/// the event loop it was made on, later; one connection's commits made on
+/// different loops (one admitted on the connection's loop, the next
+/// decided in a task) would run their callbacks out of order.
 final class Pending<Value: Sendable>: Sendable {
     typealias Callback = @Sendable (Result<Value, any Error>) -> Void
 
