@@ -47,7 +47,13 @@ import Testing
     /// Beyond `connections.maxPerListener` a new connection is closed at
     /// accept, whatever its address (other loopback addresses here).
     @Test func connectionsBeyondAListenersLimitAreClosedAtAccept() async throws {
-        try await withTestServer(configure: { $0.connections.maxPerListener = 3 }) { server in
+        // The held connections never start TLS: on a loaded machine (the
+        // whole suite in parallel on two cores) the default 10-second
+        // handshake limit could close them before the test looks at them.
+        try await withTestServer(configure: {
+            $0.connections.maxPerListener = 3
+            $0.network.handshakeTimeout = 300
+        }) { server in
             let port = try await server.http2Port()
             var held: [any Channel] = []
             for source in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] { held.append(try await tcpConnection(port: port, from: source)) }
