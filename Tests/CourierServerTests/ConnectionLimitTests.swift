@@ -7,6 +7,7 @@ import Foundation
 import NIOCore
 import NIOEmbedded
 import NIOPosix
+import NIOSSL
 import NIOTLS
 import Testing
 
@@ -44,19 +45,36 @@ import Testing
         }
     }
 
+    /// A TLS connection from `source`, returned once its handshake is
+    /// done: the server has admitted it.
+    func tlsConnection(port: Int, from source: String, caPath: String) async throws -> any Channel {
+        let context = try NIOSSLContext(configuration: try ProviderTLS(certificatePath: nil, keyPath: nil, caPath: caPath).configuration())
+        let (channel, handshake) = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .bind(to: try SocketAddress(ipAddress: source, port: 0))
+            .connect(host: "127.0.0.1", port: port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    let signal = HandshakeSignal(promise: channel.eventLoop.makePromise())
+                    try channel.pipeline.syncOperations.addHandler(try NIOSSLClientHandler(context: context, serverHostname: "localhost"))
+                    try channel.pipeline.syncOperations.addHandler(signal)
+                    return (channel, signal.promise.futureResult)
+                }
+            }
+        try await handshake.get()
+        return channel
+    }
+
     /// Beyond `connections.maxPerListener` a new connection is closed at
     /// accept, whatever its address (other loopback addresses here).
     @Test func connectionsBeyondAListenersLimitAreClosedAtAccept() async throws {
-        // The held connections never start TLS: on a loaded machine (the
-        // whole suite in parallel on two cores) the default 10-second
-        // handshake limit could close them before the test looks at them.
-        try await withTestServer(configure: {
-            $0.connections.maxPerListener = 3
-            $0.network.handshakeTimeout = 300
-        }) { server in
+        try await withTestServer(configure: { $0.connections.maxPerListener = 3 }) { server in
             let port = try await server.http2Port()
+            // Each held connection finishes its handshake before the next
+            // one connects: connections accepted together are admitted in
+            // whatever order their event loops run them.
             var held: [any Channel] = []
-            for source in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] { held.append(try await tcpConnection(port: port, from: source)) }
+            for source in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] {
+                held.append(try await tlsConnection(port: port, from: source, caPath: server.caPath))
+            }
             // The fourth, from a fifth address, is closed by the server at once.
             let refused = try await tcpConnection(port: port, from: "127.0.0.5")
             try await refused.closeFuture.get()

@@ -10,8 +10,9 @@ import Glibc
 
 /// What one listener lets peers hold: open connections in all and from one
 /// source address. A connection beyond either is closed at accept (by a
-/// `CloseAtOnce` in front of its pipeline: a channel initializer that
-/// threw would end the whole accept loop of an async listener), counted,
+/// `CloseAtOnce` in front of its pipeline: the channel initializer must
+/// not throw, as NIO's async listener would drop the accepted socket
+/// without closing it), counted,
 /// and logged at most once per
 /// `connections.refusalLogInterval` with the count since the last line —
 /// so that a flood can neither lock out the other listeners nor flood the
@@ -60,12 +61,13 @@ final class ListenerGuard: Sendable {
     }
 
     /// Counts a new connection in, or refuses it: `CloseAtOnce` goes in
-    /// front of its pipeline (whatever else the listener then adds never
-    /// sees a byte). Call first in the child channel initializer.
-    func admit(_ channel: any Channel) throws {
+    /// its pipeline and false is returned (the listener adds nothing
+    /// else). Call first in the child channel initializer.
+    @discardableResult
+    func admit(_ channel: any Channel) throws -> Bool {
         guard count(channel) else {
             try channel.pipeline.syncOperations.addHandler(CloseAtOnce(), position: .first)
-            return
+            return false
         }
         if let maxUnread {
             // The kernel's send buffer is fixed instead of growing with
@@ -75,17 +77,18 @@ final class ListenerGuard: Sendable {
             // The channel turns unwritable once more than maxUnread bytes
             // wait in it: NIO counts them on every write anyway, so the
             // bound costs nothing per write. A socket that refuses the
-            // options (its peer already gone) is closed, not thrown for:
-            // a throw here would end the listener's accept loop.
+            // options (its peer already gone) is closed, not thrown for
+            // (see above).
             do {
                 try channel.syncOptions?.setOption(.socketOption(.so_sndbuf), value: Self.sendBuffer)
                 try channel.syncOptions?.setOption(.writeBufferWaterMark, value: .init(low: maxUnread / 2, high: maxUnread))
             } catch {
                 try channel.pipeline.syncOperations.addHandler(CloseAtOnce(), position: .first)
-                return
+                return false
             }
             try channel.pipeline.syncOperations.addHandler(UnreadLimit(self), position: .first)
         }
+        return true
     }
 
     /// Counts and (at most once per interval) logs a connection closed

@@ -143,9 +143,18 @@ struct PortListener<Interface: ListenerInterface>: Service {
         let server = try await bindListener(interface.listener, interface.environment, network) { host, port in
             try await interface.configure(listenerBootstrap())
                 .bind(host: host, port: port) { channel in
+                    // Never fails: NIO's async listener drops a child whose
+                    // initializer failed without closing its socket. A
+                    // connection that cannot be set up is closed here.
                     channel.eventLoop.makeCompletedFuture { () -> Interface.Connection? in
-                        try guardian.admit(channel)
-                        try open.add(channel)
+                        do {
+                            // Refused: CloseAtOnce closes it as it becomes active.
+                            guard try guardian.admit(channel) else { return nil }
+                            try open.add(channel)
+                        } catch {
+                            channel.close(promise: nil)
+                            return nil
+                        }
                         let release: @Sendable () -> Void = { open.remove(channel) }
                         do {
                             if !Interface.releasesItself { channel.closeFuture.whenComplete { _ in release() } }
@@ -154,9 +163,11 @@ struct PortListener<Interface: ListenerInterface>: Service {
                                 interface.verifier.tlsHandlers(channel, context: interface.tlsContext, box: peer, handshakeTimeout: timeout))
                             return try interface.setUp(channel, peer: peer, release: release)
                         } catch {
-                            // Refused: whatever the interface took on ends with the channel.
+                            // Whatever the interface took on ends with the channel.
                             if Interface.releasesItself { release() }
-                            throw error
+                            interface.logger.debug("closing a connection that could not be set up", metadata: ["courier.error": "\(error)"])
+                            channel.close(promise: nil)
+                            return nil
                         }
                     }
                 }
