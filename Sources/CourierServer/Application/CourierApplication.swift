@@ -81,7 +81,7 @@ public struct CourierApplication: Sendable {
             let tls = try ServerTLS(provisioner: provisioner)
             let ports = BoundPorts()
             // Shutdown runs in reverse: listeners first, the store last.
-            var services: [any Service] = [StoreService(provisioner: provisioner, logger: logger), log]
+            var services: [any Service] = [StoreService(provisioner: provisioner, logger: logger), log] + dispatcher.writers
             let keys = ProviderKeys(store: provisioner.store)
             let certificates = CertificateConnections(store: provisioner.store, clock: clock, logger: logger)
             let policy = ConnectionPolicy(

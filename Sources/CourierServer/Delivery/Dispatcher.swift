@@ -2,6 +2,7 @@ import CourierCore
 import CourierPKI
 import Foundation
 import Logging
+import ServiceLifecycle
 import Synchronization
 
 /// A provider's right to push to one topic, and the topic's app and kind,
@@ -85,6 +86,12 @@ public final class Dispatcher: Sendable {
     }
 
     func codec(_ environment: Environment) -> DeviceTokenCodec { registrations.codec(environment) }
+
+    /// The store writers, as services to run after the store and the
+    /// delivery log and before everything that hands them work (shutdown
+    /// runs in reverse): the acknowledger after the writer of held
+    /// notifications, whose commits it follows.
+    var writers: [any Service] { [acknowledger, pendingWriter] }
 
     // MARK: Accepting notifications
 

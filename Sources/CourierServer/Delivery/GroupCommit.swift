@@ -1,3 +1,4 @@
+import ServiceLifecycle
 import Synchronization
 
 /// A result that arrives later: callbacks registered before it arrives run
@@ -57,35 +58,52 @@ final class Pending<Value: Sendable>: Sendable {
     }
 }
 
-/// Group commit: items are queued in the order they are handed in; whoever
-/// finds the writer idle writes everything queued so far in one batch, again
-/// and again until the queue is empty. Under load many items share one
-/// transaction; alone, an item is written at once.
-final class GroupCommit<Item: Sendable, Result: Sendable>: Sendable {
+/// Group commit: items are queued in the order they are handed in; the
+/// writer, woken by the first item of an empty queue, writes everything
+/// queued so far in one batch, again and again until the queue is empty.
+/// Under load many items share one transaction; alone, an item is written
+/// at once.
+///
+/// The writer is a service of the application's `ServiceGroup`, placed so
+/// that it stops after every interface that hands items in and before the
+/// store: at graceful shutdown it writes what is queued and ends; an item
+/// handed in after that fails at once (`GroupCommitEnded`).
+final class GroupCommit<Item: Sendable, Result: Sendable>: Service, Sendable {
     private struct State {
         var queue: [(Item, Pending<Result>)] = []
-        var writing = false
+        /// The writer was woken for what is queued, and has not yet found
+        /// the queue empty.
+        var woken = false
+        var ended = false
     }
 
     private let state = Mutex(State())
     private let write: @Sendable ([Item]) async throws -> [Result]
+    private let wake: AsyncStream<Void>.Continuation
+    private let wakeups: AsyncStream<Void>
 
     /// `write` must return one result for each item, in order.
     init(write: @escaping @Sendable ([Item]) async throws -> [Result]) {
         self.write = write
+        (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
     /// Queues an item now (its place in the order is fixed by this call)
     /// and returns the result to come.
     func enqueue(_ item: Item) -> Pending<Result> {
         let pending = Pending<Result>()
-        let startWriter = state.withLock { state -> Bool in
+        let (wakeWriter, ended) = state.withLock { state -> (Bool, Bool) in
+            if state.ended { return (false, true) }
             state.queue.append((item, pending))
-            if state.writing { return false }
-            state.writing = true
-            return true
+            if state.woken { return (false, false) }
+            state.woken = true
+            return (true, false)
         }
-        if startWriter { Task { await self.drain() } }
+        if ended {
+            pending.resolve(.failure(GroupCommitEnded()))
+        } else if wakeWriter {
+            wake.yield()
+        }
         return pending
     }
 
@@ -93,12 +111,23 @@ final class GroupCommit<Item: Sendable, Result: Sendable>: Sendable {
         try await enqueue(item).value
     }
 
+    func run() async throws {
+        await withGracefulShutdownHandler {
+            for await _ in wakeups { await drain() }
+        } onGracefulShutdown: {
+            self.wake.finish()
+        }
+        // What was queued until now is written; nothing is taken after.
+        state.withLock { $0.ended = true }
+        await drain()
+    }
+
     private func drain() async {
         while true {
             let batch = state.withLock { state -> [(Item, Pending<Result>)] in
                 let batch = state.queue
                 state.queue.removeAll(keepingCapacity: true)
-                if batch.isEmpty { state.writing = false }
+                if batch.isEmpty { state.woken = false }
                 return batch
             }
             if batch.isEmpty { return }
@@ -110,4 +139,10 @@ final class GroupCommit<Item: Sendable, Result: Sendable>: Sendable {
             }
         }
     }
+}
+
+/// An item handed to a group commit whose writer has ended (the server is
+/// shutting down).
+struct GroupCommitEnded: Error, CustomStringConvertible {
+    var description: String { "the store's writer has stopped: the server is shutting down" }
 }
