@@ -63,7 +63,6 @@ final class ListenerGuard: Sendable {
     /// Counts a new connection in, or refuses it: `CloseAtOnce` goes in
     /// its pipeline and false is returned (the listener adds nothing
     /// else). Call first in the child channel initializer.
-    @discardableResult
     func admit(_ channel: any Channel) throws -> Bool {
         guard count(channel) else {
             try channel.pipeline.syncOperations.addHandler(CloseAtOnce(), position: .first)

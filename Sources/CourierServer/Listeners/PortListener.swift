@@ -147,16 +147,13 @@ struct PortListener<Interface: ListenerInterface>: Service {
                     // initializer failed without closing its socket. A
                     // connection that cannot be set up is closed here.
                     channel.eventLoop.makeCompletedFuture { () -> Interface.Connection? in
+                        let release: @Sendable () -> Void = { open.remove(channel) }
+                        var added = false
                         do {
                             // Refused: CloseAtOnce closes it as it becomes active.
                             guard try guardian.admit(channel) else { return nil }
                             try open.add(channel)
-                        } catch {
-                            channel.close(promise: nil)
-                            return nil
-                        }
-                        let release: @Sendable () -> Void = { open.remove(channel) }
-                        do {
+                            added = true
                             if !Interface.releasesItself { channel.closeFuture.whenComplete { _ in release() } }
                             let peer = PeerIdentityBox()
                             try channel.pipeline.syncOperations.addHandlers(
@@ -164,7 +161,7 @@ struct PortListener<Interface: ListenerInterface>: Service {
                             return try interface.setUp(channel, peer: peer, release: release)
                         } catch {
                             // Whatever the interface took on ends with the channel.
-                            if Interface.releasesItself { release() }
+                            if added, Interface.releasesItself { release() }
                             interface.logger.debug("closing a connection that could not be set up", metadata: ["courier.error": "\(error)"])
                             channel.close(promise: nil)
                             return nil
