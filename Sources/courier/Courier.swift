@@ -12,7 +12,9 @@ struct Courier: AsyncParsableCommand {
             Courier speaks APNs' provider APIs (binary and HTTP/2) and feedback service, and delivers to \
             devices over its own TLS device protocol. Start with 'courier serve'.
             """,
-        subcommands: [Serve.self, PKI.self, DeviceCommand.self, PushCommand.self, FeedbackCommand.self]
+        subcommands: [
+            Serve.self, PKI.self, DeviceCommand.self, PushCommand.self, FeedbackCommand.self, InboxCommand.self, LogCommand.self, StatusCommand.self,
+        ]
     )
 
     /// Runs the command line. Help goes to standard output; any error is

@@ -48,6 +48,9 @@ struct Serve: AsyncParsableCommand {
                     text += "Push to the demo device with courier (HTTP/2, token trust):\n" + DemoCommands.courierPush(demo) + "\n"
                     text += "or with curl and a JWT made by openssl, as Apple documents it (bash):\n" + DemoCommands.curl(demo) + "\n"
                 }
+                if let port = ports["admin"] {
+                    text += Self.describe(admin: application, port: port)
+                }
                 say(text + Self.describe(ports: ports))
             }
         ).run()
@@ -70,6 +73,13 @@ struct Serve: AsyncParsableCommand {
             text += "Run the demo device:\n  swift run courier device run --identity \(device) --app \(bundle)\n"
         }
         return text
+    }
+
+    static func describe(admin application: CourierApplication, port: Int) -> String {
+        let host = application.configuration.network.adminHost
+        let url = "http://\(host.contains(":") ? "[\(host)]" : host):\(port)"
+        return "Admin API: \(url)  (token: \(application.report.adminToken))\n"
+            + "  curl -H 'Authorization: Bearer \(application.report.adminToken)' \(url)/v1/inbox\n"
     }
 
     static func describe(ports: [String: Int]) -> String {

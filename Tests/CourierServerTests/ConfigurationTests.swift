@@ -37,7 +37,7 @@ let everyKeyChanged = CourierConfiguration(
         host: "0.0.0.0",
         production: .init(binary: 3195, feedback: 3196, http2: 3197, device: 6223),
         sandbox: .init(binary: 13195, feedback: 13196, http2: 13197, device: 16223),
-        adminPort: 9090, serverDNSNames: ["push.example.com"], serverIPAddresses: ["10.0.0.1"], handshakeTimeout: 3),
+        adminPort: 9090, serverDNSNames: ["push.example.com"], serverIPAddresses: ["10.0.0.1"], handshakeTimeout: 3, adminHost: "::1"),
     connections: .init(
         maxPerListener: 10, maxPerDeviceListener: 20, maxPerAddress: 5, authenticationTimeout: 2, binaryIdleTimeout: 60, unfinishedFrameTimeout: 4,
         feedbackTimeout: 6, reconnectLimit: 7, reconnectWindow: 8, refusalLogInterval: 9, maxUnfinishedRequestBytes: 10_000,
@@ -48,6 +48,7 @@ let everyKeyChanged = CourierConfiguration(
     demo: .init(enabled: false, teamID: "ABCDE12345", teamName: "Other", bundleID: "com.example.other"),
     qos: QoSConfiguration(burstWindow: 5, silentBudgetPerHour: 3, retention: 3600, tokenRateLimit: 10, tokenRateWindow: 1, tickInterval: 0.5, keepAlive: 30),
     threads: .init(realtimePriority: 5),
+    inbox: .init(capacity: 50, maxAge: 120),
     logLevel: "debug")
 
 @Suite struct ConfigurationTests {

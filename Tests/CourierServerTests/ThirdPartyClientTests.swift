@@ -100,6 +100,15 @@ let thirdPartyScripts = URL(fileURLWithPath: #filePath).deletingLastPathComponen
             let received = try #require(await device.next())
             #expect(received.id.uuidString.lowercased() == results.first?[1])
             #expect(String(decoding: received.payload, as: UTF8.self).contains("from aioapns"))
+            // What a CI job asserts on: the inbox, waited on through the admin API.
+            let waited = try await server.admin("GET", "/v1/inbox/wait?token=\(token)&outcome=accepted&timeout=10")
+            #expect(waited.status == 200)
+            #expect(waited.object["apnsID"] as? String == results.first?[1])
+            #expect((waited.object["payload"] as? String)?.contains("from aioapns") == true)
+            #expect((waited.object["provider"] as? String)?.hasPrefix(mode == "token" ? "key " : "certificate ") == true)
+            let refused = try await server.admin("GET", "/v1/inbox/wait?outcome=BadDeviceToken&timeout=10")
+            #expect(refused.status == 200)
+            #expect(refused.object["apnsID"] as? String == results.last?[1])
             await server.disconnect(device)
         }
     }

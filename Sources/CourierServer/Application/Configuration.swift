@@ -32,8 +32,10 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         public var host: String
         public var production: EnvironmentPorts
         public var sandbox: EnvironmentPorts
-        /// Admin API and console (HTTP, plain), bound to 127.0.0.1.
+        /// Admin API and console (HTTP, plain): the port, and the address
+        /// it binds to (a loopback address: the admin API has no TLS).
         public var adminPort: Int
+        public var adminHost: String
         /// DNS names of the server certificate made on first start.
         public var serverDNSNames: [String]
         /// IP addresses of the server certificate made on first start.
@@ -45,9 +47,10 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         public init(
             host: String = "127.0.0.1", production: EnvironmentPorts = .production, sandbox: EnvironmentPorts = .sandbox,
             adminPort: Int = 8080, serverDNSNames: [String] = ["localhost"], serverIPAddresses: [String] = ["127.0.0.1", "::1"],
-            handshakeTimeout: Double = 10
+            handshakeTimeout: Double = 10, adminHost: String = "127.0.0.1"
         ) {
             self.handshakeTimeout = handshakeTimeout
+            self.adminHost = adminHost
             self.host = host
             self.production = production
             self.sandbox = sandbox
@@ -203,6 +206,19 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         }
     }
 
+    /// What the admin API's inbox keeps of the notifications received.
+    public struct InboxSettings: Sendable, Hashable, Codable {
+        /// Entries kept at most (the oldest go first); 0 records nothing.
+        public var capacity: Int
+        /// Seconds an entry is kept.
+        public var maxAge: Double
+
+        public init(capacity: Int = 10_000, maxAge: Double = 3600) {
+            self.capacity = capacity
+            self.maxAge = maxAge
+        }
+    }
+
     public var dataDirectory: String
     public var network: Network
     public var connections: Connections
@@ -213,14 +229,16 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
     /// Quality of service: bursts, budgets, retention, rates, keepalive.
     public var qos: QoSConfiguration
     public var threads: Threads
+    public var inbox: InboxSettings
     /// swift-log level: trace, debug, info, notice, warning, error, critical.
     public var logLevel: String
 
     public init(
         dataDirectory: String = "./courier-data", network: Network = Network(), connections: Connections = Connections(), http2: HTTP2 = HTTP2(),
         limits: Limits = Limits(), paths: Paths = Paths(), demo: Demo = Demo(), qos: QoSConfiguration = QoSConfiguration(), threads: Threads = Threads(),
-        logLevel: String = "info"
+        inbox: InboxSettings = InboxSettings(), logLevel: String = "info"
     ) {
+        self.inbox = inbox
         self.connections = connections
         self.qos = qos
         self.threads = threads
@@ -367,6 +385,11 @@ extension CourierConfiguration {
         guard qos.silentBudgetPerHour >= 0 else { throw ConfigurationError("\(source): 'qos.silentBudgetPerHour' must be 0 or more") }
         guard qos.tokenRateLimit >= 1 else { throw ConfigurationError("\(source): 'qos.tokenRateLimit' must be at least 1") }
         guard (1...86_400).contains(qos.keepAlive) else { throw ConfigurationError("\(source): 'qos.keepAlive' must be 1 to 86400") }
+        guard ["127.0.0.1", "::1", "localhost"].contains(network.adminHost) else {
+            throw ConfigurationError("\(source): 'network.adminHost' must be 127.0.0.1, ::1 or localhost: the admin API has no TLS yet")
+        }
+        guard (0...1_000_000).contains(inbox.capacity) else { throw ConfigurationError("\(source): 'inbox.capacity' must be 0 to 1000000") }
+        guard inbox.maxAge > 0 else { throw ConfigurationError("\(source): 'inbox.maxAge' must be more than 0") }
         guard threads.realtimePriority == 0 || RealtimeScheduling.priorities.contains(threads.realtimePriority) else {
             throw ConfigurationError("\(source): 'threads.realtimePriority' must be 0 (off) or 1 to 99")
         }

@@ -16,6 +16,9 @@ public struct BootstrapReport: Sendable {
     public var demoDeviceDirectory: String?
     /// The demo device's token for the demo app (production), hex.
     public var demoDeviceToken: String?
+    /// The admin API's bearer token, and the file that keeps it.
+    public var adminToken = ""
+    public var adminTokenPath = ""
 
     /// True when this start created the data directory's CA.
     public var isFirstStart: Bool { files.contains { $0.what == "CA certificate" && $0.created } }
@@ -36,6 +39,8 @@ public struct CourierApplication: Sendable {
     public let listeners: [(BoundPorts.Listener, Environment)]
     /// The HTTP/2 provider API of each environment.
     public let http2Gateways: [Environment: HTTP2Gateway]
+    /// What the provider interfaces received (the admin API reads it).
+    public let inbox: NotificationInbox
     /// What peers may hold, and the connections each certificate authenticated.
     let policy: ConnectionPolicy
 
@@ -69,6 +74,11 @@ public struct CourierApplication: Sendable {
         let provisioner = try await Provisioner.open(configuration: configuration, clock: clock, wrapStore: wrapStore, logger: logger)
         do {
             var report = try await bootstrap(provisioner)
+            let admin = try AdminToken.loadOrCreate(inDataDirectory: configuration.dataDirectory)
+            report.adminToken = admin.token
+            report.adminTokenPath = admin.path
+            report.files.append(ProvisionedFile(what: "admin token", path: admin.path, created: admin.created))
+            let inbox = NotificationInbox(capacity: configuration.inbox.capacity, maxAge: configuration.inbox.maxAge, clock: clock)
             let log = DeliveryLogWriter(store: provisioner.store, logger: logger)
             var codecs: [Environment: DeviceTokenCodec] = [:]
             for environment in Environment.allCases { codecs[environment] = try provisioner.tokenCodec(environment) }
@@ -94,7 +104,7 @@ public struct CourierApplication: Sendable {
             for environment in Environment.allCases {
                 http2Gateways[environment] = try HTTP2Gateway(
                     environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, keys: keys,
-                    policy: policy, logger: logger)
+                    inbox: inbox, policy: policy, logger: logger)
             }
             if timers {
                 services.append(TimerService(interval: configuration.qos.tickInterval) { await dispatcher.tick() })
@@ -111,8 +121,8 @@ public struct CourierApplication: Sendable {
                     environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, policy: policy, feedback: feedback,
                     logger: logger)
                 let binary = try BinaryGateway(
-                    environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, policy: policy,
-                    logger: logger)
+                    environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, inbox: inbox,
+                    policy: policy, logger: logger)
                 services += [
                     PortListener(device, configuration: configuration, policy: policy, ports: ports),
                     PortListener(feedbackService, configuration: configuration, policy: policy, ports: ports),
@@ -120,10 +130,20 @@ public struct CourierApplication: Sendable {
                     PortListener(http2Gateways[environment]!, configuration: configuration, policy: policy, ports: ports),
                 ]
             }
+            let listeners: [(BoundPorts.Listener, Environment)] = Environment.allCases.flatMap {
+                [(.device, $0), (.feedback, $0), (.binary, $0), (.http2, $0)]
+            }
+            // Stops first at shutdown: a long poll does not hold the listeners up.
+            services.append(
+                AdminServer(
+                    configuration: configuration, token: admin.token, inbox: inbox, dispatcher: dispatcher, connections: policy.open, ports: ports,
+                    ready: { [store = provisioner.store] in
+                        guard ports.all.count > listeners.count else { return false }
+                        return (try? await store.schemaVersion()) != nil
+                    }, logger: logger))
             return CourierApplication(
                 configuration: configuration, provisioner: provisioner, report: report, services: services, dispatcher: dispatcher, ports: ports,
-                listeners: Environment.allCases.flatMap { [(.device, $0), (.feedback, $0), (.binary, $0), (.http2, $0)] }, http2Gateways: http2Gateways,
-                policy: policy)
+                listeners: listeners, http2Gateways: http2Gateways, inbox: inbox, policy: policy)
         } catch {
             try? await provisioner.close()
             throw error
@@ -258,6 +278,7 @@ struct ReadinessService: Service {
         do {
             try await cancelWhenGracefulShutdown {
                 for (listener, environment) in listeners { _ = try await ports.port(listener, environment) }
+                _ = try await ports.adminPort()
             }
         } catch {
             return

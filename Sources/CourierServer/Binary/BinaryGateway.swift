@@ -91,6 +91,8 @@ final class BinaryConnectionState: Sendable {
 final class BinaryGateway: ListenerInterface {
     let basics: PortBasics
     let dispatcher: Dispatcher
+    /// Every notification frame, with its outcome.
+    let inbox: NotificationInbox
     /// How long to keep reading (and discarding) after an error packet, so
     /// that closing is not a TCP reset that destroys the packet.
     let linger: TimeAmount = .milliseconds(250)
@@ -98,8 +100,9 @@ final class BinaryGateway: ListenerInterface {
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher,
-        policy: ConnectionPolicy, logger: Logger
+        inbox: NotificationInbox, policy: ConnectionPolicy, logger: Logger
     ) throws {
+        self.inbox = inbox
         // TLS 1.2 at most, as Apple's gateway spoke: TLS 1.3 session tickets
         // arrive after the handshake, and old clients take them for an error response.
         basics = PortBasics(
@@ -153,15 +156,55 @@ final class BinaryGateway: ListenerInterface {
     }
 
     /// Hands one notification to the dispatcher, without waiting.
-    fileprivate func admitAtOnce(_ frame: BinaryNotificationFrame, grant: TopicGrant, now: Date) -> Admission {
+    fileprivate func admitAtOnce(_ frame: BinaryNotificationFrame, grant: TopicGrant, sender: ProviderIdentity?, now: Date) -> Admission {
         let notification: PushNotification
         do {
             notification = try self.notification(frame, topic: grant.topic)
         } catch {
+            if inbox.isRecording {
+                record(
+                    BinaryFrameFields(frame), token: Array(buffer: frame.token), topic: grant.topic, payload: Array(buffer: frame.payload), apnsID: nil,
+                    sender: sender, outcome: .refused(status: Int(error.status.rawValue), reason: error.status.meaning), now: now)
+            }
             return .decided(.failure(error))
         }
         guard let decided = dispatcher.admitAtOnce(notification, environment: environment, grant: grant, now: now) else { return .waits(notification) }
+        if inbox.isRecording { record(BinaryFrameFields(frame), notification, sender: sender, result: decided.result, now: now) }
         return .decided(outcome(decided))
+    }
+
+    /// Records a notification the dispatcher decided in the inbox.
+    fileprivate func record(_ fields: BinaryFrameFields, _ notification: PushNotification, sender: ProviderIdentity?, result: AcceptResult, now: Date) {
+        let outcome: InboxOutcome
+        switch result {
+        case .accepted: outcome = .accepted
+        case .rejected(let reason, _): outcome = .refused(status: reason.binaryStatus.map { Int($0.rawValue) }, reason: reason.rawValue)
+        }
+        record(
+            fields, token: notification.token, topic: notification.topic, payload: notification.payload, apnsID: notification.id, sender: sender,
+            outcome: outcome, now: now)
+    }
+
+    fileprivate func record(
+        _ fields: BinaryFrameFields, token: [UInt8]?, topic: String?, payload: [UInt8], apnsID: UUID?, sender: ProviderIdentity?, outcome: InboxOutcome,
+        now: Date
+    ) {
+        inbox.record(
+            InboxEntry(
+                sequence: 0, receivedAt: now, interface: .binary, environment: environment,
+                apnsID: (apnsID ?? UUID.notificationID()).uuidString.lowercased(), token: token, topic: topic, provider: sender?.name,
+                teamID: sender?.teamID, headers: fields.headers, payload: payload, outcome: outcome))
+    }
+
+    /// A frame that could not be decoded (`BinaryFrameFailure`), in the inbox.
+    fileprivate func record(_ failure: BinaryFrameFailure, topic: String?, sender: ProviderIdentity?, now: Date) {
+        guard inbox.isRecording else { return }
+        inbox.record(
+            InboxEntry(
+                sequence: 0, receivedAt: now, interface: .binary, environment: environment, apnsID: UUID.notificationID().uuidString.lowercased(),
+                token: nil, topic: topic, provider: sender?.name, teamID: sender?.teamID,
+                headers: [("identifier", String(failure.identifier)), ("malformed", failure.detail)], payload: [],
+                outcome: .refused(status: failure.answers ? Int(failure.status.rawValue) : nil, reason: failure.status.meaning)))
     }
 
     fileprivate func outcome(_ decided: (result: AcceptResult, durable: Pending<Void>?)) -> Result<Pending<Void>?, Refusal> {
@@ -172,6 +215,34 @@ final class BinaryGateway: ListenerInterface {
             guard let status = reason.binaryStatus else { return .success(nil) }
             return .failure(Refusal(status: status))
         }
+    }
+}
+
+/// A binary frame's fields besides token and payload, as the inbox shows
+/// them in place of HTTP/2's headers.
+struct BinaryFrameFields: Sendable {
+    var command: UInt8
+    var identifier: UInt32
+    var expiry: UInt32?
+    var priority: UInt8?
+
+    init(command: UInt8, identifier: UInt32, expiry: UInt32?, priority: UInt8?) {
+        self.command = command
+        self.identifier = identifier
+        self.expiry = expiry
+        self.priority = priority
+    }
+
+    init(_ frame: BinaryNotificationFrame) {
+        self.init(command: frame.command, identifier: frame.identifier, expiry: frame.expiry, priority: frame.priority)
+    }
+
+    var headers: [(name: String, value: String)] {
+        var headers = [("command", String(command))]
+        if command != 0 { headers.append(("identifier", String(identifier))) }
+        if let expiry { headers.append(("expiry", String(expiry))) }
+        if let priority { headers.append(("priority", String(priority))) }
+        return headers
     }
 }
 
@@ -206,6 +277,8 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     private var deadline: UnfinishedFrameDeadline
     /// Frames handled since the last read.
     private var handled = 0
+    /// The certificate's provider, for the inbox.
+    private var sender: ProviderIdentity?
 
     init(gateway: BinaryGateway, peer: PeerIdentityBox, limits: BinaryDecoderLimits) {
         self.gateway = gateway
@@ -229,6 +302,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
                 let topic = info.bundleID ?? info.topics.first?.description
             {
                 grant = TopicGrant(topic, for: identity)
+                sender = identity
             }
             switch machine.handshakeCompleted(grant) {
             case .admit:
@@ -285,19 +359,23 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
         switch message {
         case .failure(let failure):
             gateway.logger.info("malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"])
+            gateway.record(failure, topic: grant.topic, sender: sender, now: now)
             refuse(failure.answers ? failure.status : nil, failure.identifier, context: context)
         case .notification(let frame):
-            switch gateway.admitAtOnce(frame, grant: grant, now: now) {
+            switch gateway.admitAtOnce(frame, grant: grant, sender: sender, now: now) {
             case .decided(let outcome):
                 settle(outcome, command: frame.command, identifier: frame.identifier, context: context)
             case .waits(let notification):
                 machine.waitForDispatcher()
                 // Not the frame: its bytes are the TLS handler's, which it reuses.
-                let (command, identifier) = (frame.command, frame.identifier)
+                let (command, identifier, fields, sender) = (frame.command, frame.identifier, BinaryFrameFields(frame), sender)
                 let (gateway, loop) = (self.gateway, context.eventLoop)
                 let bound = NIOLoopBound((self, context), eventLoop: loop)
                 Task {
                     let decided = await gateway.dispatcher.admitAfterWaiting(notification, environment: gateway.environment, grant: grant)
+                    if gateway.inbox.isRecording {
+                        gateway.record(fields, notification, sender: sender, result: decided.result, now: gateway.dispatcher.clock.now())
+                    }
                     loop.execute {
                         let (handler, context) = bound.value
                         switch handler.machine.dispatcherDecided() {

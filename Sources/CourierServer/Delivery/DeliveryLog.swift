@@ -64,6 +64,9 @@ final class DeliveryLogWriter: Service, Sendable {
         append(CollectionOfOne(event))
     }
 
+    /// Events appended and not yet written.
+    var backlog: Int { buffer.withLock { $0.events.count } }
+
     /// Producers waiting for room.
     var waitingProducers: Int { buffer.withLock { $0.waiters.count } }
 

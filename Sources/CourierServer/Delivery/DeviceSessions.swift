@@ -93,6 +93,9 @@ final class DeviceSessions: Sendable {
         self.rules = rules
     }
 
+    /// Devices connected now (each environment's connection counts once).
+    var online: Int { state.withLock { $0.sessions.count } }
+
     /// The rules after acceptance (`DeliveryRules.admit`) for a
     /// notification to the device `key`'s app `bundleID`, with the device's
     /// presence and silent budget as they are now; the device's session

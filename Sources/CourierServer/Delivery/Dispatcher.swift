@@ -433,6 +433,13 @@ public final class Dispatcher: Sendable {
         log.append(events)
     }
 
+    /// A notification's delivery log (by apns-id), oldest first, with
+    /// what was appended until now (written first).
+    func deliveryLog(of notificationID: UUID) async throws -> [DeliveryEvent] {
+        await log.flush()
+        return try await store.deliveryEvents(notificationID: notificationID)
+    }
+
     /// Writes the delivery log's buffered events.
     public func flushLog() async {
         await log.flush()

@@ -73,9 +73,11 @@ struct HTTP2Answer: Sendable {
     var body: [UInt8]?
     /// The connection's first valid provider token: lift the one-stream limit.
     var liftStreamLimit = false
+    /// Why it was refused.
+    var reason: Reason?
 
     static func failure(_ reason: Reason, apnsID: String, timestamp: Date? = nil) -> HTTP2Answer {
-        HTTP2Answer(status: reason.httpStatus, apnsID: apnsID, body: HTTP2ErrorBody(reason: reason, timestamp: timestamp).json)
+        HTTP2Answer(status: reason.httpStatus, apnsID: apnsID, body: HTTP2ErrorBody(reason: reason, timestamp: timestamp).json, reason: reason)
     }
 }
 
@@ -87,6 +89,8 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
     let basics: PortBasics
     let dispatcher: Dispatcher
     let keys: ProviderKeys
+    /// Every request that reached an answer, with the answer.
+    let inbox: NotificationInbox
     private struct Connections {
         var open: [ObjectIdentifier: HTTP2ConnectionHandle] = [:]
         var shuttingDown = false
@@ -97,8 +101,9 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher,
-        keys: ProviderKeys, policy: ConnectionPolicy, logger: Logger
+        keys: ProviderKeys, inbox: NotificationInbox, policy: ConnectionPolicy, logger: Logger
     ) throws {
+        self.inbox = inbox
         // A certificate is optional here: without one, the provider uses tokens.
         basics = PortBasics(
             .http2, environment, configuration: configuration, policy: policy, authority: tls,
@@ -200,9 +205,46 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
 
     // MARK: Requests
 
+    /// What a request was found to be on its way to its answer, for the inbox.
+    struct Seen {
+        var identity: ProviderIdentity?
+        var topic: String?
+        var token: [UInt8]?
+    }
+
+    /// Answers one request whose headers parsed (`decide`) and records it
+    /// in the inbox with its answer.
+    func answer(_ head: HTTP2RequestHead, headers: HPACKHeaders, body: ByteBuffer, connection: HTTP2ConnectionHandle) async -> HTTP2Answer {
+        var seen = Seen()
+        let answer = await decide(head, body: body, connection: connection, seen: &seen)
+        record(headers, body: body, answer: answer, seen: seen)
+        return answer
+    }
+
+    /// Records a request in the inbox with its answer.
+    func record(_ headers: HPACKHeaders, body: ByteBuffer, answer: HTTP2Answer, seen: Seen = Seen()) {
+        guard inbox.isRecording else { return }
+        let outcome: InboxOutcome =
+            answer.status == 200 ? .accepted : .refused(status: answer.status, reason: answer.reason?.rawValue ?? "status \(answer.status)")
+        let path = headers.first(name: ":path") ?? ""
+        let token = seen.token ?? (path.hasPrefix("/3/device/") ? Hex.decode(path.dropFirst("/3/device/".count)) : nil)
+        inbox.record(
+            InboxEntry(
+                sequence: 0, receivedAt: clock.now(), interface: .http2, environment: environment, apnsID: answer.apnsID, token: token,
+                topic: seen.topic ?? headers.first(name: "apns-topic"), provider: seen.identity?.name, teamID: seen.identity?.teamID,
+                headers: headers.map { ($0.name, $0.name == "authorization" ? Self.redacted($0.value) : $0.value) }, payload: Array(buffer: body),
+                outcome: outcome))
+    }
+
+    /// An authorization header without its credential (the entry's
+    /// `provider` names the key that signed a valid one).
+    static func redacted(_ value: String) -> String {
+        value.lowercased().hasPrefix("bearer ") ? "bearer (not recorded)" : "(not recorded)"
+    }
+
     /// Answers one request whose headers parsed: trust, topic, header
     /// values, payload, then the dispatcher (docs/protocol.md §2).
-    func answer(_ head: HTTP2RequestHead, body: ByteBuffer, connection: HTTP2ConnectionHandle) async -> HTTP2Answer {
+    private func decide(_ head: HTTP2RequestHead, body: ByteBuffer, connection: HTTP2ConnectionHandle, seen: inout Seen) async -> HTTP2Answer {
         let newID = UUID.notificationID()
         let apnsID = head.apnsID ?? newID.lowercasedString
         var identity: ProviderIdentity
@@ -237,17 +279,19 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
                 tokenTrust = trust
             }
         }
+        seen.identity = identity
         var answer = await deliver(
-            head, body: body, identity: &identity, defaultTopic: defaultTopic, tokenTrust: tokenTrust, id: newID, apnsID: apnsID)
+            head, body: body, identity: &identity, defaultTopic: defaultTopic, tokenTrust: tokenTrust, id: newID, apnsID: apnsID, seen: &seen)
         answer.liftStreamLimit = liftStreamLimit
         return answer
     }
 
     private func deliver(
         _ head: HTTP2RequestHead, body: ByteBuffer, identity: inout ProviderIdentity, defaultTopic: String?, tokenTrust: TokenTrust?, id: UUID,
-        apnsID: String
+        apnsID: String, seen: inout Seen
     ) async -> HTTP2Answer {
         guard let topic = head.topic ?? defaultTopic else { return .failure(.missingTopic, apnsID: apnsID) }
+        seen.topic = topic
         guard HTTP2RequestHead.isTopic(topic) else { return .failure(.badTopic, apnsID: apnsID) }
         var grant = TopicGrant(topic, for: identity)
         // A team's app added since the token was verified.
@@ -261,6 +305,7 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         case .failure(let reason): return .failure(reason, apnsID: apnsID)
         case .success(let checked): fields = checked
         }
+        seen.token = fields.token
         let channel: PayloadChannel = grant.kind == .voip ? .http2VoIP : .http2
         let summary: PayloadSummary
         switch PayloadRules.check(body.readableBytesView, priority: fields.priority, channel: channel, limits: configuration.limits.payload) {
@@ -500,24 +545,29 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
 
     private func complete(_ streamID: HTTP2StreamID, context: ChannelHandlerContext) {
         guard let stream = remove(streamID) else { return }
+        let empty = context.channel.allocator.buffer(capacity: 0)
         if case .refuse(let reason) = machine.requestComplete() {
-            write(.failure(reason, apnsID: Self.apnsID(in: stream.headers)), on: streamID, context: context)
+            let answer = HTTP2Answer.failure(reason, apnsID: Self.apnsID(in: stream.headers))
+            gateway.record(stream.headers, body: stream.body ?? empty, answer: answer)
+            write(answer, on: streamID, context: context)
             return
         }
         let head: HTTP2RequestHead
         switch HTTP2RequestHead.parse(stream.headers) {
         case .failure(let reason):
-            write(.failure(reason, apnsID: Self.apnsID(in: stream.headers)), on: streamID, context: context)
+            let answer = HTTP2Answer.failure(reason, apnsID: Self.apnsID(in: stream.headers))
+            gateway.record(stream.headers, body: stream.body ?? empty, answer: answer)
+            write(answer, on: streamID, context: context)
             return
         case .success(let parsed): head = parsed
         }
         machine.dispatched()
-        let body = stream.body ?? context.channel.allocator.buffer(capacity: 0)
+        let body = stream.body ?? empty
         let gateway = self.gateway
         let connection = self.connection
         let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
         Task {
-            let answer = await gateway.answer(head, body: body, connection: connection)
+            let answer = await gateway.answer(head, headers: stream.headers, body: body, connection: connection)
             handler.eventLoop.execute { handler.value.finish(answer, on: streamID) }
         }
     }

@@ -163,9 +163,11 @@ public final class BoundPorts: Sendable {
     /// A listener is listening on `channel`: its port is recorded (and
     /// its waiters told) and logged.
     func listening(_ listener: Listener, _ environment: Environment, on channel: any Channel, logger: Logger) {
-        let port = channel.localAddress?.port ?? 0
+        record("\(listener.rawValue).\(environment.rawValue)", port: channel.localAddress?.port ?? 0, logger: logger)
+    }
+
+    private func record(_ key: String, port: Int, logger: Logger) {
         logger.info("listening", metadata: ["courier.port": "\(port)"])
-        let key = "\(listener.rawValue).\(environment.rawValue)"
         let waiters = state.withLock { state in
             state.ports[key] = port
             return state.waiters.removeValue(forKey: key) ?? []
@@ -173,11 +175,24 @@ public final class BoundPorts: Sendable {
         for waiter in waiters { waiter.continuation.resume(returning: port) }
     }
 
+    /// The admin server is listening on `channel`.
+    func listening(admin channel: any Channel, logger: Logger) {
+        record("admin", port: channel.localAddress?.port ?? 0, logger: logger)
+    }
+
+    /// The admin server's port, once it is bound (see `port(_:_:)`).
+    public func adminPort() async throws -> Int {
+        try await port(key: "admin")
+    }
+
     /// The port, once the listener is bound. Throws `CancellationError`
     /// when the waiting task is cancelled (a listener that failed to bind
     /// never sets its port, and the service group cancels its waiters).
     public func port(_ listener: Listener, _ environment: Environment) async throws -> Int {
-        let key = "\(listener.rawValue).\(environment.rawValue)"
+        try await port(key: "\(listener.rawValue).\(environment.rawValue)")
+    }
+
+    private func port(key: String) async throws -> Int {
         let id = state.withLock { state in
             defer { state.nextWaiter += 1 }
             return state.nextWaiter

@@ -369,12 +369,28 @@ struct ConnectionPolicy: Sendable {
     let certificates: CertificateConnections
     let providers: ProviderLimits
     let memory: MemoryReturn
+    /// Every listener's guard, by name, for the admin API's status.
+    let open = ConnectionCounts()
 
     /// The limits of one listener (each listener has its own).
-    func guardFor(_ listener: BoundPorts.Listener, logger: Logger) -> ListenerGuard {
+    func guardFor(_ listener: BoundPorts.Listener, _ environment: Environment, logger: Logger) -> ListenerGuard {
         let limits = ListenerGuard(listener, connections, logger: logger)
         memory.watch(limits)
+        open.add(limits, as: "\(listener.rawValue).\(environment.rawValue)")
         return limits
+    }
+}
+
+/// The open connections of every listener, by name ("http2.production").
+final class ConnectionCounts: Sendable {
+    private let guards = Mutex<[String: ListenerGuard]>([:])
+
+    func add(_ limits: ListenerGuard, as name: String) {
+        guards.withLock { $0[name] = limits }
+    }
+
+    func counts() -> [String: Int] {
+        guards.withLock { $0 }.mapValues(\.open)
     }
 }
 

@@ -130,7 +130,7 @@ struct PortListener<Interface: ListenerInterface>: Service {
     init(_ interface: Interface, configuration: CourierConfiguration, policy: ConnectionPolicy, ports: BoundPorts) {
         self.interface = interface
         network = configuration.network
-        guardian = policy.guardFor(interface.listener, logger: interface.logger)
+        guardian = policy.guardFor(interface.listener, interface.environment, logger: interface.logger)
         handshakeTimeout = configuration.handshakeTimeout
         self.ports = ports
     }

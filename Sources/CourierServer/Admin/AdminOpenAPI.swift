@@ -1,0 +1,213 @@
+/// The admin API's OpenAPI 3 document, served at `/openapi.json`; the
+/// committed docs/openapi.json is this text (a test compares them).
+enum AdminOpenAPI {
+    static let document = #"""
+        {
+          "openapi": "3.0.3",
+          "info": {
+            "title": "Courier admin API",
+            "version": "1",
+            "description": "Courier's admin API: the inbox of notifications received, delivery-log lookup, status and health. See docs/admin-api.md."
+          },
+          "servers": [{"url": "http://127.0.0.1:8080"}],
+          "components": {
+            "securitySchemes": {
+              "adminToken": {"type": "http", "scheme": "bearer", "description": "The admin token: the file admin-token in the data directory, printed in the start-up banner."}
+            },
+            "parameters": {
+              "topic": {"name": "topic", "in": "query", "schema": {"type": "string"}, "description": "apns-topic"},
+              "token": {"name": "token", "in": "query", "schema": {"type": "string", "pattern": "^([0-9a-fA-F]{2})+$"}, "description": "device token, hex"},
+              "apnsID": {"name": "apns-id", "in": "query", "schema": {"type": "string"}},
+              "team": {"name": "team", "in": "query", "schema": {"type": "string"}, "description": "the provider's team id"},
+              "interface": {"name": "interface", "in": "query", "schema": {"type": "string", "enum": ["http2", "binary"]}},
+              "environment": {"name": "environment", "in": "query", "schema": {"type": "string", "enum": ["production", "sandbox"]}},
+              "outcome": {"name": "outcome", "in": "query", "schema": {"type": "string"}, "description": "accepted, refused, or a reason (BadDeviceToken, ...)"},
+              "since": {"name": "since", "in": "query", "schema": {"type": "string"}, "description": "ISO 8601 time or seconds since 1970"},
+              "until": {"name": "until", "in": "query", "schema": {"type": "string"}, "description": "ISO 8601 time or seconds since 1970"},
+              "after": {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0}, "description": "only entries with a larger sequence"},
+              "limit": {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}}
+            },
+            "responses": {
+              "Error": {
+                "description": "An error, with a one-line message",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+              }
+            },
+            "schemas": {
+              "Error": {
+                "type": "object", "required": ["error"],
+                "properties": {"error": {"type": "object", "required": ["message"], "properties": {"message": {"type": "string"}}}}
+              },
+              "Status": {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}},
+              "InboxEntry": {
+                "type": "object",
+                "required": ["sequence", "receivedAt", "interface", "environment", "apnsID", "headers", "payloadSize", "outcome"],
+                "properties": {
+                  "sequence": {"type": "integer", "minimum": 1},
+                  "receivedAt": {"type": "string", "format": "date-time"},
+                  "interface": {"type": "string", "enum": ["http2", "binary"]},
+                  "environment": {"type": "string", "enum": ["production", "sandbox"]},
+                  "apnsID": {"type": "string"},
+                  "token": {"type": "string"},
+                  "topic": {"type": "string"},
+                  "provider": {"type": "string", "description": "certificate <serial> or key <key id>"},
+                  "teamID": {"type": "string"},
+                  "headers": {
+                    "type": "array",
+                    "items": {"type": "object", "required": ["name", "value"], "properties": {"name": {"type": "string"}, "value": {"type": "string"}}}
+                  },
+                  "payload": {"type": "string", "description": "the payload as text, when it is UTF-8"},
+                  "payloadSize": {"type": "integer", "minimum": 0},
+                  "outcome": {
+                    "type": "object", "required": ["accepted"],
+                    "properties": {"accepted": {"type": "boolean"}, "status": {"type": "integer"}, "reason": {"type": "string"}}
+                  }
+                }
+              },
+              "InboxPage": {
+                "type": "object", "required": ["entries", "more", "last"],
+                "properties": {
+                  "entries": {"type": "array", "items": {"$ref": "#/components/schemas/InboxEntry"}},
+                  "more": {"type": "boolean"},
+                  "last": {"type": "integer", "minimum": 0}
+                }
+              },
+              "Event": {
+                "type": "object", "required": ["event", "at"],
+                "properties": {
+                  "event": {"type": "string", "enum": ["accepted", "stored", "replaced", "coalesced", "delivered", "acknowledged", "expired", "throttled", "rejected", "discarded"]},
+                  "at": {"type": "string", "format": "date-time"},
+                  "detail": {"type": "string"}
+                }
+              },
+              "Timeline": {
+                "type": "object", "required": ["apnsID", "received", "events"],
+                "properties": {
+                  "apnsID": {"type": "string"},
+                  "received": {"type": "array", "items": {"$ref": "#/components/schemas/InboxEntry"}},
+                  "events": {"type": "array", "items": {"$ref": "#/components/schemas/Event"}}
+                }
+              },
+              "ServerStatus": {
+                "type": "object", "required": ["devicesOnline", "connections", "inbox", "deliveryLogBacklog"],
+                "properties": {
+                  "devicesOnline": {"type": "integer", "minimum": 0},
+                  "connections": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+                  "inbox": {
+                    "type": "object", "required": ["entries", "capacity"],
+                    "properties": {"entries": {"type": "integer", "minimum": 0}, "capacity": {"type": "integer", "minimum": 0}}
+                  },
+                  "deliveryLogBacklog": {"type": "integer", "minimum": 0}
+                }
+              }
+            }
+          },
+          "security": [{"adminToken": []}],
+          "paths": {
+            "/health/live": {
+              "get": {
+                "summary": "The process answers", "security": [],
+                "responses": {"200": {"description": "live", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Status"}}}}}
+              }
+            },
+            "/health/ready": {
+              "get": {
+                "summary": "Every listener is bound and the store answers", "security": [],
+                "responses": {
+                  "200": {"description": "ready", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Status"}}}},
+                  "503": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/openapi.json": {
+              "get": {"summary": "This document", "security": [], "responses": {"200": {"description": "the OpenAPI document", "content": {"application/json": {}}}}}
+            },
+            "/v1/inbox": {
+              "get": {
+                "summary": "The notifications received that match, oldest first",
+                "parameters": [
+                  {"$ref": "#/components/parameters/topic"}, {"$ref": "#/components/parameters/token"}, {"$ref": "#/components/parameters/apnsID"},
+                  {"$ref": "#/components/parameters/team"}, {"$ref": "#/components/parameters/interface"}, {"$ref": "#/components/parameters/environment"},
+                  {"$ref": "#/components/parameters/outcome"}, {"$ref": "#/components/parameters/since"}, {"$ref": "#/components/parameters/until"},
+                  {"$ref": "#/components/parameters/after"}, {"$ref": "#/components/parameters/limit"}
+                ],
+                "responses": {
+                  "200": {"description": "a page of entries", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InboxPage"}}}},
+                  "400": {"$ref": "#/components/responses/Error"},
+                  "401": {"$ref": "#/components/responses/Error"}
+                }
+              },
+              "delete": {
+                "summary": "Forget every entry",
+                "responses": {
+                  "200": {
+                    "description": "cleared",
+                    "content": {"application/json": {"schema": {"type": "object", "required": ["cleared"], "properties": {"cleared": {"type": "integer", "minimum": 0}}}}}
+                  },
+                  "401": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/inbox/wait": {
+              "get": {
+                "summary": "The first entry after 'after' that matches: one received already, or the next one (long poll)",
+                "parameters": [
+                  {"$ref": "#/components/parameters/topic"}, {"$ref": "#/components/parameters/token"}, {"$ref": "#/components/parameters/apnsID"},
+                  {"$ref": "#/components/parameters/team"}, {"$ref": "#/components/parameters/interface"}, {"$ref": "#/components/parameters/environment"},
+                  {"$ref": "#/components/parameters/outcome"}, {"$ref": "#/components/parameters/since"}, {"$ref": "#/components/parameters/until"},
+                  {"$ref": "#/components/parameters/after"},
+                  {"name": "timeout", "in": "query", "schema": {"type": "integer", "minimum": 0, "maximum": 300, "default": 30}, "description": "seconds"}
+                ],
+                "responses": {
+                  "200": {"description": "the entry", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/InboxEntry"}}}},
+                  "400": {"$ref": "#/components/responses/Error"},
+                  "401": {"$ref": "#/components/responses/Error"},
+                  "404": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/notifications/{apnsID}": {
+              "get": {
+                "summary": "A notification's delivery log, and how it came in",
+                "parameters": [{"name": "apnsID", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "responses": {
+                  "200": {"description": "its timeline", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Timeline"}}}},
+                  "400": {"$ref": "#/components/responses/Error"},
+                  "401": {"$ref": "#/components/responses/Error"},
+                  "404": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/tokens/{token}/notifications": {
+              "get": {
+                "summary": "A device token's recent notifications with their timelines, newest first",
+                "parameters": [
+                  {"name": "token", "in": "path", "required": true, "schema": {"type": "string"}},
+                  {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}}
+                ],
+                "responses": {
+                  "200": {
+                    "description": "its notifications",
+                    "content": {"application/json": {"schema": {
+                      "type": "object", "required": ["token", "notifications"],
+                      "properties": {"token": {"type": "string"}, "notifications": {"type": "array", "items": {"$ref": "#/components/schemas/Timeline"}}}
+                    }}}
+                  },
+                  "400": {"$ref": "#/components/responses/Error"},
+                  "401": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/status": {
+              "get": {
+                "summary": "Devices online, open connections, the inbox and the delivery log's backlog",
+                "responses": {
+                  "200": {"description": "status", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ServerStatus"}}}},
+                  "401": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            }
+          }
+        }
+        """#
+}

@@ -1,0 +1,216 @@
+import ArgumentParser
+import CourierServer
+import Foundation
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// How the admin commands reach a running server's admin API.
+struct AdminOptions: ParsableArguments {
+    @OptionGroup var data: DataOptions
+
+    @Option(name: .long, help: ArgumentHelp("The admin API's URL (default: from the configuration, http://127.0.0.1:8080).", valueName: "url"))
+    var url: String?
+
+    @Option(
+        name: .customLong("admin-token"),
+        help: ArgumentHelp("The admin token (default: COURIER_ADMIN_TOKEN, else the data directory's admin-token file).", valueName: "token"))
+    var adminToken: String?
+
+    func client() throws -> AdminClient {
+        let configuration = try data.load()
+        let host = configuration.network.adminHost
+        let base = url ?? "http://\(host.contains(":") ? "[\(host)]" : host):\(configuration.network.adminPort)"
+        guard let parsed = URL(string: base), parsed.scheme == "http" || parsed.scheme == "https", parsed.host != nil else {
+            throw ValidationError("--url \(base) is not an http(s) URL")
+        }
+        guard let token = adminToken ?? AdminToken.find(dataDirectory: configuration.dataDirectory) else {
+            throw ValidationError(
+                "no admin token: none in \(configuration.dataDirectory)/\(AdminToken.fileName); give --data, --admin-token or COURIER_ADMIN_TOKEN")
+        }
+        return AdminClient(base: parsed, token: token, dataDirectory: configuration.dataDirectory)
+    }
+}
+
+/// A client of the admin API: one request, JSON back, every failure one
+/// line that names what to check.
+struct AdminClient {
+    let base: URL
+    let token: String
+    let dataDirectory: String
+
+    func get(_ path: String, query: [(String, String)] = [], timeout: TimeInterval = 30) async throws -> Data {
+        var components = URLComponents(url: base.appendingPathComponent(path), resolvingAgainstBaseURL: false)!
+        if !query.isEmpty { components.queryItems = query.map { URLQueryItem(name: $0.0, value: $0.1) } }
+        var request = URLRequest(url: components.url!, timeoutInterval: timeout)
+        request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        let (data, response): (Data, URLResponse)
+        do {
+            (data, response) = try await URLSession.shared.data(for: request)
+        } catch {
+            throw ValidationError(
+                "no Courier admin API at \(base.absoluteString) (\(error.localizedDescription)); is 'courier serve' running? check --url or network.adminPort")
+        }
+        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        guard (200..<300).contains(status) else {
+            let message = (try? JSONDecoder().decode(ErrorBody.self, from: data))?.error.message ?? "HTTP status \(status)"
+            if status == 401 {
+                throw ValidationError("the admin token was refused (\(message)); the server's token is in its data directory's admin-token file")
+            }
+            throw AdminFailure(status: status, message: message)
+        }
+        return data
+    }
+
+    private struct ErrorBody: Decodable {
+        struct Inner: Decodable { var message: String }
+        var error: Inner
+    }
+}
+
+/// The admin API refused a request: its status and message.
+struct AdminFailure: Error, CustomStringConvertible {
+    var status: Int
+    var message: String
+    var description: String { message }
+}
+
+/// Prints JSON as it came, indented.
+private func printJSON(_ data: Data) {
+    if let object = try? JSONSerialization.jsonObject(with: data),
+        let pretty = try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys])
+    {
+        say(String(decoding: pretty, as: UTF8.self) + "\n")
+    } else {
+        say(String(decoding: data, as: UTF8.self) + "\n")
+    }
+}
+
+/// One inbox entry as a line: sequence, time, interface and environment,
+/// apns-id, token, topic, outcome, payload.
+private func describe(_ entry: [String: Any]) -> String {
+    let outcome = entry["outcome"] as? [String: Any]
+    let accepted = outcome?["accepted"] as? Bool ?? false
+    var answer = accepted ? "accepted" : (outcome?["reason"] as? String ?? "refused")
+    if !accepted, let status = outcome?["status"] as? Int { answer += " (\(status))" }
+    let fields: [String] = [
+        "#\(entry["sequence"] ?? "?")", entry["receivedAt"] as? String ?? "", "\(entry["interface"] ?? "")/\(entry["environment"] ?? "")",
+        entry["apnsID"] as? String ?? "", "token \(entry["token"] as? String ?? "-")", "topic \(entry["topic"] as? String ?? "-")", answer,
+    ]
+    return fields.joined(separator: "  ") + "\n    " + (entry["payload"] as? String ?? "(\(entry["payloadSize"] ?? 0) bytes, not UTF-8)")
+}
+
+struct InboxCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "inbox",
+        abstract: "List the notifications a running server received, or wait for one.",
+        discussion: """
+            Lists the admin API's inbox (oldest first), filtered. With --wait, waits for the first notification \
+            after --after that matches (one received already, or the next) and exits 1 if none came in time — \
+            so a CI job can push with the provider code under test and check what Courier received.
+            """)
+
+    @OptionGroup var admin: AdminOptions
+    @Option(help: "Only this apns-topic.") var topic: String?
+    @Option(help: ArgumentHelp("Only this device token (hex).", valueName: "hex")) var token: String?
+    @Option(name: .customLong("apns-id"), help: "Only this apns-id.") var apnsID: String?
+    @Option(help: ArgumentHelp("Only this provider team.", valueName: "team-id")) var team: String?
+    @Option(help: "Only http2 or binary.") var interface: String?
+    @Option(help: "Only production or sandbox.") var environment: String?
+    @Option(help: "accepted, refused, or a reason (BadDeviceToken, ...).") var outcome: String?
+    @Option(help: "Only entries after this sequence number.") var after: UInt64?
+    @Option(help: "Entries at most (1-1000).") var limit: Int?
+    @Flag(help: "Wait for the first entry that matches.") var wait = false
+    @Option(help: "Seconds to wait (0-300).") var timeout: Int = 30
+    @Flag(help: "Print the API's JSON.") var json = false
+
+    func run() async throws {
+        let client = try admin.client()
+        var query: [(String, String)] = []
+        for (name, value) in [
+            ("topic", topic), ("token", token), ("apns-id", apnsID), ("team", team), ("interface", interface), ("environment", environment),
+            ("outcome", outcome), ("after", after.map(String.init)),
+        ] {
+            if let value { query.append((name, value)) }
+        }
+        if wait {
+            query.append(("timeout", String(timeout)))
+            let data: Data
+            do {
+                data = try await client.get("v1/inbox/wait", query: query, timeout: TimeInterval(timeout + 10))
+            } catch let failure as AdminFailure where failure.status == 404 {
+                FileHandle.standardError.write(Data("courier: \(failure.message)\n".utf8))
+                throw ExitCode(1)
+            }
+            if json { return printJSON(data) }
+            if let entry = try JSONSerialization.jsonObject(with: data) as? [String: Any] { say(describe(entry) + "\n") }
+            return
+        }
+        if let limit { query.append(("limit", String(limit))) }
+        let data = try await client.get("v1/inbox", query: query)
+        if json { return printJSON(data) }
+        guard let page = try JSONSerialization.jsonObject(with: data) as? [String: Any], let entries = page["entries"] as? [[String: Any]] else { return }
+        if entries.isEmpty { say("No notifications match.\n") }
+        for entry in entries { say(describe(entry) + "\n") }
+        if page["more"] as? Bool == true, let last = entries.last?["sequence"] {
+            say("More match: add --after \(last).\n")
+        }
+    }
+}
+
+struct LogCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "log", abstract: "Show a notification's delivery log by its apns-id: how it came in and what became of it.")
+
+    @OptionGroup var admin: AdminOptions
+    @Argument(help: "The apns-id.") var apnsID: String
+    @Flag(help: "Print the API's JSON.") var json = false
+
+    func run() async throws {
+        let client = try admin.client()
+        let data: Data
+        do {
+            data = try await client.get("v1/notifications/\(apnsID)")
+        } catch let failure as AdminFailure {
+            throw ValidationError(failure.message)
+        }
+        if json { return printJSON(data) }
+        guard let timeline = try JSONSerialization.jsonObject(with: data) as? [String: Any] else { return }
+        say("Notification \(timeline["apnsID"] ?? apnsID)\n")
+        for entry in timeline["received"] as? [[String: Any]] ?? [] { say("received " + describe(entry) + "\n") }
+        let events = timeline["events"] as? [[String: Any]] ?? []
+        if events.isEmpty { say("No delivery-log events.\n") }
+        for event in events {
+            var line = "  \(event["at"] as? String ?? "")  \(event["event"] as? String ?? "")"
+            if let detail = event["detail"] as? String { line += "  \(detail)" }
+            say(line + "\n")
+        }
+    }
+}
+
+struct StatusCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status", abstract: "Show a running server's devices online, open connections, inbox and delivery-log backlog.")
+
+    @OptionGroup var admin: AdminOptions
+    @Flag(help: "Print the API's JSON.") var json = false
+
+    func run() async throws {
+        let client = try admin.client()
+        let data = try await client.get("v1/status")
+        if json { return printJSON(data) }
+        guard let status = try JSONSerialization.jsonObject(with: data) as? [String: Any] else { return }
+        var text = "Courier at \(client.base.absoluteString)\n"
+        text += "  devices online        \(status["devicesOnline"] ?? 0)\n"
+        if let inbox = status["inbox"] as? [String: Any] {
+            text += "  inbox                 \(inbox["entries"] ?? 0) of \(inbox["capacity"] ?? 0)\n"
+        }
+        text += "  delivery-log backlog  \(status["deliveryLogBacklog"] ?? 0)\n"
+        text += "  open connections:\n"
+        for (name, count) in (status["connections"] as? [String: Any] ?? [:]).sorted(by: { $0.key < $1.key }) {
+            text += "    \(name.padding(toLength: 20, withPad: " ", startingAt: 0)) \(count)\n"
+        }
+        say(text)
+    }
+}

@@ -1,0 +1,394 @@
+import CourierCore
+import CourierProvider
+import CourierServer
+import CourierTestSupport
+import Foundation
+import Testing
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// An admin API answer: status, and the body as JSON (nil when it is not).
+struct AdminAnswer {
+    var status: Int
+    var body: Data
+    var json: Any? { try? JSONSerialization.jsonObject(with: body) }
+    var object: [String: Any] { json as? [String: Any] ?? [:] }
+    /// The one-line message of an error answer.
+    var message: String? { (object["error"] as? [String: Any])?["message"] as? String }
+}
+
+extension TestServer {
+    func adminPort() async throws -> Int { try await application.ports.adminPort() }
+
+    /// One request to the admin API, with the admin token unless `token` says otherwise ("" for none).
+    func admin(_ method: String = "GET", _ path: String, token: String? = nil) async throws -> AdminAnswer {
+        let port = try await adminPort()
+        var request = URLRequest(url: try #require(URL(string: "http://127.0.0.1:\(port)\(path)")), timeoutInterval: 60)
+        request.httpMethod = method
+        let token = token ?? application.report.adminToken
+        if !token.isEmpty { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return AdminAnswer(status: (response as? HTTPURLResponse)?.statusCode ?? 0, body: data)
+    }
+
+    /// The inbox's entries for a query.
+    func inboxEntries(_ query: String = "") async throws -> [[String: Any]] {
+        let answer = try await admin("GET", "/v1/inbox" + query)
+        #expect(answer.status == 200, "\(answer.message ?? "")")
+        return answer.object["entries"] as? [[String: Any]] ?? []
+    }
+}
+
+private func outcome(_ entry: [String: Any]) -> [String: Any] { entry["outcome"] as? [String: Any] ?? [:] }
+
+@Suite(.timeLimit(.minutes(2))) struct AdminAPITests {
+    let payload = Array(#"{"aps":{"alert":"to the inbox"}}"#.utf8)
+
+    @Test func healthNeedsNoTokenAndEverythingElseRefusesWithoutIt() async throws {
+        try await withTestServer { server in
+            #expect(try await server.admin("GET", "/health/live", token: "").status == 200)
+            let ready = try await server.admin("GET", "/health/ready", token: "")
+            #expect(ready.status == 200)
+            #expect(ready.object["status"] as? String == "ready")
+            let openapi = try await server.admin("GET", "/openapi.json", token: "")
+            #expect(openapi.status == 200)
+            #expect(openapi.object["openapi"] as? String == "3.0.3")
+            for (method, path) in [
+                ("GET", "/v1/inbox"), ("GET", "/v1/inbox/wait?timeout=0"), ("DELETE", "/v1/inbox"), ("GET", "/v1/status"),
+                ("GET", "/v1/notifications/\(UUID().uuidString)"), ("GET", "/v1/tokens/00ff/notifications"),
+            ] {
+                let none = try await server.admin(method, path, token: "")
+                #expect(none.status == 401, "\(method) \(path)")
+                #expect(none.message?.contains("admin token") == true, "\(method) \(path)")
+                let wrong = try await server.admin(method, path, token: String(repeating: "0", count: 64))
+                #expect(wrong.status == 401, "\(method) \(path)")
+                #expect(wrong.message == "the admin token was refused", "\(method) \(path)")
+            }
+            let unknown = try await server.admin("GET", "/v1/nothing-here")
+            #expect(unknown.status == 404)
+            #expect(unknown.message?.contains("/v1/nothing-here") == true)
+        }
+    }
+
+    /// The token is made once, readable by its owner only, and found again.
+    @Test func theAdminTokenIsMadeAtFirstStartAndKept() async throws {
+        try await withTestServer { server in
+            let path = server.directory + "/admin-token"
+            let attributes = try FileManager.default.attributesOfItem(atPath: path)
+            #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o600)
+            let again = try AdminToken.loadOrCreate(inDataDirectory: server.directory)
+            #expect(!again.created)
+            #expect(again.token == server.application.report.adminToken)
+            #expect(again.token.count == 64)
+        }
+    }
+
+    @Test func badQueriesGetA400WithTheParameterNamed() async throws {
+        try await withTestServer { server in
+            for (query, named) in [
+                ("?token=xyz", "token"), ("?interface=smtp", "interface"), ("?limit=0", "limit"), ("?since=yesterday", "since"),
+                ("?after=-1", "after"), ("?colour=blue", "colour"), ("?environment=staging", "environment"),
+            ] {
+                let answer = try await server.admin("GET", "/v1/inbox" + query)
+                #expect(answer.status == 400, "\(query)")
+                #expect(answer.message?.contains(named) == true, "\(query): \(answer.message ?? "")")
+            }
+            #expect(try await server.admin("GET", "/v1/notifications/not-a-uuid").status == 400)
+            #expect(try await server.admin("GET", "/v1/tokens/nothex/notifications").status == 400)
+            let missing = try await server.admin("GET", "/v1/notifications/\(UUID().uuidString)")
+            #expect(missing.status == 404)
+            #expect(missing.message?.contains("no notification") == true)
+        }
+    }
+
+    /// HTTP/2 pushes, accepted and refused, are listed with their headers,
+    /// payload, provider and answer, and the filters select among them.
+    @Test func theInboxRecordsHTTP2PushesWithTheirAnswers() async throws {
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let client = try await server.http2Client()
+            let id = UUID()
+            let accepted = try await client.send(
+                HTTP2Push(token: token, payload: payload, topic: "com.example.demo", id: id, collapseID: "c1", pushType: "alert"))
+            #expect(accepted.status == 200)
+            var bad = token
+            bad[0] ^= 0xff
+            let refused = try await client.send(HTTP2Push(token: bad, payload: payload, topic: "com.example.demo"))
+            #expect(refused.status == 400)
+
+            let all = try await server.inboxEntries()
+            #expect(all.count == 2)
+            let first = try #require(all.first)
+            #expect(first["apnsID"] as? String == id.uuidString.lowercased())
+            #expect(first["interface"] as? String == "http2")
+            #expect(first["environment"] as? String == "production")
+            #expect(first["token"] as? String == Hex.encode(token))
+            #expect(first["topic"] as? String == "com.example.demo")
+            #expect(first["teamID"] as? String == "DEMOTEAM01")
+            #expect((first["provider"] as? String)?.hasPrefix("key ") == true)
+            #expect(first["payload"] as? String == String(decoding: payload, as: UTF8.self))
+            #expect(outcome(first)["accepted"] as? Bool == true)
+            let headers = (first["headers"] as? [[String: String]] ?? []).map { ($0["name"] ?? "", $0["value"] ?? "") }
+            #expect(headers.contains { $0 == ("apns-collapse-id", "c1") })
+            #expect(headers.contains { $0 == ("apns-push-type", "alert") })
+            // The provider token is not kept.
+            let authorization = headers.first { $0.0 == "authorization" }?.1
+            #expect(authorization == "bearer (not recorded)")
+            let second = try #require(all.last)
+            #expect(outcome(second)["accepted"] as? Bool == false)
+            #expect(outcome(second)["status"] as? Int == 400)
+            #expect(outcome(second)["reason"] as? String == "BadDeviceToken")
+            #expect((second["sequence"] as? Int ?? 0) > (first["sequence"] as? Int ?? 0))
+
+            #expect(try await server.inboxEntries("?outcome=accepted").count == 1)
+            #expect(try await server.inboxEntries("?outcome=BadDeviceToken").count == 1)
+            #expect(try await server.inboxEntries("?outcome=refused").count == 1)
+            #expect(try await server.inboxEntries("?token=\(Hex.encode(token))").count == 1)
+            #expect(try await server.inboxEntries("?apns-id=\(id.uuidString)").count == 1)
+            #expect(try await server.inboxEntries("?interface=binary").isEmpty)
+            #expect(try await server.inboxEntries("?team=DEMOTEAM01").count == 2)
+            #expect(try await server.inboxEntries("?environment=sandbox").isEmpty)
+            #expect(try await server.inboxEntries("?topic=com.example.other").isEmpty)
+            let page = try await server.admin("GET", "/v1/inbox?limit=1")
+            #expect((page.object["entries"] as? [Any])?.count == 1)
+            #expect(page.object["more"] as? Bool == true)
+            let rest = try await server.inboxEntries("?after=\(first["sequence"] as? Int ?? 0)")
+            #expect(rest.count == 1)
+            #expect(rest.first?["sequence"] as? Int == second["sequence"] as? Int)
+            // since/until bound the time range (the injected clock's).
+            let now = server.clock.now()
+            #expect(try await server.inboxEntries("?since=\(now.timeIntervalSince1970 + 1)").isEmpty)
+            #expect(try await server.inboxEntries("?until=\(now.timeIntervalSince1970 + 1)").count == 2)
+
+            let cleared = try await server.admin("DELETE", "/v1/inbox")
+            #expect(cleared.status == 200)
+            #expect(cleared.object["cleared"] as? Int == 2)
+            #expect(try await server.inboxEntries().isEmpty)
+            await client.close()
+            await server.disconnect(device)
+        }
+    }
+
+    /// A wait returns an entry already received, or the next one that
+    /// matches; a wait that nothing answers ends with a 404.
+    @Test func waitReturnsTheFirstMatchingEntry() async throws {
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let client = try await server.http2Client()
+            _ = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo"))
+            let present = try await server.admin("GET", "/v1/inbox/wait?token=\(Hex.encode(token))&timeout=5")
+            #expect(present.status == 200)
+            let last = try #require(present.object["sequence"] as? Int)
+
+            // After the last one: only the next push answers it, whether it
+            // comes before the wait begins or while it waits.
+            async let waited = server.admin("GET", "/v1/inbox/wait?after=\(last)&topic=com.example.demo&timeout=60")
+            let id = UUID()
+            _ = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo", id: id))
+            let next = try await waited
+            #expect(next.status == 200)
+            #expect(next.object["apnsID"] as? String == id.uuidString.lowercased())
+
+            let none = try await server.admin("GET", "/v1/inbox/wait?topic=com.example.nothing&timeout=0")
+            #expect(none.status == 404)
+            #expect(none.message?.contains("no notification matched") == true)
+            await client.close()
+            await server.disconnect(device)
+        }
+    }
+
+    /// Binary frames are recorded with their fields and their status.
+    @Test func theInboxRecordsBinaryPushes() async throws {
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let client = try await server.binaryClient()
+            try await client.send(token: token, payload: payload, expiry: 0, priority: 10)
+            _ = try #require(await device.next())
+            // A payload that is not JSON is refused with an error response.
+            try await client.send(token: token, payload: Array("not json".utf8), expiry: 0, priority: 10)
+            _ = await nextFailure(client)
+            let entries = try await server.inboxEntries("?interface=binary")
+            #expect(entries.count == 2)
+            let first = try #require(entries.first)
+            #expect(outcome(first)["accepted"] as? Bool == true)
+            #expect((first["provider"] as? String)?.hasPrefix("certificate ") == true)
+            #expect(first["token"] as? String == Hex.encode(token))
+            let headers = (first["headers"] as? [[String: String]] ?? []).map { ($0["name"] ?? "", $0["value"] ?? "") }
+            #expect(headers.contains { $0 == ("command", "2") })
+            #expect(headers.contains { $0 == ("priority", "10") })
+            #expect(headers.contains { $0 == ("expiry", "0") })
+            let refused = try #require(entries.last)
+            #expect(outcome(refused)["accepted"] as? Bool == false)
+            #expect(outcome(refused)["status"] as? Int != nil)
+            #expect(refused["payload"] as? String == "not json")
+            await client.close()
+            await server.disconnect(device)
+        }
+    }
+
+    /// By apns-id: how the push came in and its delivery log; by token:
+    /// its recent notifications.
+    @Test func aNotificationsTimelineByApnsIDAndByToken() async throws {
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let client = try await server.http2Client()
+            let id = UUID()
+            _ = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo", id: id))
+            _ = try #require(await device.nextAcknowledged())
+            var events: [String] = []
+            // The acknowledgement is logged once the server read it.
+            for _ in 0..<500 where !events.contains("acknowledged") {
+                let timeline = try await server.admin("GET", "/v1/notifications/\(id.uuidString)")
+                #expect(timeline.status == 200)
+                #expect((timeline.object["received"] as? [Any])?.count == 1)
+                events = (timeline.object["events"] as? [[String: Any]] ?? []).compactMap { $0["event"] as? String }
+            }
+            // No apns-expiration: it may be stored (held until acknowledged).
+            #expect(events == ["accepted", "stored", "delivered", "acknowledged"])
+            let byToken = try await server.admin("GET", "/v1/tokens/\(Hex.encode(token))/notifications")
+            #expect(byToken.status == 200)
+            let notifications = byToken.object["notifications"] as? [[String: Any]] ?? []
+            #expect(notifications.count == 1)
+            #expect(notifications.first?["apnsID"] as? String == id.uuidString.lowercased())
+            await client.close()
+            await server.disconnect(device)
+        }
+    }
+
+    @Test func statusCountsDevicesConnectionsAndTheInbox() async throws {
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let client = try await server.http2Client()
+            _ = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo"))
+            let status = try await server.admin("GET", "/v1/status")
+            #expect(status.status == 200)
+            #expect(status.object["devicesOnline"] as? Int == 1)
+            let connections = status.object["connections"] as? [String: Int] ?? [:]
+            #expect(connections["device.production"] == 1)
+            #expect(connections["http2.production"] == 1)
+            #expect(connections["binary.sandbox"] == 0)
+            #expect((status.object["inbox"] as? [String: Int])?["entries"] == 1)
+            await client.close()
+            await server.disconnect(device)
+        }
+    }
+
+    /// The committed OpenAPI document is the one served.
+    @Test func theCommittedOpenAPIDocumentIsTheServedOne() async throws {
+        try await withTestServer { server in
+            let served = try await server.admin("GET", "/openapi.json", token: "")
+            let committed = try Data(contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../docs/openapi.json"))
+            let a = try JSONSerialization.jsonObject(with: served.body) as? NSDictionary
+            let b = try JSONSerialization.jsonObject(with: committed) as? NSDictionary
+            #expect(a != nil)
+            #expect(a == b)
+        }
+    }
+
+    /// A capacity of 0 records nothing; a full inbox drops its oldest.
+    @Test func theInboxIsBoundedByCount() async throws {
+        try await withTestServer(configure: { $0.inbox.capacity = 2 }) { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let client = try await server.http2Client()
+            var ids: [UUID] = []
+            for _ in 0..<3 {
+                let id = UUID()
+                ids.append(id)
+                _ = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo", id: id))
+            }
+            let entries = try await server.inboxEntries()
+            #expect(entries.compactMap { $0["apnsID"] as? String } == ids.suffix(2).map { $0.uuidString.lowercased() })
+            await client.close()
+            await server.disconnect(device)
+        }
+        try await withTestServer(configure: { $0.inbox.capacity = 0 }) { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let client = try await server.http2Client()
+            _ = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo"))
+            #expect(try await server.inboxEntries().isEmpty)
+            await client.close()
+            await server.disconnect(device)
+        }
+    }
+
+    /// Entries older than maxAge are gone (the injected clock moves).
+    @Test func theInboxIsBoundedByAge() async throws {
+        try await withTestServer(configure: { $0.inbox.maxAge = 60 }) { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let client = try await server.http2Client()
+            _ = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo"))
+            #expect(try await server.inboxEntries().count == 1)
+            server.clock.advance(by: 61)
+            #expect(try await server.inboxEntries().isEmpty)
+            await client.close()
+            await server.disconnect(device)
+        }
+    }
+}
+
+/// `courier inbox`, `courier log` and `courier status` against a running server.
+@Suite(.timeLimit(.minutes(2))) struct AdminCommandLineTests {
+    @Test func inboxLogAndStatusFromTheCommandLine() async throws {
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let client = try await server.http2Client()
+            let id = UUID()
+            _ = try await client.send(HTTP2Push(token: token, payload: Array(#"{"aps":{"alert":"cli"}}"#.utf8), topic: "com.example.demo", id: id))
+            let url = "http://127.0.0.1:\(try await server.adminPort())"
+            let admin = ["--data", server.directory, "--url", url]
+
+            let waited = try await runProgram(courier, ["inbox", "--wait", "--token", Hex.encode(token), "--timeout", "10"] + admin)
+            #expect(waited.status == 0, "\(waited.stderr)")
+            #expect(waited.stdout.contains(id.uuidString.lowercased()))
+            #expect(waited.stdout.contains("accepted"))
+            #expect(waited.stdout.contains(#"{"aps":{"alert":"cli"}}"#))
+
+            let none = try await runProgram(courier, ["inbox", "--wait", "--topic", "com.example.none", "--timeout", "0"] + admin)
+            #expect(none.status == 1)
+            #expect(none.stderr == "courier: no notification matched within 0 s\n")
+
+            let listed = try await runProgram(courier, ["inbox", "--outcome", "accepted"] + admin)
+            #expect(listed.status == 0, "\(listed.stderr)")
+            #expect(listed.stdout.contains(id.uuidString.lowercased()))
+            let empty = try await runProgram(courier, ["inbox", "--interface", "binary"] + admin)
+            #expect(empty.stdout == "No notifications match.\n")
+
+            _ = try #require(await device.nextAcknowledged())
+            await server.dispatcher.flushLog()
+            let log = try await runProgram(courier, ["log", id.uuidString] + admin)
+            #expect(log.status == 0, "\(log.stderr)")
+            #expect(log.stdout.contains("accepted"))
+            #expect(log.stdout.contains("delivered"))
+            let unknown = try await runProgram(courier, ["log", UUID().uuidString] + admin)
+            #expect(unknown.status != 0)
+            #expect(unknown.stderr.hasPrefix("courier: no notification"))
+
+            let status = try await runProgram(courier, ["status"] + admin)
+            #expect(status.status == 0, "\(status.stderr)")
+            #expect(status.stdout.contains("devices online        1"))
+
+            // A wrong token and a server that is not there: one line each, naming what to check.
+            let refused = try await runProgram(courier, ["status", "--admin-token", String(repeating: "a", count: 64)] + admin)
+            #expect(refused.status != 0)
+            #expect(refused.stderr.hasPrefix("courier: the admin token was refused"))
+            #expect(refused.stderr.split(separator: "\n").count == 1)
+            let away = try await runProgram(courier, ["status", "--data", server.directory, "--url", "http://127.0.0.1:1"])
+            #expect(away.status != 0)
+            #expect(away.stderr.hasPrefix("courier: no Courier admin API at http://127.0.0.1:1"))
+            #expect(away.stderr.split(separator: "\n").count == 1)
+            await client.close()
+            await server.disconnect(device)
+        }
+    }
+}
