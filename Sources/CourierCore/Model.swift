@@ -222,6 +222,8 @@ public struct DeliveryEvent: Sendable, Hashable, Codable {
         /// Its device was reset before it was delivered: it was addressed
         /// to a token that ended with the reset.
         case discarded
+        /// A fault rule of the admin API acted on it (the detail says which and how).
+        case faultInjected
     }
 
     public var notificationID: UUID

@@ -137,6 +137,7 @@ public struct DeliveryLogBatch: Sendable, Hashable {
         case .throttled: 7
         case .rejected: 8
         case .discarded: 9
+        case .faultInjected: 10
         }
     }
 

@@ -41,10 +41,19 @@ struct AdminClient {
     let dataDirectory: String
 
     func get(_ path: String, query: [(String, String)] = [], timeout: TimeInterval = 30) async throws -> Data {
+        try await send("GET", path, query: query, timeout: timeout)
+    }
+
+    func send(_ method: String, _ path: String, query: [(String, String)] = [], body: Data? = nil, timeout: TimeInterval = 30) async throws -> Data {
         var components = URLComponents(url: base.appendingPathComponent(path), resolvingAgainstBaseURL: false)!
         if !query.isEmpty { components.queryItems = query.map { URLQueryItem(name: $0.0, value: $0.1) } }
         var request = URLRequest(url: components.url!, timeoutInterval: timeout)
+        request.httpMethod = method
         request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        if let body {
+            request.httpBody = body
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
         let (data, response): (Data, URLResponse)
         do {
             (data, response) = try await URLSession.shared.data(for: request)
@@ -212,5 +221,109 @@ struct StatusCommand: AsyncParsableCommand {
             text += "    \(name.padding(toLength: 20, withPad: " ", startingAt: 0)) \(count)\n"
         }
         say(text)
+    }
+}
+
+struct FaultCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "fault",
+        abstract: "Add, list and remove fault rules: the error cases a running server answers on demand.",
+        subcommands: [Add.self, List.self, Remove.self])
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Add a rule: notifications that match get a refusal, a delayed answer, or the connection's end.",
+            discussion: """
+                Exactly one of --reject REASON (a reason of docs/protocol.md; --timestamp for Unregistered, \
+                --binary-status for the binary API), --delay MS, --close [REASON]. Without --count or --seconds a rule \
+                stays until it is removed.
+                """)
+
+        @OptionGroup var admin: AdminOptions
+        @Option(help: ArgumentHelp("Only this device token.", valueName: "hex")) var token: String?
+        @Option(help: "Only this topic.") var topic: String?
+        @Option(help: ArgumentHelp("Only this provider team.", valueName: "team-id")) var team: String?
+        @Option(name: .customLong("key-id"), help: "Only this auth key's provider tokens.") var keyID: String?
+        @Option(name: .customLong("certificate-serial"), help: "Only this provider certificate (hex serial).") var certificateSerial: String?
+        @Option(help: "Only http2 or binary.") var interface: String?
+        @Option(help: "Only production or sandbox.") var environment: String?
+        @Option(help: ArgumentHelp("Refuse with this reason.", valueName: "reason")) var reject: String?
+        @Option(help: ArgumentHelp("Unregistered's time (ISO 8601 or seconds since 1970).", valueName: "time")) var timestamp: String?
+        @Option(name: .customLong("binary-status"), help: "The binary API's status for the refusal.") var binaryStatus: Int?
+        @Option(help: ArgumentHelp("Answer after this many milliseconds.", valueName: "ms")) var delay: Int?
+        @Flag(help: "End the connection (HTTP/2 GOAWAY Shutdown, binary status 10).") var close = false
+        @Option(help: "Act on this many notifications, then end.") var count: Int?
+        @Option(help: "Stay this many seconds, then end.") var seconds: Double?
+
+        func run() async throws {
+            let actions = [reject != nil, delay != nil, close].filter { $0 }.count
+            guard actions == 1 else { throw ValidationError("give exactly one of --reject REASON, --delay MS, --close") }
+            var match: [String: String] = [:]
+            for (key, value) in [
+                ("token", token), ("topic", topic), ("team", team), ("keyID", keyID), ("certificateSerial", certificateSerial),
+                ("interface", interface), ("environment", environment),
+            ] {
+                if let value { match[key] = value }
+            }
+            var body: [String: Any] = ["match": match]
+            if let reject {
+                body["action"] = "reject"
+                body["reason"] = reject
+                if let timestamp { body["timestamp"] = timestamp }
+                if let binaryStatus { body["binaryStatus"] = binaryStatus }
+            } else if let delay {
+                body["action"] = "delay"
+                body["milliseconds"] = delay
+            } else {
+                body["action"] = "close"
+            }
+            if let count { body["count"] = count }
+            if let seconds { body["seconds"] = seconds }
+            let client = try admin.client()
+            let data: Data
+            do {
+                data = try await client.send("POST", "v1/faults", body: JSONSerialization.data(withJSONObject: body))
+            } catch let failure as AdminFailure {
+                throw ValidationError(failure.message)
+            }
+            let rule = try JSONSerialization.jsonObject(with: data) as? [String: Any] ?? [:]
+            say("Added fault rule \(rule["id"] ?? "?").\n")
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the fault rules in force.")
+        @OptionGroup var admin: AdminOptions
+
+        func run() async throws {
+            let data = try await admin.client().get("v1/faults")
+            let rules = (try JSONSerialization.jsonObject(with: data) as? [String: Any])?["faults"] as? [[String: Any]] ?? []
+            if rules.isEmpty { say("No fault rules.\n") }
+            for rule in rules {
+                var what = "\(rule["action"] ?? "")"
+                if let reason = rule["reason"] { what += " \(reason)" }
+                if let milliseconds = rule["milliseconds"] { what += " \(milliseconds) ms" }
+                let match = (rule["match"] as? [String: Any] ?? [:]).sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+                var line = "\(rule["id"] ?? "?")  \(what)  \(match.isEmpty ? "every notification" : match.joined(separator: " "))  hits \(rule["hits"] ?? 0)"
+                if let remaining = rule["remaining"] { line += ", \(remaining) left" }
+                if let until = rule["until"] { line += ", until \(until)" }
+                say(line + "\n")
+            }
+        }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "rm", abstract: "Remove a fault rule.")
+        @OptionGroup var admin: AdminOptions
+        @Argument(help: "The rule's id (f1, f2, ...).") var id: String
+
+        func run() async throws {
+            do {
+                _ = try await admin.client().send("DELETE", "v1/faults/\(id)")
+            } catch let failure as AdminFailure {
+                throw ValidationError(failure.message)
+            }
+            say("Removed fault rule \(id).\n")
+        }
     }
 }

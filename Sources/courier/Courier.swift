@@ -14,6 +14,7 @@ struct Courier: AsyncParsableCommand {
             """,
         subcommands: [
             Serve.self, PKI.self, DeviceCommand.self, PushCommand.self, FeedbackCommand.self, InboxCommand.self, LogCommand.self, StatusCommand.self,
+            FaultCommand.self,
         ]
     )
 

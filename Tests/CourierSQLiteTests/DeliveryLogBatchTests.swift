@@ -75,7 +75,7 @@ import Testing
         let kindOffset = 1 + 8 + 1 + 1 + 1 + 1 + 16 + 1
         #expect(packed.events[kindOffset] == 4)  // delivered
         var unknownKind = packed.events
-        unknownKind[kindOffset] = 10
+        unknownKind[kindOffset] = UInt8(DeliveryEvent.Kind.allCases.count)  // one past the last kind
         #expect(throws: StoreError.self) { try DeliveryLogBatch(filter: packed.filter, events: unknownKind).decoded() }
         var unknownDetail = packed.events
         unknownDetail[kindOffset + 1] = 2

@@ -23,12 +23,16 @@ extension TestServer {
     func adminPort() async throws -> Int { try await application.ports.adminPort() }
 
     /// One request to the admin API, with the admin token unless `token` says otherwise ("" for none).
-    func admin(_ method: String = "GET", _ path: String, token: String? = nil) async throws -> AdminAnswer {
+    func admin(_ method: String = "GET", _ path: String, token: String? = nil, body: String? = nil) async throws -> AdminAnswer {
         let port = try await adminPort()
         var request = URLRequest(url: try #require(URL(string: "http://127.0.0.1:\(port)\(path)")), timeoutInterval: 60)
         request.httpMethod = method
         let token = token ?? application.report.adminToken
         if !token.isEmpty { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        if let body {
+            request.httpBody = Data(body.utf8)
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
         let (data, response) = try await URLSession.shared.data(for: request)
         return AdminAnswer(status: (response as? HTTPURLResponse)?.statusCode ?? 0, body: data)
     }
@@ -378,6 +382,23 @@ private func outcome(_ entry: [String: Any]) -> [String: Any] { entry["outcome"]
             #expect(status.status == 0, "\(status.stderr)")
             #expect(status.stdout.contains("devices online        1"))
 
+            // Fault rules from the command line.
+            let added = try await runProgram(courier, ["fault", "add", "--token", Hex.encode(token), "--reject", "BadTopic", "--count", "1"] + admin)
+            #expect(added.status == 0, "\(added.stderr)")
+            #expect(added.stdout == "Added fault rule f1.\n")
+            let rules = try await runProgram(courier, ["fault", "list"] + admin)
+            #expect(rules.stdout.hasPrefix("f1  reject BadTopic  token=\(Hex.encode(token))  hits 0, 1 left"), "\(rules.stdout)")
+            let badReason = try await runProgram(courier, ["fault", "add", "--reject", "Nope"] + admin)
+            #expect(badReason.status != 0)
+            #expect(badReason.stderr == "courier: 'Nope' is not a reason of docs/protocol.md\n")
+            let twoActions = try await runProgram(courier, ["fault", "add", "--reject", "BadTopic", "--close"] + admin)
+            #expect(twoActions.stderr == "courier: give exactly one of --reject REASON, --delay MS, --close\n")
+            let removed = try await runProgram(courier, ["fault", "rm", "f1"] + admin)
+            #expect(removed.stdout == "Removed fault rule f1.\n")
+            let gone = try await runProgram(courier, ["fault", "rm", "f1"] + admin)
+            #expect(gone.stderr == "courier: no fault rule f1\n")
+            #expect(try await runProgram(courier, ["fault", "list"] + admin).stdout == "No fault rules.\n")
+
             // A wrong token and a server that is not there: one line each, naming what to check.
             let refused = try await runProgram(courier, ["status", "--admin-token", String(repeating: "a", count: 64)] + admin)
             #expect(refused.status != 0)
@@ -389,6 +410,186 @@ private func outcome(_ entry: [String: Any]) -> [String: Any] { entry["outcome"]
             #expect(away.stderr.split(separator: "\n").count == 1)
             await client.close()
             await server.disconnect(device)
+        }
+    }
+}
+
+extension TestServer {
+    /// Adds a fault rule through the admin API; its id.
+    func addFault(_ body: String) async throws -> String {
+        let answer = try await admin("POST", "/v1/faults", body: body)
+        #expect(answer.status == 201, "\(answer.message ?? "")")
+        return try #require(answer.object["id"] as? String)
+    }
+}
+
+/// Fault rules, each kind observed by a real client over HTTP/2 and over the binary API.
+@Suite(.timeLimit(.minutes(2))) struct FaultInjectionTests {
+    let payload = Array(#"{"aps":{"alert":"fault"}}"#.utf8)
+
+    @Test func aRejectRuleAnswersItsReasonForItsCountThenEnds() async throws {
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let id = try await server.addFault(
+                #"{"match": {"token": "\#(Hex.encode(token))"}, "action": "reject", "reason": "Unregistered", "timestamp": "1750000000", "count": 1}"#)
+            let client = try await server.http2Client()
+            let refusedID = UUID()
+            let refused = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo", id: refusedID))
+            #expect(refused.status == 410)
+            #expect(refused.reason == .unregistered)
+            #expect(refused.timestamp == Date(timeIntervalSince1970: 1_750_000_000))
+            // Its count is used up: the next one goes through, and the rule is gone.
+            let accepted = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo"))
+            #expect(accepted.status == 200)
+            _ = try #require(await device.next())
+            let rules = try await server.admin("GET", "/v1/faults")
+            #expect((rules.object["faults"] as? [Any])?.isEmpty == true)
+            // The inbox and the delivery log say what the fault did.
+            let entry = try #require(try await server.inboxEntries("?apns-id=\(refusedID.uuidString)").first)
+            #expect(entry["fault"] as? String == id)
+            #expect((entry["outcome"] as? [String: Any])?["reason"] as? String == "Unregistered")
+            let timeline = try await server.admin("GET", "/v1/notifications/\(refusedID.uuidString)")
+            let events = timeline.object["events"] as? [[String: Any]] ?? []
+            #expect(events.first?["event"] as? String == "faultInjected")
+            #expect((events.first?["detail"] as? String)?.contains(id) == true)
+            await client.close()
+            await server.disconnect(device)
+        }
+    }
+
+    @Test func rulesMatchOnTopicTeamAndInterfaceOnly() async throws {
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            _ = try await server.addFault(#"{"match": {"interface": "binary"}, "action": "reject", "reason": "BadDeviceToken"}"#)
+            _ = try await server.addFault(#"{"match": {"topic": "com.example.other"}, "action": "reject", "reason": "BadDeviceToken"}"#)
+            _ = try await server.addFault(#"{"match": {"team": "OTHERTEAM1"}, "action": "reject", "reason": "BadDeviceToken"}"#)
+            let client = try await server.http2Client()
+            #expect(try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo")).status == 200)
+            _ = try await server.addFault(#"{"match": {"team": "DEMOTEAM01", "environment": "production"}, "action": "reject", "reason": "TooManyRequests"}"#)
+            let limited = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo"))
+            #expect(limited.status == 429)
+            #expect(limited.reason == .tooManyRequests)
+            await client.close()
+            await server.disconnect(device)
+        }
+    }
+
+    @Test func aDelayRuleHoldsTheAnswerThenLetsItThrough() async throws {
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            _ = try await server.addFault(#"{"action": "delay", "milliseconds": 300, "count": 2}"#)
+            let client = try await server.http2Client()
+            let start = ContinuousClock.now
+            let answer = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo"))
+            #expect(answer.status == 200)
+            #expect(ContinuousClock.now - start >= .milliseconds(300))
+            _ = try #require(await device.next())
+            // Over the binary API: the frame is decided after the delay, and delivered.
+            let binary = try await server.binaryClient()
+            try await binary.send(token: token, payload: payload, expiry: 0, priority: 10)
+            _ = try #require(await device.next())
+            let entries = try await server.inboxEntries("?interface=binary")
+            #expect(entries.count == 1)
+            #expect((entries.first?["outcome"] as? [String: Any])?["accepted"] as? Bool == true)
+            await binary.close()
+            await client.close()
+            await server.disconnect(device)
+        }
+    }
+
+    @Test func aCloseRuleEndsTheHTTP2ConnectionWithGoAway() async throws {
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            _ = try await server.addFault(#"{"action": "close", "reason": "Shutdown", "count": 1}"#)
+            let connection = try await server.http2Connection()
+            let push = RawPush(token: token, authorization: jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now()))
+            let answer = try await push.send(on: connection)
+            #expect(answer.status == 503)
+            #expect(answer.reason == "Shutdown")
+            let goAway = try #require(await connection.closed())
+            #expect(goAway.reason == .shutdown)
+            await server.disconnect(device)
+        }
+    }
+
+    @Test func binaryRulesAnswerTheirStatusOrShutdown() async throws {
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            _ = try await server.addFault(#"{"match": {"interface": "binary"}, "action": "reject", "reason": "BadDeviceToken", "binaryStatus": 8, "count": 1}"#)
+            let client = try await server.binaryClient()
+            try await client.send(token: token, payload: payload, expiry: 0, priority: 10)
+            let failure = try #require(await nextFailure(client))
+            #expect(failure.status == .invalidToken)
+            await client.close()
+
+            _ = try await server.addFault(#"{"match": {"interface": "binary"}, "action": "close", "count": 1}"#)
+            let second = try await server.binaryClient()
+            try await second.send(token: token, payload: payload, expiry: 0, priority: 10)
+            let shutdown = try #require(await nextFailure(second))
+            #expect(shutdown.status == .shutdown)
+            await second.close()
+            let refused = try await server.inboxEntries("?interface=binary&outcome=refused")
+            #expect(refused.count == 2)
+            #expect(refused.allSatisfy { $0["fault"] as? String != nil })
+            await server.disconnect(device)
+        }
+    }
+
+    @Test func rulesAreListedRemovedAndChecked() async throws {
+        try await withTestServer { server in
+            let id = try await server.addFault(#"{"match": {"topic": "com.example.demo"}, "action": "reject", "reason": "BadTopic", "seconds": 60}"#)
+            let listed = try await server.admin("GET", "/v1/faults")
+            let rules = listed.object["faults"] as? [[String: Any]] ?? []
+            #expect(rules.count == 1)
+            #expect(rules.first?["id"] as? String == id)
+            #expect(rules.first?["reason"] as? String == "BadTopic")
+            #expect(rules.first?["until"] as? String != nil)
+            // Its time passes on the server's clock.
+            server.clock.advance(by: 61)
+            #expect((try await server.admin("GET", "/v1/faults").object["faults"] as? [Any])?.isEmpty == true)
+            let again = try await server.addFault(#"{"action": "delay", "milliseconds": 5}"#)
+            #expect(try await server.admin("DELETE", "/v1/faults/\(again)").status == 200)
+            #expect(try await server.admin("DELETE", "/v1/faults/\(again)").status == 404)
+            for (body, named) in [
+                (#"{"action": "reject", "reason": "NoSuchReason"}"#, "NoSuchReason"), (#"{"action": "explode"}"#, "action"),
+                (#"{"action": "reject"}"#, "reason"), (#"{"action": "delay"}"#, "milliseconds"), (#"{"action": "delay", "milliseconds": 5, "count": 0}"#, "count"),
+                (#"{"action": "reject", "reason": "BadTopic", "binaryStatus": 300}"#, "binaryStatus"),
+                (#"{"match": {"interface": "smtp"}, "action": "delay", "milliseconds": 5}"#, "interface"),
+            ] {
+                let answer = try await server.admin("POST", "/v1/faults", body: body)
+                #expect(answer.status == 422, "\(body)")
+                #expect(answer.message?.contains(named) == true, "\(body): \(answer.message ?? "")")
+            }
+            let notJSON = try await server.admin("POST", "/v1/faults", body: "{")
+            #expect(notJSON.status == 400)
+            #expect(notJSON.message != nil)
+        }
+    }
+
+    /// A token marked unregistered without its device: 410 with that time, and a feedback entry.
+    @Test func aTokenMarkedUnregisteredGets410AndAFeedbackEntry() async throws {
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            await server.disconnect(device)
+            let marked = try await server.admin(
+                "POST", "/v1/tokens/\(Hex.encode(token))/unregister", body: #"{"environment": "production", "topic": "com.example.demo", "at": "1760000000"}"#)
+            #expect(marked.status == 200, "\(marked.message ?? "")")
+            let client = try await server.http2Client()
+            let answer = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo"))
+            #expect(answer.status == 410)
+            #expect(answer.timestamp == Date(timeIntervalSince1970: 1_760_000_000))
+            let feedback = try await server.application.provisioner.store.feedback(environment: .production, topic: "com.example.demo")
+            #expect(feedback.map(\.token) == [token])
+            let again = try await server.admin(
+                "POST", "/v1/tokens/\(Hex.encode(token))/unregister", body: #"{"environment": "production", "topic": "com.example.demo"}"#)
+            #expect(again.status == 404)
+            await client.close()
         }
     }
 }

@@ -22,8 +22,8 @@ enum AdminOpenAPI {
               "interface": {"name": "interface", "in": "query", "schema": {"type": "string", "enum": ["http2", "binary"]}},
               "environment": {"name": "environment", "in": "query", "schema": {"type": "string", "enum": ["production", "sandbox"]}},
               "outcome": {"name": "outcome", "in": "query", "schema": {"type": "string"}, "description": "accepted, refused, or a reason (BadDeviceToken, ...)"},
-              "since": {"name": "since", "in": "query", "schema": {"type": "string"}, "description": "ISO 8601 time or seconds since 1970"},
-              "until": {"name": "until", "in": "query", "schema": {"type": "string"}, "description": "ISO 8601 time or seconds since 1970"},
+              "since": {"name": "since", "in": "query", "schema": {"type": "string", "pattern": "^([0-9]+(\\.[0-9]+)?|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2}))$"}, "description": "ISO 8601 time or seconds since 1970; empty: not given"},
+              "until": {"name": "until", "in": "query", "schema": {"type": "string", "pattern": "^([0-9]+(\\.[0-9]+)?|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2}))$"}, "description": "ISO 8601 time or seconds since 1970; empty: not given"},
               "after": {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0}, "description": "only entries with a larger sequence"},
               "limit": {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}}
             },
@@ -58,6 +58,7 @@ enum AdminOpenAPI {
                   },
                   "payload": {"type": "string", "description": "the payload as text, when it is UTF-8"},
                   "payloadSize": {"type": "integer", "minimum": 0},
+                  "fault": {"type": "string", "description": "the fault rule that acted on it"},
                   "outcome": {
                     "type": "object", "required": ["accepted"],
                     "properties": {"accepted": {"type": "boolean"}, "status": {"type": "integer"}, "reason": {"type": "string"}}
@@ -75,7 +76,7 @@ enum AdminOpenAPI {
               "Event": {
                 "type": "object", "required": ["event", "at"],
                 "properties": {
-                  "event": {"type": "string", "enum": ["accepted", "stored", "replaced", "coalesced", "delivered", "acknowledged", "expired", "throttled", "rejected", "discarded"]},
+                  "event": {"type": "string", "enum": ["accepted", "stored", "replaced", "coalesced", "delivered", "acknowledged", "expired", "throttled", "rejected", "discarded", "faultInjected"]},
                   "at": {"type": "string", "format": "date-time"},
                   "detail": {"type": "string"}
                 }
@@ -86,6 +87,43 @@ enum AdminOpenAPI {
                   "apnsID": {"type": "string"},
                   "received": {"type": "array", "items": {"$ref": "#/components/schemas/InboxEntry"}},
                   "events": {"type": "array", "items": {"$ref": "#/components/schemas/Event"}}
+                }
+              },
+              "FaultRule": {
+                "type": "object", "required": ["id", "match", "action", "hits", "createdAt"],
+                "properties": {
+                  "id": {"type": "string"},
+                  "match": {"$ref": "#/components/schemas/FaultMatch"},
+                  "action": {"type": "string", "enum": ["reject", "delay", "close"]},
+                  "reason": {"type": "string"},
+                  "timestamp": {"type": "string", "format": "date-time"},
+                  "binaryStatus": {"type": "integer"},
+                  "milliseconds": {"type": "integer"},
+                  "remaining": {"type": "integer"},
+                  "until": {"type": "string", "format": "date-time"},
+                  "hits": {"type": "integer", "minimum": 0},
+                  "createdAt": {"type": "string", "format": "date-time"}
+                }
+              },
+              "FaultMatch": {
+                "type": "object",
+                "properties": {
+                  "token": {"type": "string"}, "topic": {"type": "string"}, "team": {"type": "string"}, "keyID": {"type": "string"},
+                  "certificateSerial": {"type": "string"}, "interface": {"type": "string", "enum": ["http2", "binary"]},
+                  "environment": {"type": "string", "enum": ["production", "sandbox"]}
+                }
+              },
+              "NewFaultRule": {
+                "type": "object", "required": ["action"],
+                "properties": {
+                  "match": {"$ref": "#/components/schemas/FaultMatch"},
+                  "action": {"type": "string", "enum": ["reject", "delay", "close"]},
+                  "reason": {"type": "string", "description": "a reason of docs/protocol.md (reject; close: default Shutdown)"},
+                  "timestamp": {"type": "string", "description": "Unregistered's time: ISO 8601 or seconds since 1970"},
+                  "binaryStatus": {"type": "integer", "minimum": 1, "maximum": 255},
+                  "milliseconds": {"type": "integer", "minimum": 1, "maximum": 60000},
+                  "count": {"type": "integer", "minimum": 1},
+                  "seconds": {"type": "number", "exclusiveMinimum": true, "minimum": 0}
                 }
               },
               "ServerStatus": {
@@ -169,7 +207,7 @@ enum AdminOpenAPI {
             "/v1/notifications/{apnsID}": {
               "get": {
                 "summary": "A notification's delivery log, and how it came in",
-                "parameters": [{"name": "apnsID", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "parameters": [{"name": "apnsID", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid", "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}}],
                 "responses": {
                   "200": {"description": "its timeline", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Timeline"}}}},
                   "400": {"$ref": "#/components/responses/Error"},
@@ -182,7 +220,7 @@ enum AdminOpenAPI {
               "get": {
                 "summary": "A device token's recent notifications with their timelines, newest first",
                 "parameters": [
-                  {"name": "token", "in": "path", "required": true, "schema": {"type": "string"}},
+                  {"name": "token", "in": "path", "required": true, "schema": {"type": "string", "pattern": "^([0-9a-fA-F]{2})+$"}},
                   {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}}
                 ],
                 "responses": {
@@ -195,6 +233,76 @@ enum AdminOpenAPI {
                   },
                   "400": {"$ref": "#/components/responses/Error"},
                   "401": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/faults": {
+              "get": {
+                "summary": "The fault rules in force",
+                "responses": {
+                  "200": {
+                    "description": "the rules",
+                    "content": {"application/json": {"schema": {
+                      "type": "object", "required": ["faults"],
+                      "properties": {"faults": {"type": "array", "items": {"$ref": "#/components/schemas/FaultRule"}}}
+                    }}}
+                  },
+                  "401": {"$ref": "#/components/responses/Error"}
+                }
+              },
+              "post": {
+                "summary": "Add a fault rule",
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/NewFaultRule"}}}},
+                "responses": {
+                  "201": {"description": "the rule", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/FaultRule"}}}},
+                  "400": {"$ref": "#/components/responses/Error"},
+                  "401": {"$ref": "#/components/responses/Error"},
+                  "409": {"$ref": "#/components/responses/Error"},
+                  "422": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/faults/{id}": {
+              "delete": {
+                "summary": "Remove a fault rule",
+                "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "responses": {
+                  "200": {
+                    "description": "removed",
+                    "content": {"application/json": {"schema": {"type": "object", "required": ["removed"], "properties": {"removed": {"type": "string"}}}}}
+                  },
+                  "401": {"$ref": "#/components/responses/Error"},
+                  "404": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/tokens/{token}/unregister": {
+              "post": {
+                "summary": "Mark a token unregistered at a time, without its device: pushes get 410 with that time, and a feedback entry",
+                "parameters": [{"name": "token", "in": "path", "required": true, "schema": {"type": "string", "pattern": "^([0-9a-fA-F]{2})+$"}}],
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                  "type": "object", "required": ["environment", "topic"],
+                  "properties": {
+                    "environment": {"type": "string", "enum": ["production", "sandbox"]},
+                    "topic": {"type": "string"},
+                    "at": {"type": "string", "description": "ISO 8601 or seconds since 1970; default now"}
+                  }
+                }}}},
+                "responses": {
+                  "200": {
+                    "description": "marked",
+                    "content": {"application/json": {"schema": {
+                      "type": "object", "required": ["token", "topic", "environment", "unregisteredAt"],
+                      "properties": {
+                        "token": {"type": "string"}, "topic": {"type": "string"}, "environment": {"type": "string"},
+                        "unregisteredAt": {"type": "string", "format": "date-time"}
+                      }
+                    }}}
+                  },
+                  "400": {"$ref": "#/components/responses/Error"},
+                  "401": {"$ref": "#/components/responses/Error"},
+                  "404": {"$ref": "#/components/responses/Error"},
+                  "422": {"$ref": "#/components/responses/Error"}
                 }
               }
             },

@@ -14,6 +14,7 @@ public struct AdminServer: Service {
     let configuration: CourierConfiguration
     let token: String
     let inbox: NotificationInbox
+    let faults: FaultInjector
     let dispatcher: Dispatcher
     let connections: ConnectionCounts
     let ports: BoundPorts
@@ -86,6 +87,36 @@ public struct AdminServer: Service {
             }
             return TokenTimelines(token: Hex.encode(token), notifications: timelines)
         }
+        api.get("faults") { [faults, dispatcher] _, _ in
+            FaultList(faults: faults.list(now: dispatcher.clock.now()).map(FaultJSON.init))
+        }
+        api.post("faults") { [faults, dispatcher] request, context in
+            let body = try await request.decode(as: FaultRequestBody.self, context: context)
+            let now = dispatcher.clock.now()
+            let (match, action, count, until) = try body.rule(now: now)
+            guard let rule = faults.add(match: match, action: action, count: count, until: until, now: now) else {
+                throw HTTPError(.conflict, message: "there are \(FaultInjector.capacity) fault rules already; remove one first")
+            }
+            return EditedResponse(status: .created, response: FaultJSON(rule))
+        }
+        api.delete("faults/:id") { [faults] _, context in
+            let id = try context.parameters.require("id")
+            guard faults.remove(id: id) else { throw HTTPError(.notFound, message: "no fault rule \(id)") }
+            return Removed(removed: id)
+        }
+        api.post("tokens/:token/unregister") { [dispatcher] request, context in
+            let text = try context.parameters.require("token")
+            guard let token = Hex.decode(text), !token.isEmpty else { throw HTTPError(.badRequest, message: "'\(text)' is not a device token in hex") }
+            let body = try await request.decode(as: UnregisterBody.self, context: context)
+            guard let environment = Environment(rawValue: body.environment) else {
+                throw HTTPError(.unprocessableContent, message: "'environment' must be production or sandbox")
+            }
+            let at = try body.at.map { try InboxQuery.date($0, "at") } ?? dispatcher.clock.now()
+            guard try await dispatcher.markUnregistered(token: token, topic: body.topic, environment: environment, at: at) else {
+                throw HTTPError(.notFound, message: "\(text) is not an active registration of \(body.topic) in \(environment.rawValue)")
+            }
+            return Unregistered(token: Hex.encode(token), topic: body.topic, environment: environment.rawValue, unregisteredAt: adminTime(at))
+        }
         api.get("status") { [dispatcher, connections, inbox] _, _ in
             ServerStatus(
                 devicesOnline: dispatcher.sessions.online, connections: connections.counts(),
@@ -96,9 +127,12 @@ public struct AdminServer: Service {
     }
 }
 
-/// A request's query parameters (the first of a repeated one).
+/// A request's query parameters (the first of a repeated one); an empty
+/// value is as if the parameter were not given (`?topic=`).
 func query(_ request: Request) -> [String: String] {
-    Dictionary(request.uri.queryParameters.map { (String($0.key), String($0.value)) }, uniquingKeysWith: { first, _ in first })
+    Dictionary(
+        request.uri.queryParameters.filter { !$0.value.isEmpty }.map { (String($0.key), String($0.value)) },
+        uniquingKeysWith: { first, _ in first })
 }
 
 // MARK: Middleware
@@ -108,7 +142,29 @@ func query(_ request: Request) -> [String: String] {
 struct JSONErrors: RouterMiddleware {
     typealias Context = BasicRequestContext
 
+    /// The paths the API has (`*` one segment) and their methods: another
+    /// method on one of them is a 405, with `Allow`.
+    static let routes: [(path: [Substring], methods: [HTTPRequest.Method])] = [
+        ("health/live", [.get]), ("health/ready", [.get]), ("openapi.json", [.get]), ("v1/inbox", [.get, .delete]), ("v1/inbox/wait", [.get]),
+        ("v1/notifications/*", [.get]), ("v1/tokens/*/notifications", [.get]), ("v1/status", [.get]), ("v1/faults", [.get, .post]),
+        ("v1/faults/*", [.delete]), ("v1/tokens/*/unregister", [.post]),
+    ].map { (path: $0.0.split(separator: "/"), methods: $0.1) }
+
+    static func methods(for path: String) -> [HTTPRequest.Method]? {
+        let segments = path.split(separator: "/")
+        return routes.first { route in
+            route.path.count == segments.count && zip(route.path, segments).allSatisfy { $0 == "*" || $0 == $1 }
+        }?.methods
+    }
+
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        if let methods = Self.methods(for: request.uri.path), !methods.contains(request.method),
+            !(request.method == .head && methods.contains(.get))
+        {
+            throw HTTPError(
+                .methodNotAllowed, headers: [.allow: methods.map(\.rawValue).joined(separator: ", ")],
+                message: "\(request.method) is not allowed on \(request.uri.path)")
+        }
         do {
             return try await next(request, context)
         } catch var error as HTTPError {
@@ -256,8 +312,11 @@ struct InboxEntryJSON: ResponseCodable {
     var payload: String?
     var payloadSize: Int
     var outcome: Outcome
+    /// The fault rule that acted on it.
+    var fault: String?
 
     init(_ entry: InboxEntry) {
+        fault = entry.fault
         sequence = entry.sequence
         receivedAt = adminTime(entry.receivedAt)
         interface = entry.interface.rawValue
@@ -322,4 +381,154 @@ struct ServerStatus: ResponseCodable {
     var inbox: InboxStatus
     /// Delivery-log events not yet written.
     var deliveryLogBacklog: Int
+}
+
+// MARK: Faults
+
+/// `POST /v1/faults`: a rule as the API takes it (docs/admin-api.md).
+struct FaultRequestBody: Decodable {
+    struct Match: Decodable {
+        var token: String?
+        var topic: String?
+        var team: String?
+        var keyID: String?
+        var certificateSerial: String?
+        var interface: String?
+        var environment: String?
+    }
+    var match: Match?
+    /// reject, delay or close.
+    var action: String
+    var reason: String?
+    /// For `Unregistered`: the time it says the token stopped (ISO 8601 or seconds since 1970).
+    var timestamp: String?
+    var binaryStatus: Int?
+    var milliseconds: Int?
+    /// Notifications it acts on at most.
+    var count: Int?
+    /// Seconds it stays in force.
+    var seconds: Double?
+
+    /// The rule's parts, or a 422 naming what is wrong.
+    func rule(now: Date) throws -> (FaultMatch, FaultAction, Int?, Date?) {
+        func invalid(_ message: String) -> HTTPError { HTTPError(.unprocessableContent, message: message) }
+        var match = FaultMatch()
+        if let given = self.match {
+            if let token = given.token {
+                guard let bytes = Hex.decode(token), !bytes.isEmpty else { throw invalid("'match.token' is not a device token in hex") }
+                match.token = bytes
+            }
+            match.topic = given.topic
+            match.teamID = given.team
+            match.keyID = given.keyID
+            match.certificateSerial = given.certificateSerial
+            if let interface = given.interface {
+                guard let value = ProviderInterface(rawValue: interface) else { throw invalid("'match.interface' must be http2 or binary") }
+                match.interface = value
+            }
+            if let environment = given.environment {
+                guard let value = Environment(rawValue: environment) else { throw invalid("'match.environment' must be production or sandbox") }
+                match.environment = value
+            }
+        }
+        let kind = self.action
+        func reason(_ name: String?) throws -> Reason {
+            guard let name else { throw invalid("'\(kind)' needs a 'reason' (a reason of docs/protocol.md, such as BadDeviceToken)") }
+            guard let known = Reason.Known(rawValue: name) else { throw invalid("'\(name)' is not a reason of docs/protocol.md") }
+            return Reason(known)
+        }
+        let action: FaultAction
+        switch kind {
+        case "reject":
+            let timestamp = try self.timestamp.map { text in
+                do { return try InboxQuery.date(text, "timestamp") } catch { throw invalid("'timestamp' must be an ISO 8601 time or seconds since 1970") }
+            }
+            var status: BinaryStatus?
+            if let binaryStatus {
+                guard (1...255).contains(binaryStatus) else { throw invalid("'binaryStatus' must be 1 to 255") }
+                status = BinaryStatus(rawValue: UInt8(binaryStatus))
+            }
+            action = .reject(reason: try reason(self.reason), timestamp: timestamp, binaryStatus: status)
+        case "delay":
+            guard let milliseconds, (1...60_000).contains(milliseconds) else { throw invalid("'delay' needs 'milliseconds', 1 to 60000") }
+            action = .delay(milliseconds: milliseconds)
+        case "close":
+            action = .close(reason: try reason(self.reason ?? "Shutdown"))
+        default:
+            throw invalid("'action' must be reject, delay or close")
+        }
+        if let count, count < 1 { throw invalid("'count' must be at least 1") }
+        if let seconds, !(seconds > 0) { throw invalid("'seconds' must be more than 0") }
+        return (match, action, count, seconds.map { now.addingTimeInterval($0) })
+    }
+}
+
+struct FaultJSON: ResponseCodable {
+    struct Match: Codable {
+        var token: String?
+        var topic: String?
+        var team: String?
+        var keyID: String?
+        var certificateSerial: String?
+        var interface: String?
+        var environment: String?
+    }
+    var id: String
+    var match: Match
+    var action: String
+    var reason: String?
+    var timestamp: String?
+    var binaryStatus: Int?
+    var milliseconds: Int?
+    /// Notifications it may still act on.
+    var remaining: Int?
+    var until: String?
+    var hits: Int
+    var createdAt: String
+
+    init(_ rule: FaultRule) {
+        id = rule.id
+        let m = rule.match
+        match = Match(
+            token: m.token.map(Hex.encode), topic: m.topic, team: m.teamID, keyID: m.keyID, certificateSerial: m.certificateSerial,
+            interface: m.interface?.rawValue, environment: m.environment?.rawValue)
+        switch rule.action {
+        case .reject(let reason, let timestamp, let status):
+            action = "reject"
+            self.reason = reason.rawValue
+            self.timestamp = timestamp.map(adminTime)
+            binaryStatus = status.map { Int($0.rawValue) }
+        case .delay(let milliseconds):
+            action = "delay"
+            self.milliseconds = milliseconds
+        case .close(let reason):
+            action = "close"
+            self.reason = reason.rawValue
+        }
+        remaining = rule.remaining
+        until = rule.until.map(adminTime)
+        hits = rule.hits
+        createdAt = adminTime(rule.createdAt)
+    }
+}
+
+struct FaultList: ResponseCodable {
+    var faults: [FaultJSON]
+}
+
+struct Removed: ResponseCodable {
+    var removed: String
+}
+
+struct UnregisterBody: Decodable {
+    var environment: String
+    var topic: String
+    var at: String?
+}
+
+struct Unregistered: ResponseCodable {
+    var token: String
+    var topic: String
+    var environment: String
+    var unregisteredAt: String
 }

@@ -1,6 +1,7 @@
 import CourierCore
 import Foundation
 import NIOCore
+import NIOHPACK
 import Synchronization
 
 /// The provider interface a notification came in through.
@@ -30,27 +31,109 @@ public enum InboxOutcome: Sendable, Hashable {
 }
 
 /// One notification as Courier received it, for tests that assert on
-/// what their provider code sent (`Inbox`).
+/// what their provider code sent (`NotificationInbox`). Its fields are
+/// kept in one object: recording and listing copy one reference.
 public struct InboxEntry: Sendable {
     /// Increases by one per entry: the inbox's order, and its paging key.
-    public var sequence: UInt64
-    public var receivedAt: Date
-    public var interface: ProviderInterface
-    public var environment: Environment
+    public internal(set) var sequence: UInt64
+    private let details: Details
+
+    private final class Details: Sendable {
+        let receivedAt: Date
+        let interface: ProviderInterface
+        let environment: Environment
+        let id: InboxID
+        let token: [UInt8]?
+        let topic: String?
+        let provider: String?
+        let teamID: String?
+        let received: InboxHeaders
+        let payload: [UInt8]
+        let outcome: InboxOutcome
+        let fault: String?
+
+        init(
+            receivedAt: Date, interface: ProviderInterface, environment: Environment, id: InboxID, token: [UInt8]?, topic: String?, provider: String?,
+            teamID: String?, received: InboxHeaders, payload: [UInt8], outcome: InboxOutcome, fault: String?
+        ) {
+            self.receivedAt = receivedAt
+            self.interface = interface
+            self.environment = environment
+            self.id = id
+            self.token = token
+            self.topic = topic
+            self.provider = provider
+            self.teamID = teamID
+            self.received = received
+            self.payload = payload
+            self.outcome = outcome
+            self.fault = fault
+        }
+    }
+
+    init(
+        sequence: UInt64 = 0, receivedAt: Date, interface: ProviderInterface, environment: Environment, id: InboxID, token: [UInt8]?, topic: String?,
+        provider: String?, teamID: String?, received: InboxHeaders, payload: [UInt8], outcome: InboxOutcome, fault: String? = nil
+    ) {
+        self.sequence = sequence
+        details = Details(
+            receivedAt: receivedAt, interface: interface, environment: environment, id: id, token: token, topic: topic, provider: provider, teamID: teamID,
+            received: received, payload: payload, outcome: outcome, fault: fault)
+    }
+
+    public var receivedAt: Date { details.receivedAt }
+    public var interface: ProviderInterface { details.interface }
+    public var environment: Environment { details.environment }
     /// The apns-id answered (HTTP/2), or the one given to a binary notification.
-    public var apnsID: String
+    public var apnsID: String {
+        switch details.id {
+        case .text(let text): text
+        case .uuid(let uuid): uuid.uuidString.lowercased()
+        }
+    }
     /// Nil when the request had no usable token.
-    public var token: [UInt8]?
-    public var topic: String?
+    public var token: [UInt8]? { details.token }
+    public var topic: String? { details.topic }
     /// "certificate <serial>" or "key <key id>"; nil when the provider was
     /// not authenticated.
-    public var provider: String?
-    public var teamID: String?
+    public var provider: String? { details.provider }
+    public var teamID: String? { details.teamID }
     /// HTTP/2: the request's headers (the authorization header's token
     /// left out). Binary: the frame's fields by name.
-    public var headers: [(name: String, value: String)]
-    public var payload: [UInt8]
-    public var outcome: InboxOutcome
+    public var headers: [(name: String, value: String)] { details.received.fields }
+    public var payload: [UInt8] { details.payload }
+    public var outcome: InboxOutcome { details.outcome }
+    /// The fault rule that acted on it, if one did.
+    public var fault: String? { details.fault }
+}
+
+/// An inbox entry's apns-id: kept as it came, made into text when read.
+enum InboxID: Sendable {
+    case text(String)
+    case uuid(UUID)
+}
+
+/// An inbox entry's headers as received: kept as they came, made into
+/// name and value pairs only when read (recording costs no strings).
+enum InboxHeaders: Sendable {
+    case http2(HPACKHeaders)
+    case binary(BinaryFrameFields)
+    /// A binary frame that could not be decoded.
+    case malformed(identifier: UInt32, detail: String)
+
+    var fields: [(name: String, value: String)] {
+        switch self {
+        case .http2(let headers): headers.map { ($0.name, $0.name == "authorization" ? Self.redacted($0.value) : $0.value) }
+        case .binary(let fields): fields.headers
+        case .malformed(let identifier, let detail): [("identifier", String(identifier)), ("malformed", detail)]
+        }
+    }
+
+    /// An authorization header without its credential (the entry's
+    /// `provider` names the key that signed a valid one).
+    static func redacted(_ value: String) -> String {
+        value.lowercased().hasPrefix("bearer ") ? "bearer (not recorded)" : "(not recorded)"
+    }
 }
 
 /// What the inbox's list and wait select. Nil fields select everything.
@@ -137,22 +220,38 @@ public final class NotificationInbox: Sendable {
 
     /// Records one notification; its `sequence` is set here.
     func record(_ entry: InboxEntry) {
-        guard capacity > 0 else { return }
+        record(CollectionOfOne(entry))
+    }
+
+    /// Records notifications in order, under one lock. What they push out
+    /// of a full inbox is destroyed after the lock is released (a release
+    /// of its arrays), so that the lock is held for moves only.
+    func record(_ entries: some Collection<InboxEntry>) {
+        guard capacity > 0, !entries.isEmpty else { return }
+        // Pushed out (one record's one, without an array; a batch's in one).
+        var evicted: InboxEntry?
+        var moreEvicted: [InboxEntry] = []
         let woken = state.withLock { state -> [(CheckedContinuation<InboxEntry?, Never>, InboxEntry)] in
-            var entry = entry
-            entry.sequence = state.next
-            state.next += 1
-            if state.entries.count == capacity { state.entries.removeFirst() }
-            state.entries.append(entry)
-            guard !state.waiters.isEmpty else { return [] }
             var woken: [(CheckedContinuation<InboxEntry?, Never>, InboxEntry)] = []
-            state.waiters.removeAll { waiter in
-                guard waiter.after < entry.sequence, waiter.filter.matches(entry) else { return false }
-                woken.append((waiter.continuation, entry))
-                return true
+            for var entry in entries {
+                entry.sequence = state.next
+                state.next += 1
+                if state.entries.count == capacity {
+                    let old = state.entries.removeFirst()
+                    if evicted == nil { evicted = old } else { moreEvicted.append(old) }
+                }
+                state.entries.append(entry)
+                guard !state.waiters.isEmpty else { continue }
+                state.waiters.removeAll { waiter in
+                    guard waiter.after < entry.sequence, waiter.filter.matches(entry) else { return false }
+                    woken.append((waiter.continuation, entry))
+                    return true
+                }
             }
             return woken
         }
+        evicted = nil
+        moreEvicted.removeAll()
         for (continuation, entry) in woken { continuation.resume(returning: entry) }
     }
 

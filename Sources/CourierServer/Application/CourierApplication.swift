@@ -41,6 +41,8 @@ public struct CourierApplication: Sendable {
     public let http2Gateways: [Environment: HTTP2Gateway]
     /// What the provider interfaces received (the admin API reads it).
     public let inbox: NotificationInbox
+    /// The admin API's fault rules.
+    public let faults: FaultInjector
     /// What peers may hold, and the connections each certificate authenticated.
     let policy: ConnectionPolicy
 
@@ -79,6 +81,7 @@ public struct CourierApplication: Sendable {
             report.adminTokenPath = admin.path
             report.files.append(ProvisionedFile(what: "admin token", path: admin.path, created: admin.created))
             let inbox = NotificationInbox(capacity: configuration.inbox.capacity, maxAge: configuration.inbox.maxAge, clock: clock)
+            let faults = FaultInjector()
             let log = DeliveryLogWriter(store: provisioner.store, logger: logger)
             var codecs: [Environment: DeviceTokenCodec] = [:]
             for environment in Environment.allCases { codecs[environment] = try provisioner.tokenCodec(environment) }
@@ -104,7 +107,7 @@ public struct CourierApplication: Sendable {
             for environment in Environment.allCases {
                 http2Gateways[environment] = try HTTP2Gateway(
                     environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, keys: keys,
-                    inbox: inbox, policy: policy, logger: logger)
+                    inbox: inbox, faults: faults, policy: policy, logger: logger)
             }
             if timers {
                 services.append(TimerService(interval: configuration.qos.tickInterval) { await dispatcher.tick() })
@@ -122,7 +125,7 @@ public struct CourierApplication: Sendable {
                     logger: logger)
                 let binary = try BinaryGateway(
                     environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, inbox: inbox,
-                    policy: policy, logger: logger)
+                    faults: faults, policy: policy, logger: logger)
                 services += [
                     PortListener(device, configuration: configuration, policy: policy, ports: ports),
                     PortListener(feedbackService, configuration: configuration, policy: policy, ports: ports),
@@ -136,14 +139,15 @@ public struct CourierApplication: Sendable {
             // Stops first at shutdown: a long poll does not hold the listeners up.
             services.append(
                 AdminServer(
-                    configuration: configuration, token: admin.token, inbox: inbox, dispatcher: dispatcher, connections: policy.open, ports: ports,
+                    configuration: configuration, token: admin.token, inbox: inbox, faults: faults, dispatcher: dispatcher, connections: policy.open,
+                    ports: ports,
                     ready: { [store = provisioner.store] in
                         guard ports.all.count > listeners.count else { return false }
                         return (try? await store.schemaVersion()) != nil
                     }, logger: logger))
             return CourierApplication(
                 configuration: configuration, provisioner: provisioner, report: report, services: services, dispatcher: dispatcher, ports: ports,
-                listeners: listeners, http2Gateways: http2Gateways, inbox: inbox, policy: policy)
+                listeners: listeners, http2Gateways: http2Gateways, inbox: inbox, faults: faults, policy: policy)
         } catch {
             try? await provisioner.close()
             throw error

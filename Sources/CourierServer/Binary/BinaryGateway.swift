@@ -93,6 +93,8 @@ final class BinaryGateway: ListenerInterface {
     let dispatcher: Dispatcher
     /// Every notification frame, with its outcome.
     let inbox: NotificationInbox
+    /// The admin API's fault rules.
+    let faults: FaultInjector
     /// How long to keep reading (and discarding) after an error packet, so
     /// that closing is not a TCP reset that destroys the packet.
     let linger: TimeAmount = .milliseconds(250)
@@ -100,9 +102,10 @@ final class BinaryGateway: ListenerInterface {
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher,
-        inbox: NotificationInbox, policy: ConnectionPolicy, logger: Logger
+        inbox: NotificationInbox, faults: FaultInjector, policy: ConnectionPolicy, logger: Logger
     ) throws {
         self.inbox = inbox
+        self.faults = faults
         // TLS 1.2 at most, as Apple's gateway spoke: TLS 1.3 session tickets
         // arrive after the handshake, and old clients take them for an error response.
         basics = PortBasics(
@@ -152,59 +155,104 @@ final class BinaryGateway: ListenerInterface {
     /// the store before it can decide.
     fileprivate enum Admission {
         case decided(Result<Pending<Void>?, Refusal>)
-        case waits(PushNotification)
+        /// Decided in a task, after `delay` (a fault rule's) if there is one.
+        case waits(PushNotification, delay: Duration?)
+        /// A fault rule ends the connection: status 10 Shutdown.
+        case closes
     }
 
     /// Hands one notification to the dispatcher, without waiting.
-    fileprivate func admitAtOnce(_ frame: BinaryNotificationFrame, grant: TopicGrant, sender: ProviderIdentity?, now: Date) -> Admission {
+    /// The frame's inbox entry, when it is decided here, goes into
+    /// `recorded` (the connection records a read's entries at once).
+    fileprivate func admitAtOnce(
+        _ frame: BinaryNotificationFrame, grant: TopicGrant, sender: ProviderIdentity?, now: Date, recorded: inout [InboxEntry]
+    ) -> Admission {
         let notification: PushNotification
         do {
             notification = try self.notification(frame, topic: grant.topic)
         } catch {
             if inbox.isRecording {
-                record(
-                    BinaryFrameFields(frame), token: Array(buffer: frame.token), topic: grant.topic, payload: Array(buffer: frame.payload), apnsID: nil,
-                    sender: sender, outcome: .refused(status: Int(error.status.rawValue), reason: error.status.meaning), now: now)
+                recorded.append(
+                    entry(
+                        BinaryFrameFields(frame), token: Array(buffer: frame.token), topic: grant.topic, payload: Array(buffer: frame.payload), apnsID: nil,
+                        sender: sender, outcome: .refused(status: Int(error.status.rawValue), reason: error.status.meaning), now: now))
             }
             return .decided(.failure(error))
         }
-        guard let decided = dispatcher.admitAtOnce(notification, environment: environment, grant: grant, now: now) else { return .waits(notification) }
-        if inbox.isRecording { record(BinaryFrameFields(frame), notification, sender: sender, result: decided.result, now: now) }
+        if faults.isActive,
+            let rule = faults.take(
+                FaultRequest(interface: .binary, environment: environment, token: notification.token, topic: grant.topic, identity: sender), now: now)
+        {
+            return fault(rule, frame: frame, notification: notification, sender: sender, now: now, recorded: &recorded)
+        }
+        guard let decided = dispatcher.admitAtOnce(notification, environment: environment, grant: grant, now: now) else {
+            return .waits(notification, delay: nil)
+        }
+        if inbox.isRecording { recorded.append(entry(BinaryFrameFields(frame), notification, sender: sender, result: decided.result, now: now)) }
         return .decided(outcome(decided))
     }
 
-    /// Records a notification the dispatcher decided in the inbox.
-    fileprivate func record(_ fields: BinaryFrameFields, _ notification: PushNotification, sender: ProviderIdentity?, result: AcceptResult, now: Date) {
+    /// What a fault rule makes of a notification: a refusal (its binary
+    /// status; none, as for `Unregistered`, drops it unanswered), a delayed
+    /// decision, or the connection's end.
+    private func fault(
+        _ rule: FaultRule, frame: BinaryNotificationFrame, notification: PushNotification, sender: ProviderIdentity?, now: Date,
+        recorded: inout [InboxEntry]
+    ) -> Admission {
+        dispatcher.logFault(rule, notificationID: notification.id)
+        let fields = BinaryFrameFields(frame)
+        func record(_ outcome: InboxOutcome) {
+            guard inbox.isRecording else { return }
+            recorded.append(
+                entry(
+                    fields, token: notification.token, topic: notification.topic, payload: notification.payload, apnsID: notification.id, sender: sender,
+                    outcome: outcome, now: now, fault: rule.id))
+        }
+        switch rule.action {
+        case .reject(let reason, _, let binaryStatus):
+            let status = binaryStatus ?? reason.binaryStatus
+            record(.refused(status: status.map { Int($0.rawValue) }, reason: reason.rawValue))
+            guard let status else { return .decided(.success(nil)) }
+            return .decided(.failure(Refusal(status: status)))
+        case .delay(let milliseconds):
+            // Recorded with its outcome once decided.
+            return .waits(notification, delay: .milliseconds(milliseconds))
+        case .close:
+            record(.refused(status: Int(BinaryStatus.shutdown.rawValue), reason: BinaryStatus.shutdown.meaning))
+            return .closes
+        }
+    }
+
+    /// The inbox entry of a notification the dispatcher decided.
+    fileprivate func entry(_ fields: BinaryFrameFields, _ notification: PushNotification, sender: ProviderIdentity?, result: AcceptResult, now: Date)
+        -> InboxEntry
+    {
         let outcome: InboxOutcome
         switch result {
         case .accepted: outcome = .accepted
         case .rejected(let reason, _): outcome = .refused(status: reason.binaryStatus.map { Int($0.rawValue) }, reason: reason.rawValue)
         }
-        record(
+        return entry(
             fields, token: notification.token, topic: notification.topic, payload: notification.payload, apnsID: notification.id, sender: sender,
             outcome: outcome, now: now)
     }
 
-    fileprivate func record(
+    fileprivate func entry(
         _ fields: BinaryFrameFields, token: [UInt8]?, topic: String?, payload: [UInt8], apnsID: UUID?, sender: ProviderIdentity?, outcome: InboxOutcome,
-        now: Date
-    ) {
-        inbox.record(
-            InboxEntry(
-                sequence: 0, receivedAt: now, interface: .binary, environment: environment,
-                apnsID: (apnsID ?? UUID.notificationID()).uuidString.lowercased(), token: token, topic: topic, provider: sender?.name,
-                teamID: sender?.teamID, headers: fields.headers, payload: payload, outcome: outcome))
+        now: Date, fault: String? = nil
+    ) -> InboxEntry {
+        InboxEntry(
+            receivedAt: now, interface: .binary, environment: environment, id: .uuid(apnsID ?? UUID.notificationID()), token: token, topic: topic,
+            provider: sender?.name, teamID: sender?.teamID, received: .binary(fields), payload: payload, outcome: outcome, fault: fault)
     }
 
     /// A frame that could not be decoded (`BinaryFrameFailure`), in the inbox.
-    fileprivate func record(_ failure: BinaryFrameFailure, topic: String?, sender: ProviderIdentity?, now: Date) {
-        guard inbox.isRecording else { return }
-        inbox.record(
-            InboxEntry(
-                sequence: 0, receivedAt: now, interface: .binary, environment: environment, apnsID: UUID.notificationID().uuidString.lowercased(),
+    fileprivate func entry(_ failure: BinaryFrameFailure, topic: String?, sender: ProviderIdentity?, now: Date) -> InboxEntry {
+        InboxEntry(
+                sequence: 0, receivedAt: now, interface: .binary, environment: environment, id: .uuid(UUID.notificationID()),
                 token: nil, topic: topic, provider: sender?.name, teamID: sender?.teamID,
-                headers: [("identifier", String(failure.identifier)), ("malformed", failure.detail)], payload: [],
-                outcome: .refused(status: failure.answers ? Int(failure.status.rawValue) : nil, reason: failure.status.meaning)))
+                received: .malformed(identifier: failure.identifier, detail: failure.detail), payload: [],
+                outcome: .refused(status: failure.answers ? Int(failure.status.rawValue) : nil, reason: failure.status.meaning))
     }
 
     fileprivate func outcome(_ decided: (result: AcceptResult, durable: Pending<Void>?)) -> Result<Pending<Void>?, Refusal> {
@@ -279,6 +327,8 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     private var handled = 0
     /// The certificate's provider, for the inbox.
     private var sender: ProviderIdentity?
+    /// This read's inbox entries, recorded together (`recordEntries`).
+    private var recorded: [InboxEntry] = []
 
     init(gateway: BinaryGateway, peer: PeerIdentityBox, limits: BinaryDecoderLimits) {
         self.gateway = gateway
@@ -330,6 +380,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
         // One time for the frames of one read: they arrived together.
         let now = gateway.dispatcher.clock.now()
         received.receive(unwrapInboundIn(data)) { handleFrames(in: &$0, now: now, context: context) }
+        recordEntries()
         if machine.isOver { received.discard() }
         checkUnfinishedFrame(context: context)
     }
@@ -359,22 +410,27 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
         switch message {
         case .failure(let failure):
             gateway.logger.info("malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"])
-            gateway.record(failure, topic: grant.topic, sender: sender, now: now)
+            if gateway.inbox.isRecording { recorded.append(gateway.entry(failure, topic: grant.topic, sender: sender, now: now)) }
             refuse(failure.answers ? failure.status : nil, failure.identifier, context: context)
         case .notification(let frame):
-            switch gateway.admitAtOnce(frame, grant: grant, sender: sender, now: now) {
+            switch gateway.admitAtOnce(frame, grant: grant, sender: sender, now: now, recorded: &recorded) {
             case .decided(let outcome):
                 settle(outcome, command: frame.command, identifier: frame.identifier, context: context)
-            case .waits(let notification):
+            case .closes:
+                context.pipeline.fireUserInboundEventTriggered(ShuttingDown())
+            case .waits(let notification, let delay):
                 machine.waitForDispatcher()
+                // The frames before it are in the inbox before it.
+                recordEntries()
                 // Not the frame: its bytes are the TLS handler's, which it reuses.
                 let (command, identifier, fields, sender) = (frame.command, frame.identifier, BinaryFrameFields(frame), sender)
                 let (gateway, loop) = (self.gateway, context.eventLoop)
                 let bound = NIOLoopBound((self, context), eventLoop: loop)
                 Task {
+                    if let delay { try? await Task.sleep(for: delay) }
                     let decided = await gateway.dispatcher.admitAfterWaiting(notification, environment: gateway.environment, grant: grant)
                     if gateway.inbox.isRecording {
-                        gateway.record(fields, notification, sender: sender, result: decided.result, now: gateway.dispatcher.clock.now())
+                        gateway.inbox.record(gateway.entry(fields, notification, sender: sender, result: decided.result, now: gateway.dispatcher.clock.now()))
                     }
                     loop.execute {
                         let (handler, context) = bound.value
@@ -391,11 +447,19 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
         }
     }
 
+    /// Records this read's inbox entries, in the order of their frames.
+    private func recordEntries() {
+        guard !recorded.isEmpty else { return }
+        gateway.inbox.record(recorded)
+        recorded.removeAll(keepingCapacity: true)
+    }
+
     /// Handles the frames that waited, until one waits again; then reads
     /// on, if a read was held.
     private func resume(context: ChannelHandlerContext, read: Bool) {
         let now = gateway.dispatcher.clock.now()
         received.readCarried { handleFrames(in: &$0, now: now, context: context) }
+        recordEntries()
         if machine.isOver { received.discard() }
         checkUnfinishedFrame(context: context)
         if read {

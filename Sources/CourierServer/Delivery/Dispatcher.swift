@@ -278,6 +278,18 @@ public final class Dispatcher: Sendable {
         try await registrations.unregister(deviceID: deviceID, bundleID: bundleID, environment: environment)
     }
 
+    /// The admin API marks a token unregistered at `date`, as if its app
+    /// had been removed then, without its device: pushes to it get 410
+    /// with that time (and a feedback entry). False when the token is not
+    /// the topic's app's registration in `environment`.
+    func markUnregistered(token: [UInt8], topic: String, environment: Environment, at date: Date) async throws -> Bool {
+        let bundleID = Topic(topic).bundleID
+        guard case .success(let checked) = registrations.check(TokenKey(environment: environment, bytes: token), bundleID: bundleID, now: clock.now()),
+            let registration = try await registrations.registration(checked.key), registration.token == token, registration.active
+        else { return false }
+        return try await registrations.unregister(deviceID: checked.contents.deviceID, bundleID: bundleID, environment: environment, at: date)
+    }
+
     /// A device connected with its certificate (`id`): its record, once a
     /// newer `generation` (a reset or restore: `resetDevice`) and the time
     /// it was seen are recorded. Nil for a device the store does not know.
@@ -431,6 +443,17 @@ public final class Dispatcher: Sendable {
             logger.error("store failed sweeping held notifications", metadata: ["courier.error": "\(error)"])
         }
         log.append(events)
+    }
+
+    /// A fault rule acted on a notification: its delivery log says which and how.
+    func logFault(_ rule: FaultRule, notificationID: UUID) {
+        let what: String
+        switch rule.action {
+        case .reject(let reason, _, let status): what = "refused with \(reason)" + (status.map { " (binary status \($0.rawValue))" } ?? "")
+        case .delay(let milliseconds): what = "answer delayed \(milliseconds) ms"
+        case .close(let reason): what = "connection closed (\(reason))"
+        }
+        log.append(DeliveryEvent(notificationID: notificationID, kind: .faultInjected, at: clock.now(), detail: "fault \(rule.id): \(what)"))
     }
 
     /// A notification's delivery log (by apns-id), oldest first, with

@@ -249,8 +249,8 @@ final class Registrations: Sendable {
     }
 
     /// The app was removed from the device. False when it was not registered.
-    func unregister(deviceID: UInt64, bundleID: String, environment: Environment) async throws -> Bool {
-        guard try await store.unregister(deviceID: deviceID, bundleID: bundleID, environment: environment, at: clock.now()) else { return false }
+    func unregister(deviceID: UInt64, bundleID: String, environment: Environment, at date: Date? = nil) async throws -> Bool {
+        guard try await store.unregister(deviceID: deviceID, bundleID: bundleID, environment: environment, at: date ?? clock.now()) else { return false }
         let key = RegistrationKey(deviceID: deviceID, bundleID: bundleID, environment: environment)
         let updated = try await store.registration(deviceID: deviceID, bundleID: bundleID, environment: environment)
         state.withLock { state in

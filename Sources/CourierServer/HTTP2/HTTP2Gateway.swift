@@ -75,6 +75,9 @@ struct HTTP2Answer: Sendable {
     var liftStreamLimit = false
     /// Why it was refused.
     var reason: Reason?
+    /// The request's inbox entry, recorded on the connection's event loop
+    /// (one thread per connection takes the inbox's lock, not every task's).
+    var entry: InboxEntry?
 
     static func failure(_ reason: Reason, apnsID: String, timestamp: Date? = nil) -> HTTP2Answer {
         HTTP2Answer(status: reason.httpStatus, apnsID: apnsID, body: HTTP2ErrorBody(reason: reason, timestamp: timestamp).json, reason: reason)
@@ -91,6 +94,8 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
     let keys: ProviderKeys
     /// Every request that reached an answer, with the answer.
     let inbox: NotificationInbox
+    /// The admin API's fault rules.
+    let faults: FaultInjector
     private struct Connections {
         var open: [ObjectIdentifier: HTTP2ConnectionHandle] = [:]
         var shuttingDown = false
@@ -101,9 +106,10 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher,
-        keys: ProviderKeys, inbox: NotificationInbox, policy: ConnectionPolicy, logger: Logger
+        keys: ProviderKeys, inbox: NotificationInbox, faults: FaultInjector, policy: ConnectionPolicy, logger: Logger
     ) throws {
         self.inbox = inbox
+        self.faults = faults
         // A certificate is optional here: without one, the provider uses tokens.
         basics = PortBasics(
             .http2, environment, configuration: configuration, policy: policy, authority: tls,
@@ -210,36 +216,32 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         var identity: ProviderIdentity?
         var topic: String?
         var token: [UInt8]?
+        /// The fault rule that acted on it.
+        var fault: String?
+        /// The payload as the notification holds it.
+        var payload: [UInt8]?
     }
 
     /// Answers one request whose headers parsed (`decide`) and records it
     /// in the inbox with its answer.
     func answer(_ head: HTTP2RequestHead, headers: HPACKHeaders, body: ByteBuffer, connection: HTTP2ConnectionHandle) async -> HTTP2Answer {
         var seen = Seen()
-        let answer = await decide(head, body: body, connection: connection, seen: &seen)
-        record(headers, body: body, answer: answer, seen: seen)
+        var answer = await decide(head, body: body, connection: connection, seen: &seen)
+        answer.entry = entry(headers, body: body, answer: answer, seen: seen)
         return answer
     }
 
-    /// Records a request in the inbox with its answer.
-    func record(_ headers: HPACKHeaders, body: ByteBuffer, answer: HTTP2Answer, seen: Seen = Seen()) {
-        guard inbox.isRecording else { return }
+    /// A request's inbox entry, with its answer; nil when the inbox records nothing.
+    func entry(_ headers: HPACKHeaders, body: ByteBuffer, answer: HTTP2Answer, seen: Seen = Seen()) -> InboxEntry? {
+        guard inbox.isRecording else { return nil }
         let outcome: InboxOutcome =
             answer.status == 200 ? .accepted : .refused(status: answer.status, reason: answer.reason?.rawValue ?? "status \(answer.status)")
-        let path = headers.first(name: ":path") ?? ""
-        let token = seen.token ?? (path.hasPrefix("/3/device/") ? Hex.decode(path.dropFirst("/3/device/".count)) : nil)
-        inbox.record(
-            InboxEntry(
-                sequence: 0, receivedAt: clock.now(), interface: .http2, environment: environment, apnsID: answer.apnsID, token: token,
-                topic: seen.topic ?? headers.first(name: "apns-topic"), provider: seen.identity?.name, teamID: seen.identity?.teamID,
-                headers: headers.map { ($0.name, $0.name == "authorization" ? Self.redacted($0.value) : $0.value) }, payload: Array(buffer: body),
-                outcome: outcome))
-    }
-
-    /// An authorization header without its credential (the entry's
-    /// `provider` names the key that signed a valid one).
-    static func redacted(_ value: String) -> String {
-        value.lowercased().hasPrefix("bearer ") ? "bearer (not recorded)" : "(not recorded)"
+        var token = seen.token
+        if token == nil, let path = headers.first(name: ":path"), path.hasPrefix("/3/device/") { token = Hex.decode(path.dropFirst("/3/device/".count)) }
+        return InboxEntry(
+            sequence: 0, receivedAt: clock.now(), interface: .http2, environment: environment, id: .text(answer.apnsID), token: token,
+            topic: seen.topic ?? headers.first(name: "apns-topic"), provider: seen.identity?.name, teamID: seen.identity?.teamID,
+            received: .http2(headers), payload: seen.payload ?? Array(buffer: body), outcome: outcome, fault: seen.fault)
     }
 
     /// Answers one request whose headers parsed: trust, topic, header
@@ -281,14 +283,15 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         }
         seen.identity = identity
         var answer = await deliver(
-            head, body: body, identity: &identity, defaultTopic: defaultTopic, tokenTrust: tokenTrust, id: newID, apnsID: apnsID, seen: &seen)
+            head, body: body, identity: &identity, defaultTopic: defaultTopic, tokenTrust: tokenTrust, id: newID, apnsID: apnsID, connection: connection,
+            seen: &seen)
         answer.liftStreamLimit = liftStreamLimit
         return answer
     }
 
     private func deliver(
         _ head: HTTP2RequestHead, body: ByteBuffer, identity: inout ProviderIdentity, defaultTopic: String?, tokenTrust: TokenTrust?, id: UUID,
-        apnsID: String, seen: inout Seen
+        apnsID: String, connection: HTTP2ConnectionHandle, seen: inout Seen
     ) async -> HTTP2Answer {
         guard let topic = head.topic ?? defaultTopic else { return .failure(.missingTopic, apnsID: apnsID) }
         seen.topic = topic
@@ -306,6 +309,22 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         case .success(let checked): fields = checked
         }
         seen.token = fields.token
+        if faults.isActive,
+            let rule = faults.take(
+                FaultRequest(interface: .http2, environment: environment, token: fields.token, topic: topic, identity: identity), now: clock.now())
+        {
+            seen.fault = rule.id
+            dispatcher.logFault(rule, notificationID: fields.id)
+            switch rule.action {
+            case .reject(let reason, let timestamp, _):
+                return .failure(reason, apnsID: apnsID, timestamp: reason == .unregistered ? timestamp ?? clock.now() : nil)
+            case .delay(let milliseconds):
+                try? await Task.sleep(for: .milliseconds(milliseconds))
+            case .close(let reason):
+                connection.goAway(reason)
+                return .failure(reason, apnsID: apnsID)
+            }
+        }
         let channel: PayloadChannel = grant.kind == .voip ? .http2VoIP : .http2
         let summary: PayloadSummary
         switch PayloadRules.check(body.readableBytesView, priority: fields.priority, channel: channel, limits: configuration.limits.payload) {
@@ -316,6 +335,7 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         let notification = PushNotification(
             id: fields.id, token: fields.token, topic: topic, payload: Array(buffer: body), expiration: fields.expiration, priority: priority,
             collapseID: fields.collapseID, pushType: fields.pushType, isSilent: summary.isSilent)
+        seen.payload = notification.payload
         switch await dispatcher.accept(notification, environment: environment, grant: grant) {
         case .accepted: return HTTP2Answer(status: 200, apnsID: apnsID, body: nil)
         case .rejected(let reason, let timestamp): return .failure(reason, apnsID: apnsID, timestamp: timestamp)
@@ -548,7 +568,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         let empty = context.channel.allocator.buffer(capacity: 0)
         if case .refuse(let reason) = machine.requestComplete() {
             let answer = HTTP2Answer.failure(reason, apnsID: Self.apnsID(in: stream.headers))
-            gateway.record(stream.headers, body: stream.body ?? empty, answer: answer)
+            if let entry = gateway.entry(stream.headers, body: stream.body ?? empty, answer: answer) { gateway.inbox.record(entry) }
             write(answer, on: streamID, context: context)
             return
         }
@@ -556,7 +576,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         switch HTTP2RequestHead.parse(stream.headers) {
         case .failure(let reason):
             let answer = HTTP2Answer.failure(reason, apnsID: Self.apnsID(in: stream.headers))
-            gateway.record(stream.headers, body: stream.body ?? empty, answer: answer)
+            if let entry = gateway.entry(stream.headers, body: stream.body ?? empty, answer: answer) { gateway.inbox.record(entry) }
             write(answer, on: streamID, context: context)
             return
         case .success(let parsed): head = parsed
@@ -573,6 +593,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     }
 
     private func finish(_ answer: HTTP2Answer, on streamID: HTTP2StreamID) {
+        if let entry = answer.entry { gateway.inbox.record(entry) }
         let action = machine.answered(firstValidToken: answer.liftStreamLimit)
         guard let context else { return }
         if action.liftStreamLimit {
