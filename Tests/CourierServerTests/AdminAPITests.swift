@@ -578,7 +578,7 @@ extension TestServer {
             let token = try await device.client.register("com.example.demo")
             await server.disconnect(device)
             let marked = try await server.admin(
-                "POST", "/v1/tokens/\(Hex.encode(token))/unregister", body: #"{"environment": "production", "topic": "com.example.demo", "at": "1760000000"}"#)
+                "POST", "/v1/tokens/\(Hex.encode(token))/unregister", body: #"{"environment": "production", "topic": "com.example.demo", "at": 1760000000}"#)
             #expect(marked.status == 200, "\(marked.message ?? "")")
             let client = try await server.http2Client()
             let answer = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo"))

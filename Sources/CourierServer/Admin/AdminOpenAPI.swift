@@ -21,10 +21,10 @@ enum AdminOpenAPI {
               "team": {"name": "team", "in": "query", "schema": {"type": "string"}, "description": "the provider's team id"},
               "interface": {"name": "interface", "in": "query", "schema": {"type": "string", "enum": ["http2", "binary"]}},
               "environment": {"name": "environment", "in": "query", "schema": {"type": "string", "enum": ["production", "sandbox"]}},
-              "outcome": {"name": "outcome", "in": "query", "schema": {"type": "string"}, "description": "accepted, refused, or a reason (BadDeviceToken, ...)"},
-              "since": {"name": "since", "in": "query", "schema": {"type": "string", "pattern": "^([0-9]+(\\.[0-9]+)?|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2}))$"}, "description": "ISO 8601 time or seconds since 1970; empty: not given"},
-              "until": {"name": "until", "in": "query", "schema": {"type": "string", "pattern": "^([0-9]+(\\.[0-9]+)?|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2}))$"}, "description": "ISO 8601 time or seconds since 1970; empty: not given"},
-              "after": {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0}, "description": "only entries with a larger sequence"},
+              "outcome": {"name": "outcome", "in": "query", "schema": {"type": "string"}, "description": "accepted, refused, or a reason (BadDeviceToken, ...); empty: no filter"},
+              "since": {"name": "since", "in": "query", "schema": {"type": "number", "minimum": 0, "maximum": 253402300799}, "description": "seconds since 1970 (an ISO 8601 time is taken too)"},
+              "until": {"name": "until", "in": "query", "schema": {"type": "number", "minimum": 0, "maximum": 253402300799}, "description": "seconds since 1970 (an ISO 8601 time is taken too)"},
+              "after": {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0, "maximum": 9007199254740991}, "description": "only entries with a larger sequence"},
               "limit": {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}}
             },
             "responses": {
@@ -108,22 +108,28 @@ enum AdminOpenAPI {
               "FaultMatch": {
                 "type": "object",
                 "properties": {
-                  "token": {"type": "string"}, "topic": {"type": "string"}, "team": {"type": "string"}, "keyID": {"type": "string"},
-                  "certificateSerial": {"type": "string"}, "interface": {"type": "string", "enum": ["http2", "binary"]},
-                  "environment": {"type": "string", "enum": ["production", "sandbox"]}
+                  "token": {"type": "string", "nullable": true, "pattern": "^([0-9a-fA-F]{2})+$"}, "topic": {"type": "string", "nullable": true}, "team": {"type": "string", "nullable": true}, "keyID": {"type": "string", "nullable": true},
+                  "certificateSerial": {"type": "string", "nullable": true}, "interface": {"type": "string", "nullable": true, "enum": [null, "http2", "binary"]},
+                  "environment": {"type": "string", "nullable": true, "enum": [null, "production", "sandbox"]}
                 }
               },
               "NewFaultRule": {
                 "type": "object", "required": ["action"],
+                "description": "null is as if a field were not given",
+                "oneOf": [
+                  {"properties": {"action": {"enum": ["reject"]}, "reason": {"type": "string"}}, "required": ["action", "reason"]},
+                  {"properties": {"action": {"enum": ["delay"]}, "milliseconds": {"type": "integer"}}, "required": ["action", "milliseconds"]},
+                  {"properties": {"action": {"enum": ["close"]}}, "required": ["action"]}
+                ],
                 "properties": {
-                  "match": {"$ref": "#/components/schemas/FaultMatch"},
+                  "match": {"allOf": [{"$ref": "#/components/schemas/FaultMatch"}], "nullable": true},
                   "action": {"type": "string", "enum": ["reject", "delay", "close"]},
-                  "reason": {"type": "string", "description": "a reason of docs/protocol.md (reject; close: default Shutdown)"},
-                  "timestamp": {"type": "string", "description": "Unregistered's time: ISO 8601 or seconds since 1970"},
-                  "binaryStatus": {"type": "integer", "minimum": 1, "maximum": 255},
-                  "milliseconds": {"type": "integer", "minimum": 1, "maximum": 60000},
-                  "count": {"type": "integer", "minimum": 1},
-                  "seconds": {"type": "number", "exclusiveMinimum": true, "minimum": 0}
+                  "reason": {"type": "string", "nullable": true, "enum": [null, "BadCollapseId", "BadDeviceToken", "BadExpirationDate", "BadMessageId", "BadPriority", "BadTopic", "DeviceTokenNotForTopic", "DuplicateHeaders", "InvalidPushType", "IdleTimeout", "MissingDeviceToken", "MissingTopic", "PayloadEmpty", "TopicDisallowed", "BadCertificate", "BadCertificateEnvironment", "ExpiredProviderToken", "Forbidden", "InvalidProviderToken", "MissingProviderToken", "BadPath", "MethodNotAllowed", "Unregistered", "PayloadTooLarge", "TooManyProviderTokenUpdates", "TooManyRequests", "InternalServerError", "ServiceUnavailable", "Shutdown"], "description": "a reason of docs/protocol.md (reject; close: default Shutdown)"},
+                  "timestamp": {"type": "number", "nullable": true, "minimum": 0, "maximum": 253402300799, "description": "Unregistered's time, seconds since 1970 (an ISO 8601 time is taken too)"},
+                  "binaryStatus": {"type": "integer", "nullable": true, "minimum": 1, "maximum": 255},
+                  "milliseconds": {"type": "integer", "nullable": true, "minimum": 1, "maximum": 60000},
+                  "count": {"type": "integer", "nullable": true, "minimum": 1, "maximum": 1000000000},
+                  "seconds": {"type": "number", "nullable": true, "minimum": 1, "maximum": 31536000}
                 }
               },
               "ServerStatus": {
@@ -285,7 +291,7 @@ enum AdminOpenAPI {
                   "properties": {
                     "environment": {"type": "string", "enum": ["production", "sandbox"]},
                     "topic": {"type": "string"},
-                    "at": {"type": "string", "description": "ISO 8601 or seconds since 1970; default now"}
+                    "at": {"type": "number", "nullable": true, "minimum": 0, "maximum": 253402300799, "description": "seconds since 1970 (an ISO 8601 time is taken too); default now"}
                   }
                 }}}},
                 "responses": {

@@ -111,7 +111,7 @@ public struct AdminServer: Service {
             guard let environment = Environment(rawValue: body.environment) else {
                 throw HTTPError(.unprocessableContent, message: "'environment' must be production or sandbox")
             }
-            let at = try body.at.map { try InboxQuery.date($0, "at") } ?? dispatcher.clock.now()
+            let at = try body.at.map { try InboxQuery.date($0.text, "at") } ?? dispatcher.clock.now()
             guard try await dispatcher.markUnregistered(token: token, topic: body.topic, environment: environment, at: at) else {
                 throw HTTPError(.notFound, message: "\(text) is not an active registration of \(body.topic) in \(environment.rawValue)")
             }
@@ -127,12 +127,9 @@ public struct AdminServer: Service {
     }
 }
 
-/// A request's query parameters (the first of a repeated one); an empty
-/// value is as if the parameter were not given (`?topic=`).
+/// A request's query parameters (the first of a repeated one).
 func query(_ request: Request) -> [String: String] {
-    Dictionary(
-        request.uri.queryParameters.filter { !$0.value.isEmpty }.map { (String($0.key), String($0.value)) },
-        uniquingKeysWith: { first, _ in first })
+    Dictionary(request.uri.queryParameters.map { (String($0.key), String($0.value)) }, uniquingKeysWith: { first, _ in first })
 }
 
 // MARK: Middleware
@@ -223,13 +220,15 @@ struct InboxQuery {
         for (key, _) in parameters where !Self.known.contains(key) {
             throw HTTPError(.badRequest, message: "unknown query parameter '\(key)'")
         }
-        filter.topic = parameters["topic"]
+        // Free text: an empty value is no filter. Every other value must parse.
+        func text(_ name: String) -> String? { parameters[name].flatMap { $0.isEmpty ? nil : $0 } }
+        filter.topic = text("topic")
         if let token = parameters["token"] {
             guard let bytes = Hex.decode(token), !bytes.isEmpty else { throw HTTPError(.badRequest, message: "'token' is not a device token in hex") }
             filter.token = bytes
         }
-        filter.apnsID = parameters["apns-id"]
-        filter.teamID = parameters["team"]
+        filter.apnsID = text("apns-id")
+        filter.teamID = text("team")
         if let interface = parameters["interface"] {
             guard let value = ProviderInterface(rawValue: interface) else {
                 throw HTTPError(.badRequest, message: "'interface' must be http2 or binary")
@@ -242,11 +241,13 @@ struct InboxQuery {
             }
             filter.environment = value
         }
-        filter.outcome = parameters["outcome"]
+        filter.outcome = text("outcome")
         filter.since = try parameters["since"].map { try Self.date($0, "since") }
         filter.until = try parameters["until"].map { try Self.date($0, "until") }
         if let after = parameters["after"] {
-            guard let value = UInt64(after) else { throw HTTPError(.badRequest, message: "'after' must be an entry's sequence number") }
+            guard let value = UInt64(after), value <= 9_007_199_254_740_991 else {
+                throw HTTPError(.badRequest, message: "'after' must be an entry's sequence number")
+            }
             self.after = value
         }
         limit = try Self.integer(parameters, "limit", default: 100, range: 1...1000)
@@ -263,7 +264,12 @@ struct InboxQuery {
 
     /// An ISO 8601 time, or seconds since 1970.
     static func date(_ text: String, _ name: String) throws -> Date {
-        if let seconds = Double(text) { return Date(timeIntervalSince1970: seconds) }
+        if let seconds = Double(text) {
+            guard seconds.isFinite, (0...253_402_300_799).contains(seconds) else {
+                throw HTTPError(.badRequest, message: "'\(name)' must be a time from 1970 to 9999")
+            }
+            return Date(timeIntervalSince1970: seconds)
+        }
         if let date = try? Date(text, strategy: .iso8601) { return date }
         let fractional = ISO8601DateFormatter()
         fractional.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
@@ -400,8 +406,8 @@ struct FaultRequestBody: Decodable {
     /// reject, delay or close.
     var action: String
     var reason: String?
-    /// For `Unregistered`: the time it says the token stopped (ISO 8601 or seconds since 1970).
-    var timestamp: String?
+    /// For `Unregistered`: the time it says the token stopped.
+    var timestamp: TimeValue?
     var binaryStatus: Int?
     var milliseconds: Int?
     /// Notifications it acts on at most.
@@ -437,11 +443,18 @@ struct FaultRequestBody: Decodable {
             guard let known = Reason.Known(rawValue: name) else { throw invalid("'\(name)' is not a reason of docs/protocol.md") }
             return Reason(known)
         }
+        // Every field given is checked, whether the action uses it or not.
+        if let milliseconds, !(1...60_000).contains(milliseconds) { throw invalid("'milliseconds' must be 1 to 60000") }
+        if let binaryStatus, !(1...255).contains(binaryStatus) { throw invalid("'binaryStatus' must be 1 to 255") }
+        if let name = self.reason { _ = try reason(name) }
+        if let value = self.timestamp {
+            do { _ = try InboxQuery.date(value.text, "timestamp") } catch { throw invalid("'timestamp' must be a time from 1970 to 9999") }
+        }
         let action: FaultAction
         switch kind {
         case "reject":
-            let timestamp = try self.timestamp.map { text in
-                do { return try InboxQuery.date(text, "timestamp") } catch { throw invalid("'timestamp' must be an ISO 8601 time or seconds since 1970") }
+            let timestamp = try self.timestamp.map { value in
+                do { return try InboxQuery.date(value.text, "timestamp") } catch { throw invalid("'timestamp' must be a time from 1970 to 9999") }
             }
             var status: BinaryStatus?
             if let binaryStatus {
@@ -457,8 +470,8 @@ struct FaultRequestBody: Decodable {
         default:
             throw invalid("'action' must be reject, delay or close")
         }
-        if let count, count < 1 { throw invalid("'count' must be at least 1") }
-        if let seconds, !(seconds > 0) { throw invalid("'seconds' must be more than 0") }
+        if let count, !(1...1_000_000_000).contains(count) { throw invalid("'count' must be 1 to 1000000000") }
+        if let seconds, !(1...31_536_000).contains(seconds) { throw invalid("'seconds' must be 1 to 31536000 (a year)") }
         return (match, action, count, seconds.map { now.addingTimeInterval($0) })
     }
 }
@@ -523,7 +536,21 @@ struct Removed: ResponseCodable {
 struct UnregisterBody: Decodable {
     var environment: String
     var topic: String
-    var at: String?
+    var at: TimeValue?
+}
+
+/// A time in a request body: seconds since 1970, or ISO 8601 text.
+struct TimeValue: Decodable {
+    var text: String
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if let seconds = try? container.decode(Double.self) {
+            text = String(seconds)
+        } else {
+            text = try container.decode(String.self)
+        }
+    }
 }
 
 struct Unregistered: ResponseCodable {

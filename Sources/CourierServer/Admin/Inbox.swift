@@ -184,9 +184,10 @@ public struct InboxFilter: Sendable, Hashable {
 }
 
 /// Every notification the provider interfaces received, newest last, with
-/// what they answered: a bounded record (by count and by age) that tests
-/// list, wait on and clear through the admin API. Recording costs one lock
-/// and an append; entries share the notification's arrays.
+/// what they answered: a bounded record (by count, bytes and age) that
+/// tests list, wait on and clear through the admin API. Recording copies
+/// the notification's parts into a ring of preallocated chunks
+/// (`InboxRing`) under one lock: no allocation, nothing kept alive.
 public final class NotificationInbox: Sendable {
     /// Entries kept at most; 0 records nothing.
     public let capacity: Int
@@ -202,62 +203,48 @@ public final class NotificationInbox: Sendable {
     }
 
     private struct State {
-        var entries = CircularBuffer<InboxEntry>()
-        var next: UInt64 = 1
+        var ring: InboxRing
         var waiters: [Waiter] = []
         var nextWaiter: UInt64 = 0
     }
 
-    private let state = Mutex(State())
+    private let state: Mutex<State>
 
     public init(capacity: Int, maxAge: TimeInterval, clock: any WallClock) {
         self.capacity = capacity
         self.maxAge = maxAge
         self.clock = clock
+        state = Mutex(State(ring: InboxRing(capacity: max(capacity, 1))))
     }
 
     public var isRecording: Bool { capacity > 0 }
 
-    /// Records one notification; its `sequence` is set here.
-    func record(_ entry: InboxEntry) {
-        record(CollectionOfOne(entry))
+    /// Records one notification.
+    func record(_ record: InboxRecord) {
+        self.record(CollectionOfOne(record))
     }
 
-    /// Records notifications in order, under one lock. What they push out
-    /// of a full inbox is destroyed after the lock is released (a release
-    /// of its arrays), so that the lock is held for moves only.
-    func record(_ entries: some Collection<InboxEntry>) {
-        guard capacity > 0, !entries.isEmpty else { return }
-        // Pushed out (one record's one, without an array; a batch's in one).
-        var evicted: InboxEntry?
-        var moreEvicted: [InboxEntry] = []
+    /// Records notifications in order, under one lock.
+    func record(_ records: some Collection<InboxRecord>) {
+        guard capacity > 0, !records.isEmpty else { return }
         let woken = state.withLock { state -> [(CheckedContinuation<InboxEntry?, Never>, InboxEntry)] in
+            var first = state.ring.lastSequence + 1
+            for record in records { state.ring.write(record) }
+            guard !state.waiters.isEmpty else { return [] }
+            // Waiters see the new entries as the API shows them.
             var woken: [(CheckedContinuation<InboxEntry?, Never>, InboxEntry)] = []
-            for var entry in entries {
-                entry.sequence = state.next
-                state.next += 1
-                if state.entries.count == capacity {
-                    let old = state.entries.removeFirst()
-                    if evicted == nil { evicted = old } else { moreEvicted.append(old) }
-                }
-                state.entries.append(entry)
-                guard !state.waiters.isEmpty else { continue }
+            state.ring.forEach(after: first - 1) { entry in
+                first = entry.sequence
                 state.waiters.removeAll { waiter in
                     guard waiter.after < entry.sequence, waiter.filter.matches(entry) else { return false }
                     woken.append((waiter.continuation, entry))
                     return true
                 }
+                return !state.waiters.isEmpty
             }
             return woken
         }
-        evicted = nil
-        moreEvicted.removeAll()
         for (continuation, entry) in woken { continuation.resume(returning: entry) }
-    }
-
-    /// Drops the entries that are too old.
-    private static func expire(_ state: inout State, before cutoff: Date) {
-        while let first = state.entries.first, first.receivedAt < cutoff { state.entries.removeFirst() }
     }
 
     /// The entries after sequence `after` that match, oldest first, at
@@ -265,23 +252,31 @@ public final class NotificationInbox: Sendable {
     public func list(_ filter: InboxFilter, after: UInt64 = 0, limit: Int) -> (entries: [InboxEntry], more: Bool) {
         let cutoff = clock.now().addingTimeInterval(-maxAge)
         return state.withLock { state in
-            Self.expire(&state, before: cutoff)
+            state.ring.expire(before: cutoff)
             var found: [InboxEntry] = []
-            for entry in state.entries where entry.sequence > after && filter.matches(entry) {
-                if found.count == limit { return (found, true) }
+            var more = false
+            state.ring.forEach(after: after) { entry in
+                guard filter.matches(entry) else { return true }
+                if found.count == limit {
+                    more = true
+                    return false
+                }
                 found.append(entry)
+                return true
             }
-            return (found, false)
+            return (found, more)
         }
     }
 
     /// The newest entries for a token, newest first.
     public func recent(token: [UInt8], limit: Int) -> [InboxEntry] {
-        state.withLock { state in
+        let cutoff = clock.now().addingTimeInterval(-maxAge)
+        return state.withLock { state in
+            state.ring.expire(before: cutoff)
             var found: [InboxEntry] = []
-            for entry in state.entries.reversed() where entry.token == token {
-                found.append(entry)
-                if found.count == limit { break }
+            state.ring.forEach(newestFirst: true) { entry in
+                if entry.token == token { found.append(entry) }
+                return found.count < limit
             }
             return found
         }
@@ -301,8 +296,13 @@ public final class NotificationInbox: Sendable {
                 await withTaskCancellationHandler {
                     await withCheckedContinuation { continuation in
                         let present = self.state.withLock { state -> InboxEntry?? in
-                            Self.expire(&state, before: cutoff)
-                            if let entry = state.entries.first(where: { $0.sequence > after && filter.matches($0) }) { return .some(entry) }
+                            state.ring.expire(before: cutoff)
+                            var match: InboxEntry?
+                            state.ring.forEach(after: after) { entry in
+                                if filter.matches(entry) { match = entry }
+                                return match == nil
+                            }
+                            if let match { return .some(match) }
                             if Task.isCancelled { return .some(nil) }
                             state.waiters.append(Waiter(id: id, filter: filter, after: after, continuation: continuation))
                             return .none
@@ -333,13 +333,13 @@ public final class NotificationInbox: Sendable {
 
     /// Forgets every entry (waiters keep waiting).
     public func clear() {
-        state.withLock { $0.entries.removeAll() }
+        state.withLock { $0.ring.removeAll() }
     }
 
     /// Entries held now.
-    public var count: Int { state.withLock { $0.entries.count } }
+    public var count: Int { state.withLock { $0.ring.count } }
 
     /// The sequence of the newest entry (0: none yet): a wait `after` it
     /// sees only what comes next.
-    public var lastSequence: UInt64 { state.withLock { $0.next - 1 } }
+    public var lastSequence: UInt64 { state.withLock { $0.ring.lastSequence } }
 }

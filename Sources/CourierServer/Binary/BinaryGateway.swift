@@ -165,7 +165,7 @@ final class BinaryGateway: ListenerInterface {
     /// The frame's inbox entry, when it is decided here, goes into
     /// `recorded` (the connection records a read's entries at once).
     fileprivate func admitAtOnce(
-        _ frame: BinaryNotificationFrame, grant: TopicGrant, sender: ProviderIdentity?, now: Date, recorded: inout [InboxEntry]
+        _ frame: BinaryNotificationFrame, grant: TopicGrant, sender: ProviderIdentity?, now: Date, recorded: inout [InboxRecord]
     ) -> Admission {
         let notification: PushNotification
         do {
@@ -188,7 +188,8 @@ final class BinaryGateway: ListenerInterface {
         guard let decided = dispatcher.admitAtOnce(notification, environment: environment, grant: grant, now: now) else {
             return .waits(notification, delay: nil)
         }
-        if inbox.isRecording { recorded.append(entry(BinaryFrameFields(frame), notification, sender: sender, result: decided.result, now: now)) }
+        // Recorded at once: the notification's arrays are copied and let go now.
+        if inbox.isRecording { inbox.record(entry(BinaryFrameFields(frame), notification, sender: sender, result: decided.result, now: now)) }
         return .decided(outcome(decided))
     }
 
@@ -197,7 +198,7 @@ final class BinaryGateway: ListenerInterface {
     /// decision, or the connection's end.
     private func fault(
         _ rule: FaultRule, frame: BinaryNotificationFrame, notification: PushNotification, sender: ProviderIdentity?, now: Date,
-        recorded: inout [InboxEntry]
+        recorded: inout [InboxRecord]
     ) -> Admission {
         dispatcher.logFault(rule, notificationID: notification.id)
         let fields = BinaryFrameFields(frame)
@@ -225,7 +226,7 @@ final class BinaryGateway: ListenerInterface {
 
     /// The inbox entry of a notification the dispatcher decided.
     fileprivate func entry(_ fields: BinaryFrameFields, _ notification: PushNotification, sender: ProviderIdentity?, result: AcceptResult, now: Date)
-        -> InboxEntry
+        -> InboxRecord
     {
         let outcome: InboxOutcome
         switch result {
@@ -240,16 +241,16 @@ final class BinaryGateway: ListenerInterface {
     fileprivate func entry(
         _ fields: BinaryFrameFields, token: [UInt8]?, topic: String?, payload: [UInt8], apnsID: UUID?, sender: ProviderIdentity?, outcome: InboxOutcome,
         now: Date, fault: String? = nil
-    ) -> InboxEntry {
-        InboxEntry(
+    ) -> InboxRecord {
+        InboxRecord(
             receivedAt: now, interface: .binary, environment: environment, id: .uuid(apnsID ?? UUID.notificationID()), token: token, topic: topic,
             provider: sender?.name, teamID: sender?.teamID, received: .binary(fields), payload: payload, outcome: outcome, fault: fault)
     }
 
     /// A frame that could not be decoded (`BinaryFrameFailure`), in the inbox.
-    fileprivate func entry(_ failure: BinaryFrameFailure, topic: String?, sender: ProviderIdentity?, now: Date) -> InboxEntry {
-        InboxEntry(
-                sequence: 0, receivedAt: now, interface: .binary, environment: environment, id: .uuid(UUID.notificationID()),
+    fileprivate func entry(_ failure: BinaryFrameFailure, topic: String?, sender: ProviderIdentity?, now: Date) -> InboxRecord {
+        InboxRecord(
+                receivedAt: now, interface: .binary, environment: environment, id: .uuid(UUID.notificationID()),
                 token: nil, topic: topic, provider: sender?.name, teamID: sender?.teamID,
                 received: .malformed(identifier: failure.identifier, detail: failure.detail), payload: [],
                 outcome: .refused(status: failure.answers ? Int(failure.status.rawValue) : nil, reason: failure.status.meaning))
@@ -328,7 +329,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     /// The certificate's provider, for the inbox.
     private var sender: ProviderIdentity?
     /// This read's inbox entries, recorded together (`recordEntries`).
-    private var recorded: [InboxEntry] = []
+    private var recorded: [InboxRecord] = []
 
     init(gateway: BinaryGateway, peer: PeerIdentityBox, limits: BinaryDecoderLimits) {
         self.gateway = gateway

@@ -77,7 +77,7 @@ struct HTTP2Answer: Sendable {
     var reason: Reason?
     /// The request's inbox entry, recorded on the connection's event loop
     /// (one thread per connection takes the inbox's lock, not every task's).
-    var entry: InboxEntry?
+    var entry: InboxRecord?
 
     static func failure(_ reason: Reason, apnsID: String, timestamp: Date? = nil) -> HTTP2Answer {
         HTTP2Answer(status: reason.httpStatus, apnsID: apnsID, body: HTTP2ErrorBody(reason: reason, timestamp: timestamp).json, reason: reason)
@@ -232,14 +232,14 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
     }
 
     /// A request's inbox entry, with its answer; nil when the inbox records nothing.
-    func entry(_ headers: HPACKHeaders, body: ByteBuffer, answer: HTTP2Answer, seen: Seen = Seen()) -> InboxEntry? {
+    func entry(_ headers: HPACKHeaders, body: ByteBuffer, answer: HTTP2Answer, seen: Seen = Seen()) -> InboxRecord? {
         guard inbox.isRecording else { return nil }
         let outcome: InboxOutcome =
             answer.status == 200 ? .accepted : .refused(status: answer.status, reason: answer.reason?.rawValue ?? "status \(answer.status)")
         var token = seen.token
         if token == nil, let path = headers.first(name: ":path"), path.hasPrefix("/3/device/") { token = Hex.decode(path.dropFirst("/3/device/".count)) }
-        return InboxEntry(
-            sequence: 0, receivedAt: clock.now(), interface: .http2, environment: environment, id: .text(answer.apnsID), token: token,
+        return InboxRecord(
+            receivedAt: clock.now(), interface: .http2, environment: environment, id: .text(answer.apnsID), token: token,
             topic: seen.topic ?? headers.first(name: "apns-topic"), provider: seen.identity?.name, teamID: seen.identity?.teamID,
             received: .http2(headers), payload: seen.payload ?? Array(buffer: body), outcome: outcome, fault: seen.fault)
     }

@@ -1,0 +1,311 @@
+import CourierCore
+import Foundation
+import NIOCore
+import NIOHPACK
+
+/// What the inbox records of a notification, before it is written: the
+/// parts as the interface has them (nothing is copied until `write`).
+struct InboxRecord {
+    var receivedAt: Date
+    var interface: ProviderInterface
+    var environment: Environment
+    var id: InboxID
+    var token: [UInt8]?
+    var topic: String?
+    var provider: String?
+    var teamID: String?
+    var received: InboxHeaders
+    var payload: [UInt8]
+    var outcome: InboxOutcome
+    var fault: String?
+}
+
+/// The inbox's entries as bytes, in fixed chunks allocated once and
+/// reused: recording one copies its parts into the current chunk (no
+/// allocation, no reference kept to the notification's arrays); a chunk
+/// reused drops the entries it held, the oldest. Entries are made into
+/// `InboxEntry` values only when they are read.
+struct InboxRing {
+    /// One entry: where its bytes are.
+    private struct Slot {
+        var sequence: UInt64
+        var chunk: Int
+        var offset: Int
+        var receivedAt: Date
+    }
+
+    static let chunkSize = 64 * 1024
+    /// Header blocks and payloads beyond these are cut (a chunk holds any entry).
+    static let maxPayload = 16 * 1024
+    static let maxHeaderBytes = 16 * 1024
+
+    private var chunks: [ByteBuffer]
+    private var current = 0
+    private var slots = CircularBuffer<Slot>()
+    /// Entries kept at most.
+    let capacity: Int
+    private(set) var next: UInt64 = 1
+
+    /// `capacity` entries at most, in about `capacity` × 512 bytes (at
+    /// least two chunks).
+    init(capacity: Int) {
+        self.capacity = capacity
+        let count = max(2, (capacity * 512 + Self.chunkSize - 1) / Self.chunkSize)
+        chunks = (0..<count).map { _ in ByteBufferAllocator().buffer(capacity: Self.chunkSize) }
+        slots.reserveCapacity(min(capacity, 1 << 16))
+    }
+
+    var count: Int { slots.count }
+    var lastSequence: UInt64 { next - 1 }
+
+    /// Writes one entry; its sequence.
+    @discardableResult
+    mutating func write(_ record: InboxRecord) -> UInt64 {
+        if slots.count == capacity { slots.removeFirst() }
+        let size = Self.size(of: record)
+        if chunks[current].writerIndex + size > Self.chunkSize {
+            current = (current + 1) % chunks.count
+            // The chunk's entries are the oldest: they go.
+            while let first = slots.first, first.chunk == current { slots.removeFirst() }
+            chunks[current].clear()
+        }
+        let offset = chunks[current].writerIndex
+        Self.encode(record, size: size, into: &chunks[current])
+        let sequence = next
+        next += 1
+        slots.append(Slot(sequence: sequence, chunk: current, offset: offset, receivedAt: record.receivedAt))
+        return sequence
+    }
+
+    /// Drops entries received before `cutoff`.
+    mutating func expire(before cutoff: Date) {
+        while let first = slots.first, first.receivedAt < cutoff { slots.removeFirst() }
+    }
+
+    mutating func removeAll() {
+        slots.removeAll(keepingCapacity: true)
+    }
+
+    /// The entries after `after`, oldest first (or newest first), while `body` returns true.
+    func forEach(after: UInt64 = 0, newestFirst: Bool = false, _ body: (InboxEntry) -> Bool) {
+        let indices = newestFirst ? Array(slots.indices.reversed()) : Array(slots.indices)
+        for index in indices {
+            let slot = slots[index]
+            guard slot.sequence > after else { if newestFirst { return } else { continue } }
+            if !body(entry(slot)) { return }
+        }
+    }
+
+    /// The newest entry.
+    var last: InboxEntry? { slots.last.map(entry) }
+
+    private func entry(_ slot: Slot) -> InboxEntry {
+        var buffer = chunks[slot.chunk]
+        buffer.moveReaderIndex(to: slot.offset)
+        return Self.decode(&buffer, sequence: slot.sequence)
+    }
+
+    // MARK: Bytes
+
+    /// The exact size `encode` writes.
+    private static func size(of record: InboxRecord) -> Int {
+        var size = 8 + 1 + 1
+        switch record.id {
+        case .uuid: size += 1 + 16
+        case .text(let text): size += 1 + string(text)
+        }
+        size += 2 + min(record.token?.count ?? 0, 0xFFFE)
+        size += string(record.topic) + string(record.provider) + string(record.teamID)
+        switch record.received {
+        case .http2(let headers):
+            size += 1 + 2
+            var budget = maxHeaderBytes
+            for header in headers {
+                let value = header.name == "authorization" ? InboxHeaders.redacted(header.value) : header.value
+                let cost = string(header.name) + string(value)
+                guard cost <= budget else { break }
+                budget -= cost
+                size += cost
+            }
+        case .binary: size += 1 + 1 + 4 + 5 + 2
+        case .malformed(_, let detail): size += 1 + 4 + string(detail)
+        }
+        size += 4 + min(record.payload.count, maxPayload)
+        switch record.outcome {
+        case .accepted: size += 1
+        case .refused(_, let reason): size += 1 + 5 + string(reason)
+        }
+        size += string(record.fault)
+        return size
+    }
+
+    /// A string's size: a 16-bit length (0xFFFF: none) and its UTF-8, cut at 0xFFFE bytes.
+    private static func string(_ text: String?) -> Int {
+        2 + min(text?.utf8.count ?? 0, 0xFFFE)
+    }
+
+    private static func readString(_ buffer: inout ByteBuffer) -> String? {
+        guard let length = buffer.readInteger(as: UInt16.self), length != .max else { return nil }
+        return buffer.readString(length: Int(length))
+    }
+
+    /// Writes the entry's `size` bytes in one go (one uniqueness check of
+    /// the chunk, then plain stores), in the byte order `decode` reads.
+    private static func encode(_ record: InboxRecord, size: Int, into buffer: inout ByteBuffer) {
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: size) { raw in
+            var out = RawWriter(base: raw.baseAddress!)
+            out.integer(record.receivedAt.timeIntervalSince1970.bitPattern)
+            out.integer(record.interface == .http2 ? UInt8(0) : 1)
+            out.integer(record.environment == .production ? UInt8(0) : 1)
+            switch record.id {
+            case .uuid(let uuid):
+                out.integer(UInt8(1))
+                withUnsafeBytes(of: uuid.uuid) { out.bytes($0) }
+            case .text(let text):
+                out.integer(UInt8(0))
+                out.string(text)
+            }
+            if let token = record.token {
+                let length = min(token.count, 0xFFFE)
+                out.integer(UInt16(length))
+                token.withUnsafeBytes { out.bytes(UnsafeRawBufferPointer(rebasing: $0.prefix(length))) }
+            } else {
+                out.integer(UInt16.max)
+            }
+            out.string(record.topic)
+            out.string(record.provider)
+            out.string(record.teamID)
+            switch record.received {
+            case .http2(let headers):
+                out.integer(UInt8(0))
+                let countAt = out.offset
+                out.integer(UInt16(0))
+                var written: UInt16 = 0
+                var budget = maxHeaderBytes
+                for header in headers {
+                    let value = header.name == "authorization" ? InboxHeaders.redacted(header.value) : header.value
+                    let cost = string(header.name) + string(value)
+                    guard cost <= budget else { break }
+                    budget -= cost
+                    out.string(header.name)
+                    out.string(value)
+                    written += 1
+                }
+                out.integer(written, at: countAt)
+            case .binary(let fields):
+                out.integer(UInt8(1))
+                out.integer(fields.command)
+                out.integer(fields.identifier)
+                out.integer(fields.expiry == nil ? UInt8(0) : 1)
+                out.integer(fields.expiry ?? 0)
+                out.integer(fields.priority == nil ? UInt8(0) : 1)
+                out.integer(fields.priority ?? 0)
+            case .malformed(let identifier, let detail):
+                out.integer(UInt8(2))
+                out.integer(identifier)
+                out.string(detail)
+            }
+            let length = min(record.payload.count, maxPayload)
+            out.integer(UInt32(length))
+            record.payload.withUnsafeBytes { out.bytes(UnsafeRawBufferPointer(rebasing: $0.prefix(length))) }
+            switch record.outcome {
+            case .accepted:
+                out.integer(UInt8(0))
+            case .refused(let status, let reason):
+                out.integer(UInt8(1))
+                out.integer(status == nil ? UInt8(0) : 1)
+                out.integer(Int32(status ?? 0))
+                out.string(reason)
+            }
+            out.string(record.fault)
+            assert(out.offset == size, "size(of:) and encode disagree")
+            return out.offset
+        }
+    }
+
+    /// Plain big-endian stores into memory known to have room.
+    private struct RawWriter {
+        let base: UnsafeMutableRawPointer
+        var offset = 0
+
+        mutating func integer<T: FixedWidthInteger>(_ value: T) {
+            base.storeBytes(of: value.bigEndian, toByteOffset: offset, as: T.self)
+            offset += MemoryLayout<T>.size
+        }
+
+        func integer<T: FixedWidthInteger>(_ value: T, at position: Int) {
+            base.storeBytes(of: value.bigEndian, toByteOffset: position, as: T.self)
+        }
+
+        mutating func bytes(_ bytes: UnsafeRawBufferPointer) {
+            guard let source = bytes.baseAddress, !bytes.isEmpty else { return }
+            (base + offset).copyMemory(from: source, byteCount: bytes.count)
+            offset += bytes.count
+        }
+
+        /// A 16-bit length (0xFFFF: none) and the UTF-8, cut at 0xFFFE bytes.
+        mutating func string(_ text: String?) {
+            guard var text else {
+                integer(UInt16.max)
+                return
+            }
+            text.withUTF8 { utf8 in
+                let length = min(utf8.count, 0xFFFE)
+                integer(UInt16(length))
+                bytes(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(utf8).prefix(length)))
+            }
+        }
+    }
+
+    /// What `encode` wrote (the buffer's reader at its start).
+    private static func decode(_ buffer: inout ByteBuffer, sequence: UInt64) -> InboxEntry {
+        let receivedAt = Date(timeIntervalSince1970: Double(bitPattern: buffer.readInteger(as: UInt64.self) ?? 0))
+        let interface: ProviderInterface = buffer.readInteger(as: UInt8.self) == 0 ? .http2 : .binary
+        let environment: Environment = buffer.readInteger(as: UInt8.self) == 0 ? .production : .sandbox
+        let id: InboxID
+        if buffer.readInteger(as: UInt8.self) == 1, let bytes = buffer.readBytes(length: 16) {
+            id = .uuid(bytes.withUnsafeBytes { UUID(uuid: $0.loadUnaligned(as: uuid_t.self)) })
+        } else {
+            id = .text(readString(&buffer) ?? "")
+        }
+        var token: [UInt8]?
+        if let length = buffer.readInteger(as: UInt16.self), length != .max { token = buffer.readBytes(length: Int(length)) }
+        let topic = readString(&buffer)
+        let provider = readString(&buffer)
+        let teamID = readString(&buffer)
+        let received: InboxHeaders
+        switch buffer.readInteger(as: UInt8.self) {
+        case 0:
+            var headers = HPACKHeaders()
+            for _ in 0..<(buffer.readInteger(as: UInt16.self) ?? 0) {
+                headers.add(name: readString(&buffer) ?? "", value: readString(&buffer) ?? "")
+            }
+            received = .http2(headers)
+        case 1:
+            let command = buffer.readInteger(as: UInt8.self) ?? 0
+            let identifier = buffer.readInteger(as: UInt32.self) ?? 0
+            let hasExpiry = buffer.readInteger(as: UInt8.self) == 1
+            let expiry = buffer.readInteger(as: UInt32.self) ?? 0
+            let hasPriority = buffer.readInteger(as: UInt8.self) == 1
+            let priority = buffer.readInteger(as: UInt8.self) ?? 0
+            received = .binary(
+                BinaryFrameFields(command: command, identifier: identifier, expiry: hasExpiry ? expiry : nil, priority: hasPriority ? priority : nil))
+        default:
+            let identifier = buffer.readInteger(as: UInt32.self) ?? 0
+            received = .malformed(identifier: identifier, detail: readString(&buffer) ?? "")
+        }
+        let payload = buffer.readInteger(as: UInt32.self).flatMap { buffer.readBytes(length: Int($0)) } ?? []
+        let outcome: InboxOutcome
+        if buffer.readInteger(as: UInt8.self) == 1 {
+            let hasStatus = buffer.readInteger(as: UInt8.self) == 1
+            let status = Int(buffer.readInteger(as: Int32.self) ?? 0)
+            outcome = .refused(status: hasStatus ? status : nil, reason: readString(&buffer) ?? "")
+        } else {
+            outcome = .accepted
+        }
+        let fault = readString(&buffer)
+        return InboxEntry(
+            sequence: sequence, receivedAt: receivedAt, interface: interface, environment: environment, id: id, token: token, topic: topic,
+            provider: provider, teamID: teamID, received: received, payload: payload, outcome: outcome, fault: fault)
+    }
+}
