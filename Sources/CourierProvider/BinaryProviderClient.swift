@@ -42,10 +42,13 @@ public enum BinaryClientError: Error, Sendable, Hashable, CustomStringConvertibl
     /// The server refused the TLS handshake (certificate unknown, revoked,
     /// or without this environment).
     case handshakeFailed(String)
+    /// The server's certificate did not verify against the CA given (or the system's).
+    case untrustedServer(String)
 
     public var description: String {
         switch self {
         case .handshakeFailed(let endpoint): "the TLS handshake with \(endpoint) failed: the server refused the certificate, or the CA does not match"
+        case .untrustedServer(let endpoint): "the server at \(endpoint) has a certificate that is not trusted"
         }
     }
 }
@@ -146,6 +149,8 @@ public actor BinaryProviderClient {
         } catch {
             // Closing through executeThenClose finishes the channel's writer, as NIO requires.
             try? await connection.executeThenClose { _, _ in }
+            // BoringSSL names a server certificate that did not verify.
+            if String(describing: error).contains("CERTIFICATE_VERIFY_FAILED") { throw BinaryClientError.untrustedServer("\(host):\(port)") }
             throw BinaryClientError.handshakeFailed("\(host):\(port)")
         }
         generation += 1

@@ -28,6 +28,8 @@ public struct HTTP2GoAway: Sendable, Hashable {
 /// Errors of the HTTP/2 provider client.
 public enum HTTP2ClientError: Error, Sendable, Hashable, CustomStringConvertible {
     case handshakeFailed(String)
+    /// The server's certificate did not verify against the CA given (or the system's).
+    case untrustedServer(String)
     /// The connection ended before the answer came (a GOAWAY's reason when it said one).
     case connectionClosed(Reason?)
     /// The server reset the stream (for instance more streams than it allows).
@@ -36,6 +38,7 @@ public enum HTTP2ClientError: Error, Sendable, Hashable, CustomStringConvertible
     public var description: String {
         switch self {
         case .handshakeFailed(let endpoint): "the TLS handshake with \(endpoint) failed: the server refused the certificate, or the CA does not match"
+        case .untrustedServer(let endpoint): "the server at \(endpoint) has a certificate that is not trusted"
         case .connectionClosed(let reason?): "the server closed the connection (\(reason))"
         case .connectionClosed(nil): "the server closed the connection"
         case .streamReset(let code): "the server reset the stream (HTTP/2 error \(code))"
@@ -145,6 +148,8 @@ public final class HTTP2Connection: Sendable {
             try await handshake.get()
         } catch {
             try? await channel.close()
+            // BoringSSL names a server certificate that did not verify.
+            if String(describing: error).contains("CERTIFICATE_VERIFY_FAILED") { throw HTTP2ClientError.untrustedServer("\(host):\(port)") }
             throw HTTP2ClientError.handshakeFailed("\(host):\(port)")
         }
         return HTTP2Connection(channel: channel, multiplexer: multiplexer, events: events)

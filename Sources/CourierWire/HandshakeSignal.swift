@@ -16,6 +16,13 @@ public final class HandshakeSignal: ChannelInboundHandler, Sendable {
         context.fireUserInboundEventTriggered(event)
     }
 
+    /// The handshake's own error (a certificate that did not verify, say),
+    /// rather than the closed channel that follows it.
+    public func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        promise.fail(error)
+        context.fireErrorCaught(error)
+    }
+
     public func channelInactive(context: ChannelHandlerContext) {
         promise.fail(ChannelError.ioOnClosedChannel)
         context.fireChannelInactive()

@@ -17,7 +17,16 @@ func readPayload(_ argument: String) throws -> [UInt8] {
     } else {
         bytes = Array(argument.utf8)
     }
-    guard PayloadRules.isJSONObject(bytes) else { throw ValidationError("the payload is not a JSON object") }
+    guard PayloadRules.isJSONObject(bytes) else {
+        // Where it stops being JSON, as Foundation's parser says it ("around line 1, column 12").
+        do {
+            _ = try JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed])
+        } catch {
+            let detail = (error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String
+            throw ValidationError("the payload is not valid JSON" + (detail.map { ": \($0)" } ?? ""))
+        }
+        throw ValidationError("the payload is JSON but not an object: a payload is {\"aps\": {...}}")
+    }
     return bytes
 }
 
@@ -135,7 +144,7 @@ struct PushCommand: AsyncParsableCommand {
             await client.close()
         } catch {
             await client.close()
-            throw ValidationError("\(error)")
+            throw ValidationError(connectionProblem(error, host: host, port: port, ca: ca))
         }
         if result.isAccepted {
             say("apns-id \(result.apnsID): 200 accepted\n")
@@ -155,7 +164,7 @@ struct PushCommand: AsyncParsableCommand {
         do {
             identifier = try await client.send(token: token, payload: body, expiry: expiration, priority: priority, identifier: id.flatMap { UInt32($0) })
         } catch {
-            throw ValidationError("\(error)")
+            throw ValidationError(connectionProblem(error, host: host, port: port, ca: ca))
         }
         let failures = await client.settle(seconds: wait)
         await client.close()
@@ -185,12 +194,14 @@ struct FeedbackCommand: AsyncParsableCommand {
 
     func run() async throws {
         let entries: [(date: Date, token: [UInt8])]
+        let port = self.port ?? (sandbox ? 12196 : 2196)
         do {
-            entries = try await FeedbackReader.read(
-                host: host, port: port ?? (sandbox ? 12196 : 2196), tls: ProviderTLS(certificatePath: cert, keyPath: key, caPath: ca))
+            entries = try await FeedbackReader.read(host: host, port: port, tls: ProviderTLS(certificatePath: cert, keyPath: key, caPath: ca))
         } catch {
-            throw ValidationError("\(error)")
+            throw ValidationError(connectionProblem(error, host: host, port: port, ca: ca))
         }
+        // Standard output stays one line per entry; that there were none goes to standard error.
+        if entries.isEmpty { FileHandle.standardError.write(Data("courier: no feedback entries: no app was removed since the last read\n".utf8)) }
         for entry in entries { say("\(Int(entry.date.timeIntervalSince1970)) \(Hex.encode(entry.token))\n") }
     }
 }

@@ -47,4 +47,32 @@ import Testing
             await server.disconnect(device)
         }
     }
+
+    /// What goes wrong on the network is one line that names host, port and what to check.
+    @Test func networkFailuresAreOneLineNamingWhatToCheck() async throws {
+        try await withTestServer { server in
+            let certificate = [
+                "--cert", server.demoDirectory + "/com.example.demo.pem", "--key", server.demoDirectory + "/com.example.demo-key.pem",
+            ]
+            let token = String(repeating: "ab", count: 32)
+            // Nothing listens on port 1.
+            let refused = try await runProgram(
+                courier, ["push", "--token", token, "--topic", "com.example.demo", "--payload", "{}", "--port", "1", "--ca", server.caPath] + certificate)
+            #expect(refused.stderr == "courier: cannot connect to localhost:1 (connection refused): is 'courier serve' running there? check --host and --port\n")
+            // The server's CA not given: the machine's CAs do not trust it.
+            let port = try await server.http2Port()
+            let untrusted = try await runProgram(
+                courier, ["push", "--token", token, "--topic", "com.example.demo", "--payload", "{}", "--port", "\(port)"] + certificate)
+            #expect(untrusted.status != 0)
+            #expect(
+                untrusted.stderr
+                    == "courier: the server at localhost:\(port) has a certificate this command does not trust: use --ca courier-data/pki/ca.pem (the server's CA)\n")
+            // The feedback service with nothing to say says so, on standard error.
+            let feedbackPort = try await server.application.ports.port(.feedback, .production)
+            let feedback = try await runProgram(courier, ["feedback", "--port", "\(feedbackPort)", "--ca", server.caPath] + certificate)
+            #expect(feedback.status == 0, "\(feedback.stderr)")
+            #expect(feedback.stdout.isEmpty)
+            #expect(feedback.stderr == "courier: no feedback entries: no app was removed since the last read\n")
+        }
+    }
 }

@@ -393,16 +393,7 @@ struct ServerStatus: ResponseCodable {
 
 /// `POST /v1/faults`: a rule as the API takes it (docs/admin-api.md).
 struct FaultRequestBody: Decodable {
-    struct Match: Decodable {
-        var token: String?
-        var topic: String?
-        var team: String?
-        var keyID: String?
-        var certificateSerial: String?
-        var interface: String?
-        var environment: String?
-    }
-    var match: Match?
+    var match: FaultMatchJSON?
     /// reject, delay or close.
     var action: String
     var reason: String?
@@ -476,18 +467,20 @@ struct FaultRequestBody: Decodable {
     }
 }
 
+/// A rule's match as the API writes and reads it.
+struct FaultMatchJSON: Codable {
+    var token: String?
+    var topic: String?
+    var team: String?
+    var keyID: String?
+    var certificateSerial: String?
+    var interface: String?
+    var environment: String?
+}
+
 struct FaultJSON: ResponseCodable {
-    struct Match: Codable {
-        var token: String?
-        var topic: String?
-        var team: String?
-        var keyID: String?
-        var certificateSerial: String?
-        var interface: String?
-        var environment: String?
-    }
     var id: String
-    var match: Match
+    var match: FaultMatchJSON
     var action: String
     var reason: String?
     var timestamp: String?
@@ -502,7 +495,7 @@ struct FaultJSON: ResponseCodable {
     init(_ rule: FaultRule) {
         id = rule.id
         let m = rule.match
-        match = Match(
+        match = FaultMatchJSON(
             token: m.token.map(Hex.encode), topic: m.topic, team: m.teamID, keyID: m.keyID, certificateSerial: m.certificateSerial,
             interface: m.interface?.rawValue, environment: m.environment?.rawValue)
         switch rule.action {

@@ -36,75 +36,43 @@ public enum InboxOutcome: Sendable, Hashable {
 public struct InboxEntry: Sendable {
     /// Increases by one per entry: the inbox's order, and its paging key.
     public internal(set) var sequence: UInt64
+    /// The fields, in one object: copying an entry copies one reference.
     private let details: Details
 
     private final class Details: Sendable {
-        let receivedAt: Date
-        let interface: ProviderInterface
-        let environment: Environment
-        let id: InboxID
-        let token: [UInt8]?
-        let topic: String?
-        let provider: String?
-        let teamID: String?
-        let received: InboxHeaders
-        let payload: [UInt8]
-        let outcome: InboxOutcome
-        let fault: String?
-
-        init(
-            receivedAt: Date, interface: ProviderInterface, environment: Environment, id: InboxID, token: [UInt8]?, topic: String?, provider: String?,
-            teamID: String?, received: InboxHeaders, payload: [UInt8], outcome: InboxOutcome, fault: String?
-        ) {
-            self.receivedAt = receivedAt
-            self.interface = interface
-            self.environment = environment
-            self.id = id
-            self.token = token
-            self.topic = topic
-            self.provider = provider
-            self.teamID = teamID
-            self.received = received
-            self.payload = payload
-            self.outcome = outcome
-            self.fault = fault
-        }
+        let record: InboxRecord
+        init(_ record: InboxRecord) { self.record = record }
     }
 
-    init(
-        sequence: UInt64 = 0, receivedAt: Date, interface: ProviderInterface, environment: Environment, id: InboxID, token: [UInt8]?, topic: String?,
-        provider: String?, teamID: String?, received: InboxHeaders, payload: [UInt8], outcome: InboxOutcome, fault: String? = nil
-    ) {
+    init(sequence: UInt64, record: InboxRecord) {
         self.sequence = sequence
-        details = Details(
-            receivedAt: receivedAt, interface: interface, environment: environment, id: id, token: token, topic: topic, provider: provider, teamID: teamID,
-            received: received, payload: payload, outcome: outcome, fault: fault)
+        details = Details(record)
     }
 
-    public var receivedAt: Date { details.receivedAt }
-    public var interface: ProviderInterface { details.interface }
-    public var environment: Environment { details.environment }
+    public var receivedAt: Date { details.record.receivedAt }
+    public var interface: ProviderInterface { details.record.interface }
+    public var environment: Environment { details.record.environment }
     /// The apns-id answered (HTTP/2), or the one given to a binary notification.
     public var apnsID: String {
-        switch details.id {
+        switch details.record.id {
         case .text(let text): text
         case .uuid(let uuid): uuid.uuidString.lowercased()
         }
     }
     /// Nil when the request had no usable token.
-    public var token: [UInt8]? { details.token }
-    public var topic: String? { details.topic }
+    public var token: [UInt8]? { details.record.token }
+    public var topic: String? { details.record.topic }
     /// "certificate <serial>" or "key <key id>"; nil when the provider was
     /// not authenticated.
-    public var provider: String? { details.provider }
-    public var teamID: String? { details.teamID }
+    public var provider: String? { details.record.provider }
+    public var teamID: String? { details.record.teamID }
     /// HTTP/2: the request's headers (the authorization header's token
     /// left out). Binary: the frame's fields by name.
-    public var headers: [(name: String, value: String)] { details.received.fields }
-    public var payload: [UInt8] { details.payload }
-    public var outcome: InboxOutcome { details.outcome }
+    public var headers: [(name: String, value: String)] { details.record.received.fields }
+    public var payload: [UInt8] { details.record.payload }
+    public var outcome: InboxOutcome { details.record.outcome }
     /// The fault rule that acted on it, if one did.
-    public var fault: String? { details.fault }
+    public var fault: String? { details.record.fault }
 }
 
 /// An inbox entry's apns-id: kept as it came, made into text when read.

@@ -119,14 +119,7 @@ struct InboxRing {
         switch record.received {
         case .http2(let headers):
             size += 1 + 2
-            var budget = maxHeaderBytes
-            for header in headers {
-                let value = header.name == "authorization" ? InboxHeaders.redacted(header.value) : header.value
-                let cost = string(header.name) + string(value)
-                guard cost <= budget else { break }
-                budget -= cost
-                size += cost
-            }
+            recordedHeaders(headers) { name, value in size += string(name) + string(value) }
         case .binary: size += 1 + 1 + 4 + 5 + 2
         case .malformed(_, let detail): size += 1 + 4 + string(detail)
         }
@@ -137,6 +130,19 @@ struct InboxRing {
         }
         size += string(record.fault)
         return size
+    }
+
+    /// The headers as recorded, in order: the authorization header's
+    /// credential left out, and none once `maxHeaderBytes` would be passed.
+    private static func recordedHeaders(_ headers: HPACKHeaders, _ body: (String, String) -> Void) {
+        var budget = maxHeaderBytes
+        for header in headers {
+            let value = header.name == "authorization" ? InboxHeaders.redacted(header.value) : header.value
+            let cost = string(header.name) + string(value)
+            guard cost <= budget else { return }
+            budget -= cost
+            body(header.name, value)
+        }
     }
 
     /// A string's size: a 16-bit length (0xFFFF: none) and its UTF-8, cut at 0xFFFE bytes.
@@ -181,13 +187,8 @@ struct InboxRing {
                 let countAt = out.offset
                 out.integer(UInt16(0))
                 var written: UInt16 = 0
-                var budget = maxHeaderBytes
-                for header in headers {
-                    let value = header.name == "authorization" ? InboxHeaders.redacted(header.value) : header.value
-                    let cost = string(header.name) + string(value)
-                    guard cost <= budget else { break }
-                    budget -= cost
-                    out.string(header.name)
+                recordedHeaders(headers) { name, value in
+                    out.string(name)
                     out.string(value)
                     written += 1
                 }
@@ -305,7 +306,9 @@ struct InboxRing {
         }
         let fault = readString(&buffer)
         return InboxEntry(
-            sequence: sequence, receivedAt: receivedAt, interface: interface, environment: environment, id: id, token: token, topic: topic,
-            provider: provider, teamID: teamID, received: received, payload: payload, outcome: outcome, fault: fault)
+            sequence: sequence,
+            record: InboxRecord(
+                receivedAt: receivedAt, interface: interface, environment: environment, id: id, token: token, topic: topic, provider: provider,
+                teamID: teamID, received: received, payload: payload, outcome: outcome, fault: fault))
     }
 }
