@@ -14,6 +14,18 @@ import NIOSSL
 ///
 /// Call `run()` in a task of its own; it returns when `stop()` is called or
 /// the task is cancelled.
+/// A change of a device client's connection (`DeviceClient.Options.onChange`).
+public enum ConnectionChange: Sendable, Hashable {
+    /// Connected to the endpoint (again, when `again`).
+    case connected(endpoint: String, again: Bool)
+    /// The connection ended; the client reconnects.
+    case lost(endpoint: String, reason: String)
+    /// A connection could not be made; the client tries again, backing off.
+    case unreachable(endpoint: String, reason: String)
+    /// The gateway refused this device (a revoked or unknown certificate).
+    case refused(endpoint: String, reason: String)
+}
+
 public actor DeviceClient {
     public struct Options: Sendable {
         /// Override the host and port of identity.json.
@@ -26,11 +38,18 @@ public actor DeviceClient {
         public var serverName: String?
         /// Give up after this many failed attempts in a row (nil: never).
         public var attempts: Int?
+        /// Told each change of the connection (connected, lost, cannot
+        /// connect, refused), once per change: not each retry.
+        public var onChange: (@Sendable (ConnectionChange) -> Void)?
+        /// A refusal ends `run()` (`refusal` says why) instead of being retried.
+        public var stopOnRefusal: Bool
 
         public init(
             host: String? = nil, port: Int? = nil, initialBackoff: Double = 0.1, maximumBackoff: Double = 30, serverName: String? = nil,
-            attempts: Int? = nil
+            attempts: Int? = nil, onChange: (@Sendable (ConnectionChange) -> Void)? = nil, stopOnRefusal: Bool = false
         ) {
+            self.onChange = onChange
+            self.stopOnRefusal = stopOnRefusal
             self.attempts = attempts
             self.host = host
             self.port = port
@@ -86,11 +105,42 @@ public actor DeviceClient {
             do {
                 try await connectOnce()
                 backoff = options.initialBackoff
+                if !stopped { report(.lost(endpoint: endpoint, reason: "the server closed the connection")) }
             } catch DeviceClientError.refused(let why) {
                 logger.error("the gateway refused this device", metadata: ["courier.reason": "\(why)"])
+                report(.refused(endpoint: endpoint, reason: why))
                 fail(connectedWaiters: DeviceClientError.refused(why))
+                if options.stopOnRefusal {
+                    refusal = why
+                    stopped = true
+                }
+            } catch where Self.isCertificateRefusal(error) {
+                // The gateway's TLS alert about this device's certificate: revoked, or not its CA's.
+                let why = "its certificate was refused (revoked, or not of this server's CA)"
+                report(.refused(endpoint: endpoint, reason: why))
+                fail(connectedWaiters: DeviceClientError.refused(why))
+                if options.stopOnRefusal {
+                    refusal = why
+                    stopped = true
+                } else if connections == before {
+                    // Counted as a failed attempt, as any handshake that fails.
+                    failures += 1
+                    if let attempts = options.attempts, failures >= attempts {
+                        terminalError = DeviceClientError.refused(why)
+                        stopped = true
+                    }
+                }
             } catch {
                 logger.debug("connection ended", metadata: ["courier.error": "\(error)"])
+                let error = Self.reason(error)
+                if !stopped {
+                    if connections > before {
+                        report(.lost(endpoint: endpoint, reason: "\(error)"))
+                    } else if case .unreachable? = reported {
+                    } else {
+                        report(.unreachable(endpoint: endpoint, reason: "\(error)"))
+                    }
+                }
                 if connections == before {
                     failures += 1
                     if let attempts = options.attempts, failures >= attempts {
@@ -109,6 +159,35 @@ public actor DeviceClient {
         fail(connectedWaiters: DeviceClientError.stopped)
         notificationSink.finish()
         stopped = true
+    }
+
+    /// A TLS alert that the server refused this client's certificate.
+    static func isCertificateRefusal(_ error: any Error) -> Bool {
+        let text = String(describing: error)
+        return ["ALERT_CERTIFICATE_UNKNOWN", "ALERT_CERTIFICATE_REVOKED", "ALERT_BAD_CERTIFICATE", "ALERT_CERTIFICATE_EXPIRED"].contains {
+            text.contains($0)
+        }
+    }
+
+    /// A connection failure in a few words, where it is a common one.
+    static func reason(_ error: any Error) -> String {
+        let text = String(describing: error)
+        if text.contains("connectionRefused") || text.contains("Connection refused") || text.contains("errno: 111") { return "connection refused" }
+        if text.contains("CERTIFICATE_VERIFY_FAILED") { return "the server's certificate did not verify against the identity's CA" }
+        if text.contains("ioOnClosedChannel") || text.contains("eof") { return "the connection was closed" }
+        return text
+    }
+
+    /// Why the gateway refused this device, when that ended `run()`.
+    public private(set) var refusal: String?
+
+    /// What `onChange` was told last: a change is told once, not each retry.
+    private var reported: ConnectionChange?
+
+    private func report(_ change: ConnectionChange) {
+        guard change != reported else { return }
+        reported = change
+        options.onChange?(change)
     }
 
     /// Ends `run()` and closes the connection.
@@ -225,6 +304,7 @@ public actor DeviceClient {
         if let announcedLength { tokenLength = Int(announcedLength) }
         if !refused.isEmpty { forget(refused) }
         connections += 1
+        report(.connected(endpoint: endpoint, again: connections > 1))
         writer = outbound
         drained = false
         let waiters = connectedWaiters

@@ -30,7 +30,9 @@ struct DeviceOptions: ParsableArguments {
         if let port, !(1...65_535).contains(port) { throw ValidationError("--port \(port) is not a port") }
     }
 
-    func client() throws -> DeviceClient {
+    /// `reconnect`: keep trying for ever (a refusal still ends it), saying
+    /// each change of the connection on standard error.
+    func client(reconnect: Bool = false) throws -> DeviceClient {
         let credentials: DeviceCredentials
         do {
             credentials = try DeviceCredentials.load(from: identity)
@@ -39,13 +41,33 @@ struct DeviceOptions: ParsableArguments {
         }
         var logger = Logger(label: "courier-device")
         logger.logLevel = .warning
-        return try DeviceClient(credentials: credentials, environment: environment, options: .init(host: host, port: port, attempts: 3), logger: logger)
+        var onChange: (@Sendable (ConnectionChange) -> Void)?
+        if reconnect {
+            onChange = { @Sendable change in
+                FileHandle.standardError.write(Data(("courier: " + DeviceOptions.describe(change) + "\n").utf8))
+            }
+        }
+        return try DeviceClient(
+            credentials: credentials, environment: environment,
+            options: .init(host: host, port: port, attempts: reconnect ? nil : 3, onChange: onChange, stopOnRefusal: reconnect), logger: logger)
+    }
+
+    static func describe(_ change: ConnectionChange) -> String {
+        switch change {
+        case .connected(let endpoint, let again): "\(again ? "connected again" : "connected") to \(endpoint)"
+        case .lost(let endpoint, let reason): "lost the connection to \(endpoint) (\(reason)); reconnecting"
+        case .unreachable(let endpoint, let reason):
+            "cannot connect to \(endpoint) (\(reason)); trying again, backing off up to 30 s — is 'courier serve' running there?"
+        case .refused(let endpoint, let reason): "\(endpoint) refused this device (\(reason))"
+        }
     }
 }
 
 /// Runs `body` with a connected client; SIGINT and SIGTERM stop it.
-func withConnectedDevice(_ options: DeviceOptions, _ body: @escaping @Sendable (DeviceClient) async throws -> Void) async throws {
-    let client = try options.client()
+func withConnectedDevice(
+    _ options: DeviceOptions, reconnect: Bool = false, _ body: @escaping @Sendable (DeviceClient) async throws -> Void
+) async throws {
+    let client = try options.client(reconnect: reconnect)
     let running = Task { await client.run() }
     signal(SIGINT, SIG_IGN)
     signal(SIGTERM, SIG_IGN)
@@ -62,6 +84,9 @@ func withConnectedDevice(_ options: DeviceOptions, _ body: @escaping @Sendable (
     } catch {
         await client.stop()
         await running.value
+        if let refusal = await client.refusal { throw ValidationError("the gateway refused this device: \(refusal)") }
+        // Stopped by a signal before it connected: not a failure.
+        if case DeviceClientError.stopped = error { return }
         throw ValidationError("\(error)")
     }
     await client.stop()
@@ -77,13 +102,16 @@ extension DeviceCommand {
 
         func run() async throws {
             let app = options.app
-            try await withConnectedDevice(options) { client in
+            try await withConnectedDevice(options, reconnect: true) { client in
                 let token = try await client.register(app)
                 say("token \(Hex.encode(token))\n")
                 for await notification in client.notifications {
                     say(Run.jsonLine(notification) + "\n")
                     try? await client.acknowledge(notification)
                 }
+                // The notifications end when the client stops: by a signal
+                // (exit 0), or because the gateway refused the device.
+                if let refusal = await client.refusal { throw ValidationError("the gateway refused this device: \(refusal)") }
             }
         }
 

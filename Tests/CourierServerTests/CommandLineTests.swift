@@ -225,6 +225,58 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         for channel in flood { try? await channel.close() }
     }
 
+    /// `courier device run` outlives its server: it says on stderr that the
+    /// connection is lost, keeps trying, says when it is connected again,
+    /// and gets the notifications after; a signal ends it with status 0.
+    @Test func deviceRunReconnectsWhenTheServerComesBackAndSaysSo() throws {
+        let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let data = directory + "/data"
+        let config = directory + "/courier.json"
+        // The device port is fixed, so that the restarted server is where the device left it.
+        let probe = try ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: 0).wait()
+        let port = try #require(probe.localAddress?.port)
+        try probe.close().wait()
+        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0}"#
+        let production = #"{"binary": 0, "feedback": 0, "http2": 0, "device": \#(port)}"#
+        try #"{"network": {"production": \#(production), "sandbox": \#(zero), "adminPort": 0}}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        let first = try RunningProgram(courier, ["serve", "--data", data, "--config", config])
+        #expect(first.waitForLine(containing: "Courier is running") != nil, "\(first.output)")
+        let device = try RunningProgram(
+            courier, ["device", "run", "--identity", data + "/demo/device", "--app", "com.example.demo", "--port", "\(port)"], mergeStandardError: true)
+        #expect(device.waitForLine(containing: "token ") != nil, "\(device.output)")
+        #expect(device.output.contains("courier: connected to localhost:\(port)"), "\(device.output)")
+
+        first.signal(SIGTERM)
+        #expect(first.waitForExit() == 0)
+        #expect(device.waitForLine(containing: "courier: lost the connection to localhost:\(port)") != nil, "\(device.output)")
+        #expect(device.isRunning)
+
+        let second = try RunningProgram(courier, ["serve", "--data", data, "--config", config])
+        #expect(second.waitForLine(containing: "Courier is running") != nil, "\(second.output)")
+        #expect(device.waitForLine(containing: "courier: connected again to localhost:\(port)") != nil, "\(device.output)")
+        // One line per change: however many retries, one "cannot connect" at most.
+        #expect(device.output.filter { $0.hasPrefix("courier: cannot connect") }.count <= 1, "\(device.output)")
+        device.signal(SIGTERM)
+        #expect(device.waitForExit() == 0)
+        second.signal(SIGTERM)
+        #expect(second.waitForExit() == 0)
+
+        // A refusal is the one thing that ends it, non-zero: the device's certificate revoked.
+        let listed = try courierRun(["pki", "list", "--data", data])
+        let serial = try #require(
+            listed.stdout.split(separator: "\n").first { $0.hasPrefix("certificate device") }?.split(separator: " ").first { $0.count == 40 })
+        #expect(try courierRun(["pki", "revoke", "--data", data, "--serial", String(serial)]).status == 0)
+        let third = try RunningProgram(courier, ["serve", "--data", data, "--config", config])
+        #expect(third.waitForLine(containing: "Courier is running") != nil, "\(third.output)")
+        let refused = try RunningProgram(
+            courier, ["device", "run", "--identity", data + "/demo/device", "--app", "com.example.demo", "--port", "\(port)"], mergeStandardError: true)
+        #expect(refused.waitForExit() == 64)
+        #expect(refused.output.last == "courier: the gateway refused this device: its certificate was refused (revoked, or not of this server's CA)")
+        third.signal(SIGTERM)
+        #expect(third.waitForExit() == 0)
+    }
+
     @Test func serveStartsPrintsItsFilesAndStopsOnSIGTERMAndSIGINT() throws {
         let directory = try temporaryDirectory()
         defer { removeTemporaryDirectory(directory) }
