@@ -68,6 +68,8 @@ public protocol Store: Sendable {
     func removeExpiredPending(before date: Date) async throws -> [PendingNotification]
     /// Removes and returns every held notification accepted before `date`.
     func removePending(acceptedBefore date: Date) async throws -> [PendingNotification]
+    /// Notifications held now, for every device (the admin API's status).
+    func pendingCount() async throws -> Int
 
     // MARK: Feedback
     /// Adds an entry; an entry for the same (environment, topic, token)

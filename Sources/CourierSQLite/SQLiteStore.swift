@@ -398,6 +398,10 @@ public final class SQLiteStore: Store {
         return Array(repeating: row, count: count).joined(separator: ", ")
     }
 
+    public func pendingCount() async throws -> Int {
+        try await query("SELECT count(*) AS held FROM pending_notifications").first?.column("held")?.integer ?? 0
+    }
+
     public func pending(deviceID: UInt64, environment: Environment) async throws -> [PendingNotification] {
         try await query(
             "SELECT * FROM pending_notifications WHERE device_id = ? AND environment = ? ORDER BY accepted_at, bundle_id",

@@ -216,6 +216,7 @@ public enum StoreConformance {
             report.equal(try await store.storePending([second]), [fourth], "replaced again")
             let held = try await store.pending(deviceID: 1, environment: .production)
             report.equal(held, [other, second], "held, oldest accepted first")
+            report.equal(try await store.pendingCount(), 2, "held, counted")
             report.equal(try await store.pending(deviceID: 1, environment: .sandbox), [], "other environment")
             let replacedOne = PendingReference(first)
             let heldOne = PendingReference(second)

@@ -200,7 +200,7 @@ struct LogCommand: AsyncParsableCommand {
 
 struct StatusCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "status", abstract: "Show a running server's devices online, open connections, inbox and delivery-log backlog.")
+        commandName: "status", abstract: "Show a running server's devices online, notifications held, open connections, inbox and delivery-log backlog.")
 
     @OptionGroup var admin: AdminOptions
     @Flag(help: "Print the API's JSON.") var json = false
@@ -212,6 +212,7 @@ struct StatusCommand: AsyncParsableCommand {
         guard let status = try JSONSerialization.jsonObject(with: data) as? [String: Any] else { return }
         var text = "Courier at \(client.base.absoluteString)\n"
         text += "  devices online        \(status["devicesOnline"] ?? 0)\n"
+        text += "  notifications held    \(status["notificationsHeld"] ?? 0)\n"
         if let inbox = status["inbox"] as? [String: Any] {
             text += "  inbox                 \(inbox["entries"] ?? 0) of \(inbox["capacity"] ?? 0)\n"
         }

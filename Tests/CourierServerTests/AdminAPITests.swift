@@ -279,6 +279,18 @@ private func outcome(_ entry: [String: Any]) -> [String: Any] { entry["outcome"]
             #expect(connections["http2.production"] == 1)
             #expect(connections["binary.sandbox"] == 0)
             #expect((status.object["inbox"] as? [String: Int])?["entries"] == 1)
+            // Not acknowledged (the test device does not read it): held in the store.
+            #expect(status.object["notificationsHeld"] as? Int == 1)
+            let devices = try await server.admin("GET", "/v1/devices")
+            #expect(devices.status == 200)
+            #expect(devices.object["online"] as? Int == 1)
+            let listed = try #require((devices.object["devices"] as? [[String: Any]])?.first)
+            #expect(listed["deviceID"] as? String == String(await device.client.deviceID, radix: 16))
+            #expect(listed["environment"] as? String == "production")
+            let registrations = listed["registrations"] as? [[String: Any]] ?? []
+            #expect(registrations.map { $0["bundleID"] as? String } == ["com.example.demo"])
+            #expect(registrations.first?["token"] as? String == Hex.encode(token))
+            #expect(registrations.first?["active"] as? Bool == true)
             await client.close()
             await server.disconnect(device)
         }

@@ -91,6 +91,7 @@ final class FaultyStore: Store {
     func addFeedback(_ entry: FeedbackEntry) async throws { try await base.addFeedback(entry) }
     func feedback(environment: Environment, topic: String) async throws -> [FeedbackEntry] { try await base.feedback(environment: environment, topic: topic) }
     func removeFeedback(_ entries: [FeedbackEntry]) async throws { try await base.removeFeedback(entries) }
+    func pendingCount() async throws -> Int { try await base.pendingCount() }
     func appendDeliveryEvents(_ events: [DeliveryEvent]) async throws {
         await logGate.pass()
         try await base.appendDeliveryEvents(events)

@@ -133,9 +133,10 @@ enum AdminOpenAPI {
                 }
               },
               "ServerStatus": {
-                "type": "object", "required": ["devicesOnline", "connections", "inbox", "deliveryLogBacklog"],
+                "type": "object", "required": ["devicesOnline", "connections", "notificationsHeld", "inbox", "deliveryLogBacklog"],
                 "properties": {
                   "devicesOnline": {"type": "integer", "minimum": 0},
+                  "notificationsHeld": {"type": "integer", "minimum": 0},
                   "connections": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
                   "inbox": {
                     "type": "object", "required": ["entries", "capacity"],
@@ -309,6 +310,39 @@ enum AdminOpenAPI {
                   "401": {"$ref": "#/components/responses/Error"},
                   "404": {"$ref": "#/components/responses/Error"},
                   "422": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/devices": {
+              "get": {
+                "summary": "Devices connected now, the longest connected first, with their app registrations in that environment",
+                "parameters": [{"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}}],
+                "responses": {
+                  "200": {
+                    "description": "devices",
+                    "content": {"application/json": {"schema": {
+                      "type": "object", "required": ["online", "devices"],
+                      "properties": {
+                        "online": {"type": "integer", "minimum": 0},
+                        "devices": {"type": "array", "items": {
+                          "type": "object", "required": ["deviceID", "environment", "connectedAt", "registrations"],
+                          "properties": {
+                            "deviceID": {"type": "string"}, "environment": {"type": "string", "enum": ["production", "sandbox"]},
+                            "connectedAt": {"type": "string", "format": "date-time"},
+                            "registrations": {"type": "array", "items": {
+                              "type": "object", "required": ["bundleID", "token", "active", "registeredAt"],
+                              "properties": {
+                                "bundleID": {"type": "string"}, "token": {"type": "string"}, "active": {"type": "boolean"},
+                                "registeredAt": {"type": "string", "format": "date-time"}, "unregisteredAt": {"type": "string", "format": "date-time"}
+                              }
+                            }}
+                          }
+                        }}
+                      }
+                    }}}
+                  },
+                  "400": {"$ref": "#/components/responses/Error"},
+                  "401": {"$ref": "#/components/responses/Error"}
                 }
               }
             },

@@ -119,9 +119,18 @@ public struct AdminServer: Service {
         }
         api.get("status") { [dispatcher, connections, inbox] _, _ in
             ServerStatus(
-                devicesOnline: dispatcher.sessions.online, connections: connections.counts(),
+                devicesOnline: dispatcher.sessions.online, connections: connections.counts(), notificationsHeld: try await dispatcher.heldCount(),
                 inbox: ServerStatus.InboxStatus(entries: inbox.count, capacity: inbox.capacity),
                 deliveryLogBacklog: dispatcher.log.backlog)
+        }
+        api.get("devices") { [dispatcher] request, _ in
+            let limit = try InboxQuery.integer(query(request), "limit", default: 100, range: 1...1000)
+            var devices: [DeviceJSON] = []
+            for session in dispatcher.sessions.sessions(limit: limit) {
+                let registrations = try await dispatcher.registrations(ofDevice: session.deviceID).filter { $0.environment == session.environment }
+                devices.append(DeviceJSON(session, registrations: registrations))
+            }
+            return DeviceList(online: dispatcher.sessions.online, devices: devices)
         }
         return router
     }
@@ -144,7 +153,7 @@ struct JSONErrors: RouterMiddleware {
     static let routes: [(path: [Substring], methods: [HTTPRequest.Method])] = [
         ("health/live", [.get]), ("health/ready", [.get]), ("openapi.json", [.get]), ("v1/inbox", [.get, .delete]), ("v1/inbox/wait", [.get]),
         ("v1/notifications/*", [.get]), ("v1/tokens/*/notifications", [.get]), ("v1/status", [.get]), ("v1/faults", [.get, .post]),
-        ("v1/faults/*", [.delete]), ("v1/tokens/*/unregister", [.post]),
+        ("v1/faults/*", [.delete]), ("v1/tokens/*/unregister", [.post]), ("v1/devices", [.get]),
     ].map { (path: $0.0.split(separator: "/"), methods: $0.1) }
 
     static func methods(for path: String) -> [HTTPRequest.Method]? {
@@ -384,6 +393,8 @@ struct ServerStatus: ResponseCodable {
     var devicesOnline: Int
     /// Open connections by listener ("http2.production", ...).
     var connections: [String: Int]
+    /// Notifications held in the store for devices that are offline (or not yet acknowledged).
+    var notificationsHeld: Int
     var inbox: InboxStatus
     /// Delivery-log events not yet written.
     var deliveryLogBacklog: Int
@@ -551,4 +562,37 @@ struct Unregistered: ResponseCodable {
     var topic: String
     var environment: String
     var unregisteredAt: String
+}
+
+struct DeviceJSON: Codable {
+    struct Registration: Codable {
+        var bundleID: String
+        var token: String
+        var active: Bool
+        var registeredAt: String
+        var unregisteredAt: String?
+    }
+    /// The device id in hex, as its certificate names it.
+    var deviceID: String
+    var environment: String
+    var connectedAt: String
+    var registrations: [Registration]
+
+    init(_ session: DeviceSession, registrations: [AppRegistration]) {
+        deviceID = String(session.deviceID, radix: 16)
+        environment = session.environment.rawValue
+        connectedAt = adminTime(session.connectedAt)
+        self.registrations = registrations.map {
+            Registration(
+                bundleID: $0.bundleID, token: Hex.encode($0.token), active: $0.active, registeredAt: adminTime($0.registeredAt),
+                unregisteredAt: $0.unregisteredAt.map(adminTime))
+        }
+    }
+}
+
+struct DeviceList: ResponseCodable {
+    /// Devices connected now, all of them.
+    var online: Int
+    /// The longest connected first, at most `limit`.
+    var devices: [DeviceJSON]
 }

@@ -33,9 +33,13 @@ public final class DeviceSession: Sendable {
     }
     private let state = Mutex(State())
 
-    public init(environment: Environment, deviceID: UInt64, link: any DeviceLink) {
+    /// When it connected (the admin API's device list).
+    public let connectedAt: Date
+
+    public init(environment: Environment, deviceID: UInt64, link: any DeviceLink, connectedAt: Date = Date()) {
         key = DeviceKey(environment: environment, deviceID: deviceID)
         self.link = link
+        self.connectedAt = connectedAt
     }
 
     public var deviceID: UInt64 { key.deviceID }
@@ -95,6 +99,12 @@ final class DeviceSessions: Sendable {
 
     /// Devices connected now (each environment's connection counts once).
     var online: Int { state.withLock { $0.sessions.count } }
+
+    /// The sessions connected now, longest connected first, at most `limit`.
+    func sessions(limit: Int) -> [DeviceSession] {
+        let all = state.withLock { Array($0.sessions.values) }
+        return Array(all.sorted { ($0.connectedAt, $0.deviceID) < ($1.connectedAt, $1.deviceID) }.prefix(limit))
+    }
 
     /// The rules after acceptance (`DeliveryRules.admit`) for a
     /// notification to the device `key`'s app `bundleID`, with the device's

@@ -456,6 +456,16 @@ public final class Dispatcher: Sendable {
         log.append(DeliveryEvent(notificationID: notificationID, kind: .faultInjected, at: clock.now(), detail: "fault \(rule.id): \(what)"))
     }
 
+    /// Notifications held in the store now.
+    func heldCount() async throws -> Int {
+        try await store.pendingCount()
+    }
+
+    /// A device's app registrations, as the store has them.
+    func registrations(ofDevice deviceID: UInt64) async throws -> [AppRegistration] {
+        try await store.registrations(deviceID: deviceID)
+    }
+
     /// A notification's delivery log (by apns-id), oldest first, with
     /// what was appended until now (written first).
     func deliveryLog(of notificationID: UUID) async throws -> [DeliveryEvent] {

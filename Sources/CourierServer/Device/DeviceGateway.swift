@@ -167,7 +167,7 @@ final class DeviceGateway: ListenerInterface {
                         status: .ok, serverTime: now(), keepAlive: UInt16(clamping: configuration.qos.keepAlive),
                         maxFrameLength: UInt32(configuration.limits.deviceMaxFrameLength), refusedTokens: refused,
                         tokenLength: UInt8(configuration.limits.tokenLength)))
-                let session = DeviceSession(environment: environment, deviceID: device.id, link: link)
+                let session = DeviceSession(environment: environment, deviceID: device.id, link: link, connectedAt: dispatcher.clock.now())
                 conversation.machine.connectAccepted(session, generation: device.generation)
                 await dispatcher.connected(session)
             case .requestToken(let bundleID, let requestID, let session, let generation):
