@@ -105,7 +105,12 @@ public actor DeviceClient {
             do {
                 try await connectOnce()
                 backoff = options.initialBackoff
-                if !stopped { report(.lost(endpoint: endpoint, reason: "the server closed the connection")) }
+                if !stopped {
+                    report(
+                        connections > before
+                            ? .lost(endpoint: endpoint, reason: "the server closed the connection")
+                            : .unreachable(endpoint: endpoint, reason: "the server closed the connection before it answered"))
+                }
             } catch DeviceClientError.refused(let why) {
                 logger.error("the gateway refused this device", metadata: ["courier.reason": "\(why)"])
                 report(.refused(endpoint: endpoint, reason: why))
@@ -117,12 +122,21 @@ public actor DeviceClient {
             } catch where Self.isCertificateRefusal(error) {
                 // The gateway's TLS alert about this device's certificate: revoked, or not its CA's.
                 let why = "its certificate was refused (revoked, or not of this server's CA)"
-                report(.refused(endpoint: endpoint, reason: why))
-                fail(connectedWaiters: DeviceClientError.refused(why))
+                certificateRefusals += 1
+                // A revoked or foreign certificate is refused every time; a
+                // passing failure of the server's store alerts the same way once.
                 if options.stopOnRefusal {
-                    refusal = why
-                    stopped = true
-                } else if connections == before {
+                    if certificateRefusals >= 3 {
+                        report(.refused(endpoint: endpoint, reason: why))
+                        fail(connectedWaiters: DeviceClientError.refused(why))
+                        refusal = why
+                        stopped = true
+                    }
+                } else {
+                    report(.refused(endpoint: endpoint, reason: why))
+                    fail(connectedWaiters: DeviceClientError.refused(why))
+                }
+                if !stopped, connections == before {
                     // Counted as a failed attempt, as any handshake that fails.
                     failures += 1
                     if let attempts = options.attempts, failures >= attempts {
@@ -153,7 +167,11 @@ public actor DeviceClient {
             if connections > before { failures = 0 }
             disconnected()
             if stopped || Task.isCancelled { break }
-            try? await Task.sleep(for: .seconds(backoff))
+            // In short steps, so that stop() ends a long back-off at once.
+            let resume = ContinuousClock.now + .seconds(backoff)
+            while !stopped, !Task.isCancelled, ContinuousClock.now < resume {
+                try? await Task.sleep(for: min(.milliseconds(100), resume - ContinuousClock.now))
+            }
             backoff = min(backoff * 2, options.maximumBackoff)
         }
         fail(connectedWaiters: DeviceClientError.stopped)
@@ -177,6 +195,9 @@ public actor DeviceClient {
         if text.contains("ioOnClosedChannel") || text.contains("eof") { return "the connection was closed" }
         return text
     }
+
+    /// Certificate refusals in a row (`stopOnRefusal` ends after three).
+    private var certificateRefusals = 0
 
     /// Why the gateway refused this device, when that ended `run()`.
     public private(set) var refusal: String?
@@ -304,6 +325,7 @@ public actor DeviceClient {
         if let announcedLength { tokenLength = Int(announcedLength) }
         if !refused.isEmpty { forget(refused) }
         connections += 1
+        certificateRefusals = 0
         report(.connected(endpoint: endpoint, again: connections > 1))
         writer = outbound
         drained = false

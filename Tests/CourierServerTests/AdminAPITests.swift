@@ -1,6 +1,6 @@
 import CourierCore
 import CourierProvider
-import CourierServer
+@testable import CourierServer
 import CourierTestSupport
 import Foundation
 import Testing
@@ -184,8 +184,8 @@ private func outcome(_ entry: [String: Any]) -> [String: Any] { entry["outcome"]
             let token = try await device.client.register("com.example.demo")
             let client = try await server.http2Client()
             _ = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo"))
-            let present = try await server.admin("GET", "/v1/inbox/wait?token=\(Hex.encode(token))&timeout=5")
-            #expect(present.status == 200)
+            let present = try await server.admin("GET", "/v1/inbox/wait?token=\(Hex.encode(token))&timeout=0")
+            #expect(present.status == 200, "one already received answers a wait of no time")
             let last = try #require(present.object["sequence"] as? Int)
 
             // After the last one: only the next push answers it, whether it
@@ -506,6 +506,7 @@ extension TestServer {
             let entries = try await server.inboxEntries("?interface=binary")
             #expect(entries.count == 1)
             #expect((entries.first?["outcome"] as? [String: Any])?["accepted"] as? Bool == true)
+            #expect(entries.first?["fault"] as? String != nil, "the delay's rule is named")
             await binary.close()
             await client.close()
             await server.disconnect(device)
@@ -602,6 +603,21 @@ extension TestServer {
                 "POST", "/v1/tokens/\(Hex.encode(token))/unregister", body: #"{"environment": "production", "topic": "com.example.demo"}"#)
             #expect(again.status == 404)
             await client.close()
+        }
+    }
+}
+
+/// A long poll does not hold up graceful shutdown: it ends with it.
+@Suite(.timeLimit(.minutes(2))) struct AdminShutdownTests {
+    @Test func aLongPollEndsWhenTheServerShutsDown() async throws {
+        try await withTestServer { server in
+            async let waited = server.admin("GET", "/v1/inbox/wait?topic=com.example.never&timeout=300")
+            // Shut down once the wait is pending in the inbox.
+            while server.application.inbox.waiting == 0 { await Task.yield() }
+            await server.shutDown()
+            let answer = try await waited
+            #expect(answer.status == 404)
+            #expect(answer.message == "no notification matched within 300 s")
         }
     }
 }

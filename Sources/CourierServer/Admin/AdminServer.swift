@@ -31,7 +31,12 @@ public struct AdminServer: Service {
                 address: .hostname(configuration.network.adminHost, port: configuration.network.adminPort), serverName: "Courier"),
             onServerRunning: { [ports, logger] channel in ports.listening(admin: channel, logger: logger) },
             logger: logger)
-        try await app.run()
+        // Hummingbird waits for requests in flight: a long poll ends first.
+        try await withGracefulShutdownHandler {
+            try await app.run()
+        } onGracefulShutdown: { [inbox] in
+            inbox.close()
+        }
     }
 
     func router() -> Router<BasicRequestContext> {

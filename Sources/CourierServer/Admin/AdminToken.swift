@@ -18,9 +18,12 @@ public enum AdminToken {
             return (token, path, false)
         }
         let token = Hex.encode(Array(SymmetricKey(size: .bits256).withUnsafeBytes { Array($0) }))
-        guard FileManager.default.createFile(atPath: path, contents: Data((token + "\n").utf8), attributes: [.posixPermissions: 0o600]) else {
-            throw ConfigurationError("cannot write the admin token to \(path)")
-        }
+        // Made 0600 from the start (no moment with the umask's permissions), and never over another file.
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        guard descriptor >= 0 else { throw ConfigurationError("cannot write the admin token to \(path)") }
+        defer { close(descriptor) }
+        let line = Array((token + "\n").utf8)
+        guard write(descriptor, line, line.count) == line.count else { throw ConfigurationError("cannot write the admin token to \(path)") }
         return (token, path, true)
     }
 

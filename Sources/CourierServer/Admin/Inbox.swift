@@ -174,6 +174,8 @@ public final class NotificationInbox: Sendable {
         var ring: InboxRing
         var waiters: [Waiter] = []
         var nextWaiter: UInt64 = 0
+        /// The server is shutting down: waits end at once, with nothing.
+        var closed = false
     }
 
     private let state: Mutex<State>
@@ -252,9 +254,12 @@ public final class NotificationInbox: Sendable {
 
     /// The first entry after `after` that matches: one already recorded,
     /// or the next one to be; nil once `timeout` passed (or the task was
-    /// cancelled) without one.
+    /// cancelled, or the server is shutting down) without one.
     public func wait(for filter: InboxFilter, after: UInt64 = 0, timeout: Duration) async -> InboxEntry? {
         let cutoff = clock.now().addingTimeInterval(-maxAge)
+        // One already recorded answers at once, whatever the timeout.
+        if let present = first(matching: filter, after: after, cutoff: cutoff) { return present }
+        guard timeout > .zero else { return nil }
         let id = state.withLock { state -> UInt64 in
             state.nextWaiter += 1
             return state.nextWaiter
@@ -264,14 +269,8 @@ public final class NotificationInbox: Sendable {
                 await withTaskCancellationHandler {
                     await withCheckedContinuation { continuation in
                         let present = self.state.withLock { state -> InboxEntry?? in
-                            state.ring.expire(before: cutoff)
-                            var match: InboxEntry?
-                            state.ring.forEach(after: after) { entry in
-                                if filter.matches(entry) { match = entry }
-                                return match == nil
-                            }
-                            if let match { return .some(match) }
-                            if Task.isCancelled { return .some(nil) }
+                            if let match = Self.first(in: state.ring, matching: filter, after: after) { return .some(match) }
+                            if Task.isCancelled || state.closed { return .some(nil) }
                             state.waiters.append(Waiter(id: id, filter: filter, after: after, continuation: continuation))
                             return .none
                         }
@@ -291,6 +290,32 @@ public final class NotificationInbox: Sendable {
         }
     }
 
+    private func first(matching filter: InboxFilter, after: UInt64, cutoff: Date) -> InboxEntry? {
+        state.withLock { state in
+            state.ring.expire(before: cutoff)
+            return Self.first(in: state.ring, matching: filter, after: after)
+        }
+    }
+
+    private static func first(in ring: InboxRing, matching filter: InboxFilter, after: UInt64) -> InboxEntry? {
+        var match: InboxEntry?
+        ring.forEach(after: after) { entry in
+            if filter.matches(entry) { match = entry }
+            return match == nil
+        }
+        return match
+    }
+
+    /// Graceful shutdown: every wait ends now (with nothing), and later ones at once.
+    func close() {
+        let waiters = state.withLock { state -> [Waiter] in
+            state.closed = true
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.continuation.resume(returning: nil) }
+    }
+
     private func cancelWaiter(_ id: UInt64) {
         let continuation = state.withLock { state -> CheckedContinuation<InboxEntry?, Never>? in
             guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
@@ -306,6 +331,9 @@ public final class NotificationInbox: Sendable {
 
     /// Entries held now.
     public var count: Int { state.withLock { $0.ring.count } }
+
+    /// Waits pending now (tests).
+    var waiting: Int { state.withLock { $0.waiters.count } }
 
     /// The sequence of the newest entry (0: none yet): a wait `after` it
     /// sees only what comes next.

@@ -86,13 +86,26 @@ struct InboxRing {
         slots.removeAll(keepingCapacity: true)
     }
 
-    /// The entries after `after`, oldest first (or newest first), while `body` returns true.
+    /// The entries after `after`, oldest first (or newest first), while
+    /// `body` returns true. The slots hold consecutive sequences, so the
+    /// first one after `after` is found without a scan.
     func forEach(after: UInt64 = 0, newestFirst: Bool = false, _ body: (InboxEntry) -> Bool) {
-        let indices = newestFirst ? Array(slots.indices.reversed()) : Array(slots.indices)
-        for index in indices {
-            let slot = slots[index]
-            guard slot.sequence > after else { if newestFirst { return } else { continue } }
-            if !body(entry(slot)) { return }
+        if newestFirst {
+            var index = slots.endIndex
+            while index != slots.startIndex {
+                index = slots.index(before: index)
+                let slot = slots[index]
+                guard slot.sequence > after, body(entry(slot)) else { return }
+            }
+            return
+        }
+        guard let first = slots.first else { return }
+        let skip = after >= first.sequence ? Int(after - first.sequence + 1) : 0
+        guard skip < slots.count else { return }
+        var index = slots.index(slots.startIndex, offsetBy: skip)
+        while index != slots.endIndex {
+            guard body(entry(slots[index])) else { return }
+            index = slots.index(after: index)
         }
     }
 

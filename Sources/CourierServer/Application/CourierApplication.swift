@@ -136,7 +136,7 @@ public struct CourierApplication: Sendable {
             let listeners: [(BoundPorts.Listener, Environment)] = Environment.allCases.flatMap {
                 [(.device, $0), (.feedback, $0), (.binary, $0), (.http2, $0)]
             }
-            // Stops first at shutdown: a long poll does not hold the listeners up.
+            // Stops first at shutdown; its long polls end at once (NotificationInbox.close).
             services.append(
                 AdminServer(
                     configuration: configuration, token: admin.token, inbox: inbox, faults: faults, dispatcher: dispatcher, connections: policy.open,

@@ -155,8 +155,8 @@ final class BinaryGateway: ListenerInterface {
     /// the store before it can decide.
     fileprivate enum Admission {
         case decided(Result<Pending<Void>?, Refusal>)
-        /// Decided in a task, after `delay` (a fault rule's) if there is one.
-        case waits(PushNotification, delay: Duration?)
+        /// Decided in a task, after `delay` if a fault rule (`fault`) gave one.
+        case waits(PushNotification, delay: Duration?, fault: String?)
         /// A fault rule ends the connection: status 10 Shutdown.
         case closes
     }
@@ -186,10 +186,9 @@ final class BinaryGateway: ListenerInterface {
             return fault(rule, frame: frame, notification: notification, sender: sender, now: now, recorded: &recorded)
         }
         guard let decided = dispatcher.admitAtOnce(notification, environment: environment, grant: grant, now: now) else {
-            return .waits(notification, delay: nil)
+            return .waits(notification, delay: nil, fault: nil)
         }
-        // Recorded at once: the notification's arrays are copied and let go now.
-        if inbox.isRecording { inbox.record(entry(BinaryFrameFields(frame), notification, sender: sender, result: decided.result, now: now)) }
+        if inbox.isRecording { recorded.append(entry(BinaryFrameFields(frame), notification, sender: sender, result: decided.result, now: now)) }
         return .decided(outcome(decided))
     }
 
@@ -217,7 +216,7 @@ final class BinaryGateway: ListenerInterface {
             return .decided(.failure(Refusal(status: status)))
         case .delay(let milliseconds):
             // Recorded with its outcome once decided.
-            return .waits(notification, delay: .milliseconds(milliseconds))
+            return .waits(notification, delay: .milliseconds(milliseconds), fault: rule.id)
         case .close:
             record(.refused(status: Int(BinaryStatus.shutdown.rawValue), reason: BinaryStatus.shutdown.meaning))
             return .closes
@@ -225,9 +224,9 @@ final class BinaryGateway: ListenerInterface {
     }
 
     /// The inbox entry of a notification the dispatcher decided.
-    fileprivate func entry(_ fields: BinaryFrameFields, _ notification: PushNotification, sender: ProviderIdentity?, result: AcceptResult, now: Date)
-        -> InboxRecord
-    {
+    fileprivate func entry(
+        _ fields: BinaryFrameFields, _ notification: PushNotification, sender: ProviderIdentity?, result: AcceptResult, now: Date, fault: String? = nil
+    ) -> InboxRecord {
         let outcome: InboxOutcome
         switch result {
         case .accepted: outcome = .accepted
@@ -235,7 +234,7 @@ final class BinaryGateway: ListenerInterface {
         }
         return entry(
             fields, token: notification.token, topic: notification.topic, payload: notification.payload, apnsID: notification.id, sender: sender,
-            outcome: outcome, now: now)
+            outcome: outcome, now: now, fault: fault)
     }
 
     fileprivate func entry(
@@ -419,7 +418,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
                 settle(outcome, command: frame.command, identifier: frame.identifier, context: context)
             case .closes:
                 context.pipeline.fireUserInboundEventTriggered(ShuttingDown())
-            case .waits(let notification, let delay):
+            case .waits(let notification, let delay, let fault):
                 machine.waitForDispatcher()
                 // The frames before it are in the inbox before it.
                 recordEntries()
@@ -431,7 +430,8 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
                     if let delay { try? await Task.sleep(for: delay) }
                     let decided = await gateway.dispatcher.admitAfterWaiting(notification, environment: gateway.environment, grant: grant)
                     if gateway.inbox.isRecording {
-                        gateway.inbox.record(gateway.entry(fields, notification, sender: sender, result: decided.result, now: gateway.dispatcher.clock.now()))
+                        gateway.inbox.record(
+                            gateway.entry(fields, notification, sender: sender, result: decided.result, now: gateway.dispatcher.clock.now(), fault: fault))
                     }
                     loop.execute {
                         let (handler, context) = bound.value

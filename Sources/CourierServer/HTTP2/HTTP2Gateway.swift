@@ -488,7 +488,10 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
                 remove(frame.streamID)
                 // The reset goes once the answer is out: it would drop the answer's DATA still queued.
                 let written = context.eventLoop.makePromise(of: Void.self)
-                write(.failure(.payloadTooLarge, apnsID: Self.apnsID(in: stream.headers)), on: frame.streamID, context: context, promise: written)
+                let answer = HTTP2Answer.failure(.payloadTooLarge, apnsID: Self.apnsID(in: stream.headers))
+                // Recorded with the part of the body that came (the inbox cuts it).
+                if let entry = gateway.entry(stream.headers, body: stream.body ?? bytes, answer: answer) { gateway.inbox.record(entry) }
+                write(answer, on: frame.streamID, context: context, promise: written)
                 let reset = HTTP2Frame(streamID: frame.streamID, payload: .rstStream(.noError))
                 let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
                 written.futureResult.whenComplete { _ in
