@@ -127,6 +127,7 @@ let package = Package(
             name: "courier",
             dependencies: [
                 "CourierCore",
+                "CourierWire",
                 "CourierPKI",
                 "CourierServer",
                 "CourierSQLite",

@@ -113,29 +113,14 @@ public actor DeviceClient {
                 }
             } catch DeviceClientError.refused(let why) {
                 logger.error("the gateway refused this device", metadata: ["courier.reason": "\(why)"])
-                report(.refused(endpoint: endpoint, reason: why))
-                fail(connectedWaiters: DeviceClientError.refused(why))
-                if options.stopOnRefusal {
-                    refusal = why
-                    stopped = true
-                }
-            } catch where Self.isCertificateRefusal(error) {
+                refuse(why, final: options.stopOnRefusal)
+            } catch where ConnectionFailure(error) == .certificateRefused {
                 // The gateway's TLS alert about this device's certificate: revoked, or not its CA's.
                 let why = "its certificate was refused (revoked, or not of this server's CA)"
                 certificateRefusals += 1
                 // A revoked or foreign certificate is refused every time; a
                 // passing failure of the server's store alerts the same way once.
-                if options.stopOnRefusal {
-                    if certificateRefusals >= 3 {
-                        report(.refused(endpoint: endpoint, reason: why))
-                        fail(connectedWaiters: DeviceClientError.refused(why))
-                        refusal = why
-                        stopped = true
-                    }
-                } else {
-                    report(.refused(endpoint: endpoint, reason: why))
-                    fail(connectedWaiters: DeviceClientError.refused(why))
-                }
+                if !options.stopOnRefusal || certificateRefusals >= 3 { refuse(why, final: options.stopOnRefusal) }
                 if !stopped, connections == before {
                     // Counted as a failed attempt, as any handshake that fails.
                     failures += 1
@@ -179,21 +164,15 @@ public actor DeviceClient {
         stopped = true
     }
 
-    /// A TLS alert that the server refused this client's certificate.
-    static func isCertificateRefusal(_ error: any Error) -> Bool {
-        let text = String(describing: error)
-        return ["ALERT_CERTIFICATE_UNKNOWN", "ALERT_CERTIFICATE_REVOKED", "ALERT_BAD_CERTIFICATE", "ALERT_CERTIFICATE_EXPIRED"].contains {
-            text.contains($0)
-        }
-    }
-
     /// A connection failure in a few words, where it is a common one.
     static func reason(_ error: any Error) -> String {
-        let text = String(describing: error)
-        if text.contains("connectionRefused") || text.contains("Connection refused") || text.contains("errno: 111") { return "connection refused" }
-        if text.contains("CERTIFICATE_VERIFY_FAILED") { return "the server's certificate did not verify against the identity's CA" }
-        if text.contains("ioOnClosedChannel") || text.contains("eof") { return "the connection was closed" }
-        return text
+        switch ConnectionFailure(error) {
+        case .refused: "connection refused"
+        case .untrustedServer: "the server's certificate did not verify against the identity's CA"
+        case .unresolved: "the host name did not resolve"
+        case .timedOut: "no answer in time"
+        case .certificateRefused, nil: String(describing: error)
+        }
     }
 
     /// Certificate refusals in a row (`stopOnRefusal` ends after three).
@@ -204,6 +183,17 @@ public actor DeviceClient {
 
     /// What `onChange` was told last: a change is told once, not each retry.
     private var reported: ConnectionChange?
+
+    /// The gateway refused this device: told, and the waiters fail; with
+    /// `final`, `run()` ends.
+    private func refuse(_ why: String, final: Bool) {
+        report(.refused(endpoint: endpoint, reason: why))
+        fail(connectedWaiters: DeviceClientError.refused(why))
+        if final {
+            refusal = why
+            stopped = true
+        }
+    }
 
     private func report(_ change: ConnectionChange) {
         guard change != reported else { return }

@@ -149,8 +149,7 @@ public actor BinaryProviderClient {
         } catch {
             // Closing through executeThenClose finishes the channel's writer, as NIO requires.
             try? await connection.executeThenClose { _, _ in }
-            // BoringSSL names a server certificate that did not verify.
-            if String(describing: error).contains("CERTIFICATE_VERIFY_FAILED") { throw BinaryClientError.untrustedServer("\(host):\(port)") }
+            if ConnectionFailure(error) == .untrustedServer { throw BinaryClientError.untrustedServer("\(host):\(port)") }
             throw BinaryClientError.handshakeFailed("\(host):\(port)")
         }
         generation += 1

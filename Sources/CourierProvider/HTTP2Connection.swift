@@ -148,8 +148,7 @@ public final class HTTP2Connection: Sendable {
             try await handshake.get()
         } catch {
             try? await channel.close()
-            // BoringSSL names a server certificate that did not verify.
-            if String(describing: error).contains("CERTIFICATE_VERIFY_FAILED") { throw HTTP2ClientError.untrustedServer("\(host):\(port)") }
+            if ConnectionFailure(error) == .untrustedServer { throw HTTP2ClientError.untrustedServer("\(host):\(port)") }
             throw HTTP2ClientError.handshakeFailed("\(host):\(port)")
         }
         return HTTP2Connection(channel: channel, multiplexer: multiplexer, events: events)
