@@ -7,6 +7,8 @@ public struct PKIError: Error, Sendable, Hashable, CustomStringConvertible {
         case alreadyExists
         case badFile
         case badCertificate
+        /// What is asked cannot be done to this thing (revoking the CA).
+        case notAllowed
     }
 
     public var code: Code

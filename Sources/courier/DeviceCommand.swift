@@ -57,7 +57,7 @@ struct DeviceOptions: ParsableArguments {
         case .connected(let endpoint, let again): "\(again ? "connected again" : "connected") to \(endpoint)"
         case .lost(let endpoint, let reason): "lost the connection to \(endpoint) (\(reason)); reconnecting"
         case .unreachable(let endpoint, let reason):
-            "cannot connect to \(endpoint) (\(reason)); trying again, backing off up to 30 s — is 'courier serve' running there?"
+            "cannot connect to \(endpoint) (\(reason)); trying again, backing off up to 30 s — is 'courier serve' running there? (the port is identity.json's unless --port gives another)"
         case .refused(let endpoint, let reason): "\(endpoint) refused this device (\(reason))"
         }
     }

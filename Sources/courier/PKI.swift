@@ -220,17 +220,16 @@ extension PKI {
 
         func run() async throws {
             try await withProvisioner(options) { provisioner in
-                let store = provisioner.store
-                for team in try await store.teams() {
+                for (team, apps, keys) in try await provisioner.inventory() {
                     say("team \(team.id)  \(team.name)\n")
-                    for app in try await store.apps(teamID: team.id) {
+                    for app in apps {
                         say("  app \(app.bundleID)  topics \(app.topics.map(\.description).joined(separator: ", "))\n")
                     }
-                    for key in try await store.authKeys(teamID: team.id) {
+                    for key in keys {
                         say("  auth key \(key.keyID)\(key.revokedAt == nil ? "" : "  REVOKED")\n")
                     }
                 }
-                for certificate in try await store.certificates(kind: nil) {
+                for certificate in try await provisioner.certificates(kind: nil) {
                     let state = certificate.revokedAt == nil ? "" : "  REVOKED"
                     say("certificate \(certificate.kind.rawValue)  serial \(certificate.serial)  \(certificate.subject)\(state)\n")
                 }

@@ -61,7 +61,8 @@ private func outcome(_ entry: [String: Any]) -> [String: Any] { entry["outcome"]
             #expect(openapi.object["openapi"] as? String == "3.0.3")
             for (method, path) in [
                 ("GET", "/v1/inbox"), ("GET", "/v1/inbox/wait?timeout=0"), ("DELETE", "/v1/inbox"), ("GET", "/v1/status"),
-                ("GET", "/v1/notifications/\(UUID().uuidString)"), ("GET", "/v1/tokens/00ff/notifications"),
+                ("GET", "/v1/notifications/\(UUID().uuidString)"), ("GET", "/v1/tokens/00ff/notifications"), ("GET", "/v1/connections"),
+                ("GET", "/v1/devices"), ("GET", "/v1/faults"),
             ] {
                 let none = try await server.admin(method, path, token: "")
                 #expect(none.status == 401, "\(method) \(path)")
@@ -73,6 +74,51 @@ private func outcome(_ entry: [String: Any]) -> [String: Any] { entry["outcome"]
             let unknown = try await server.admin("GET", "/v1/nothing-here")
             #expect(unknown.status == 404)
             #expect(unknown.message?.contains("/v1/nothing-here") == true)
+        }
+    }
+
+    /// Each provider connection with its provider, since when, and the
+    /// notifications it sent.
+    @Test func providerConnectionsAreListedWithWhatTheySent() async throws {
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let http2 = try await server.http2Client()
+            for _ in 0..<2 {
+                #expect(try await http2.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo")).status == 200)
+                _ = try #require(await device.next())
+            }
+            let binary = try await server.binaryClient(.sandbox)
+            let sandboxDevice = try await server.device(.sandbox)
+            let sandboxToken = try await sandboxDevice.client.register("com.example.demo")
+            for _ in 0..<3 {
+                try await binary.send(token: sandboxToken, payload: payload, expiry: 0, priority: 10)
+                _ = try #require(await sandboxDevice.next())
+            }
+            let answer = try await server.admin("GET", "/v1/connections")
+            #expect(answer.status == 200)
+            let connections = answer.object["connections"] as? [[String: Any]] ?? []
+            #expect(connections.count == 2)
+            let h2 = try #require(connections.first { $0["interface"] as? String == "http2" })
+            #expect(h2["environment"] as? String == "production")
+            #expect((h2["provider"] as? String)?.hasPrefix("key ") == true)
+            #expect(h2["teamID"] as? String == "DEMOTEAM01")
+            #expect(h2["requests"] as? Int == 2)
+            #expect((h2["address"] as? String)?.contains("127.0.0.1") == true)
+            let legacy = try #require(connections.first { $0["interface"] as? String == "binary" })
+            #expect(legacy["environment"] as? String == "sandbox")
+            #expect((legacy["provider"] as? String)?.hasPrefix("certificate ") == true)
+            #expect(legacy["requests"] as? Int == 3)
+            #expect(legacy["since"] as? String != nil)
+            let binaryOnly = try await server.admin("GET", "/v1/connections?interface=binary")
+            #expect((binaryOnly.object["connections"] as? [Any])?.count == 1)
+            let bad = try await server.admin("GET", "/v1/connections?interface=smtp")
+            #expect(bad.status == 400)
+            #expect(bad.message?.contains("interface") == true)
+            await binary.close()
+            await http2.close()
+            await server.disconnect(device)
+            await server.disconnect(sandboxDevice)
         }
     }
 

@@ -90,6 +90,30 @@ func testConfiguration(_ directory: String) -> CourierConfiguration {
         try await second.provisioner.close()
     }
 
+    /// The demo device follows the configured device ports: its identity
+    /// does not keep a port the configuration changed since.
+    @Test func theDemoDeviceIdentityFollowsTheConfiguredPorts() async throws {
+        let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        var configuration = testConfiguration(directory)
+        configuration.network.production.device = 45_001
+        configuration.network.sandbox.device = 55_001
+        // Built, not run: nothing binds these ports.
+        let first = try await CourierApplication.build(configuration: configuration, logger: logger)
+        try await first.provisioner.close()
+        let path = try #require(first.report.demoDeviceDirectory) + "/identity.json"
+        func identity() throws -> DeviceIdentityFile { try JSONDecoder().decode(DeviceIdentityFile.self, from: Data(contentsOf: URL(fileURLWithPath: path))) }
+        #expect(try identity().productionPort == 45_001)
+        let tokens = try identity().tokens
+
+        configuration.network.production.device = 45_002
+        let second = try await CourierApplication.build(configuration: configuration, logger: logger)
+        try await second.provisioner.close()
+        #expect(try identity().productionPort == 45_002)
+        #expect(try identity().sandboxPort == 55_001)
+        #expect(try identity().tokens == tokens)
+    }
+
     /// The data directory holds private keys, the token keys and payloads:
     /// every folder and every secret file Courier makes is its owner's
     /// only (0700 / 0600), whatever the umask.
@@ -230,7 +254,7 @@ func testConfiguration(_ directory: String) -> CourierConfiguration {
         await #expect(throws: PKIError(.notFound, "")) { try await provisioner.revokeCertificate(serial: "abcdef") }
         await #expect(throws: PKIError(.invalidArgument, "")) { try await provisioner.revokeCertificate(serial: "xyz") }
         let ca = try #require(try await provisioner.store.certificates(kind: .authority).first)
-        await #expect(throws: PKIError(.invalidArgument, "")) { try await provisioner.revokeCertificate(serial: ca.serial) }
+        await #expect(throws: PKIError(.notAllowed, "")) { try await provisioner.revokeCertificate(serial: ca.serial) }
 
         let (key, file) = try await provisioner.createAuthKey(teamID: "TEAM000001", directory: directory + "/out")
         #expect(file.path.hasSuffix("/AuthKey_\(key.keyID).p8"))

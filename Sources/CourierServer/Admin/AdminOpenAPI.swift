@@ -39,6 +39,38 @@ enum AdminOpenAPI {
                 "properties": {"error": {"type": "object", "required": ["message"], "properties": {"message": {"type": "string"}}}}
               },
               "Status": {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}},
+              "App": {
+                "type": "object", "required": ["bundleID", "teamID", "topics", "createdAt"],
+                "properties": {
+                  "bundleID": {"type": "string"}, "teamID": {"type": "string"}, "topics": {"type": "array", "items": {"type": "string"}},
+                  "createdAt": {"type": "string", "format": "date-time"}
+                }
+              },
+              "Team": {
+                "type": "object", "required": ["id", "name", "createdAt", "apps", "authKeys"],
+                "properties": {
+                  "id": {"type": "string"}, "name": {"type": "string"}, "createdAt": {"type": "string", "format": "date-time"},
+                  "apps": {"type": "array", "items": {"$ref": "#/components/schemas/App"}},
+                  "authKeys": {"type": "array", "items": {
+                    "type": "object", "required": ["keyID", "createdAt"],
+                    "properties": {
+                      "keyID": {"type": "string"}, "createdAt": {"type": "string", "format": "date-time"},
+                      "revokedAt": {"type": "string", "format": "date-time"}
+                    }
+                  }}
+                }
+              },
+              "Certificate": {
+                "type": "object", "required": ["serial", "kind", "subject", "environments", "notAfter", "createdAt"],
+                "properties": {
+                  "serial": {"type": "string"}, "kind": {"type": "string", "enum": ["authority", "server", "provider", "device"]},
+                  "subject": {"type": "string"}, "teamID": {"type": "string"}, "bundleID": {"type": "string"}, "deviceID": {"type": "string"},
+                  "environments": {"type": "array", "items": {"type": "string", "enum": ["production", "sandbox"]}},
+                  "notAfter": {"type": "string", "format": "date-time"}, "createdAt": {"type": "string", "format": "date-time"},
+                  "revokedAt": {"type": "string", "format": "date-time"}
+                }
+              },
+              "Revoked": {"type": "object", "required": ["revoked"], "properties": {"revoked": {"type": "string"}}},
               "InboxEntry": {
                 "type": "object",
                 "required": ["sequence", "receivedAt", "interface", "environment", "apnsID", "headers", "payloadSize", "outcome"],
@@ -162,6 +194,12 @@ enum AdminOpenAPI {
                   "200": {"description": "ready", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Status"}}}},
                   "503": {"$ref": "#/components/responses/Error"}
                 }
+              }
+            },
+            "/metrics": {
+              "get": {
+                "summary": "Prometheus metrics, in the text exposition format", "security": [],
+                "responses": {"200": {"description": "the metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}
               }
             },
             "/openapi.json": {
@@ -314,6 +352,19 @@ enum AdminOpenAPI {
               }
             },
             "/v1/devices": {
+              "post": {
+                "summary": "Activate a device: its identity (certificate, key, CA, identity.json), the key in this answer only",
+                "responses": {
+                  "201": {"description": "the identity", "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["deviceID", "certificatePEM", "keyPEM", "caPEM", "identity"],
+                    "properties": {
+                      "deviceID": {"type": "string"}, "certificatePEM": {"type": "string"}, "keyPEM": {"type": "string"}, "caPEM": {"type": "string"},
+                      "identity": {"type": "object", "required": ["deviceID", "generation", "host", "productionPort", "sandboxPort", "tokens"]}
+                    }
+                  }}}},
+                  "401": {"$ref": "#/components/responses/Error"}
+                }
+              },
               "get": {
                 "summary": "Devices connected now, the longest connected first, with their app registrations in that environment",
                 "parameters": [{"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}}],
@@ -343,6 +394,152 @@ enum AdminOpenAPI {
                   },
                   "400": {"$ref": "#/components/responses/Error"},
                   "401": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/connections": {
+              "get": {
+                "summary": "Provider connections open now (binary and HTTP/2), the oldest first, with their provider and the notifications they sent",
+                "parameters": [{"name": "interface", "in": "query", "schema": {"type": "string", "enum": ["http2", "binary"]}}],
+                "responses": {
+                  "200": {
+                    "description": "connections",
+                    "content": {"application/json": {"schema": {
+                      "type": "object", "required": ["connections"],
+                      "properties": {
+                        "connections": {"type": "array", "items": {
+                          "type": "object", "required": ["interface", "environment", "since", "requests"],
+                          "properties": {
+                            "interface": {"type": "string", "enum": ["http2", "binary"]},
+                            "environment": {"type": "string", "enum": ["production", "sandbox"]},
+                            "provider": {"type": "string"}, "teamID": {"type": "string"}, "address": {"type": "string"},
+                            "since": {"type": "string", "format": "date-time"}, "requests": {"type": "integer", "minimum": 0}
+                          }
+                        }}
+                      }
+                    }}}
+                  },
+                  "400": {"$ref": "#/components/responses/Error"},
+                  "401": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/teams": {
+              "get": {
+                "summary": "Every team with its apps and auth keys (never a key's .p8)",
+                "responses": {
+                  "200": {"description": "teams", "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["teams"], "properties": {"teams": {"type": "array", "items": {"$ref": "#/components/schemas/Team"}}}
+                  }}}},
+                  "401": {"$ref": "#/components/responses/Error"}
+                }
+              },
+              "post": {
+                "summary": "Create a team",
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                  "type": "object", "required": ["id", "name"],
+                  "properties": {"id": {"type": "string", "pattern": "^[A-Z0-9]{10}$", "description": "ten characters A-Z, 0-9"}, "name": {"type": "string", "minLength": 1}}
+                }}}},
+                "responses": {
+                  "201": {"description": "the team", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Team"}}}},
+                  "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
+                  "409": {"$ref": "#/components/responses/Error"}, "422": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/apps": {
+              "post": {
+                "summary": "Create an app of a team, with its topics",
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                  "type": "object", "required": ["bundleID", "teamID"],
+                  "properties": {
+                    "bundleID": {"type": "string", "pattern": "^[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)+$", "maxLength": 155},
+                    "teamID": {"type": "string", "pattern": "^[A-Z0-9]{10}$"},
+                    "topicKinds": {
+                      "type": "array", "nullable": true, "minItems": 1, "description": "default (absent or null) all three",
+                      "items": {"type": "string", "enum": ["app", "voip", "complication"]}
+                    }
+                  }
+                }}}},
+                "responses": {
+                  "201": {"description": "the app", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/App"}}}},
+                  "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
+                  "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"},
+                  "422": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/teams/{teamID}/keys": {
+              "post": {
+                "summary": "Create an auth key for the team: its .p8 is in this answer only",
+                "parameters": [{"name": "teamID", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "responses": {
+                  "201": {"description": "the key with its .p8", "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["keyID", "teamID", "fileName", "p8", "createdAt"],
+                    "properties": {
+                      "keyID": {"type": "string"}, "teamID": {"type": "string"}, "fileName": {"type": "string"}, "p8": {"type": "string"},
+                      "createdAt": {"type": "string", "format": "date-time"}
+                    }
+                  }}}},
+                  "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/keys/{keyID}/revoke": {
+              "post": {
+                "summary": "Revoke an auth key: its tokens are refused and its connections closed",
+                "parameters": [{"name": "keyID", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "responses": {
+                  "200": {"description": "revoked", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Revoked"}}}},
+                  "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"},
+                  "409": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/certificates": {
+              "get": {
+                "summary": "The certificates Courier issued (without private keys)",
+                "parameters": [{"name": "kind", "in": "query", "schema": {"type": "string", "enum": ["authority", "server", "provider", "device"]}}],
+                "responses": {
+                  "200": {"description": "certificates", "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["certificates"],
+                    "properties": {"certificates": {"type": "array", "items": {"$ref": "#/components/schemas/Certificate"}}}
+                  }}}},
+                  "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/apps/{bundleID}/certificates": {
+              "post": {
+                "summary": "Issue a provider certificate for the app: its private key is in this answer only",
+                "parameters": [{"name": "bundleID", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                  "type": "object",
+                  "properties": {"environments": {
+                    "type": "array", "nullable": true, "minItems": 1, "description": "default (absent or null) both",
+                    "items": {"type": "string", "enum": ["production", "sandbox"]}
+                  }}
+                }}}},
+                "responses": {
+                  "201": {"description": "the certificate and its key", "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["certificate", "certificatePEM", "keyPEM"],
+                    "properties": {
+                      "certificate": {"$ref": "#/components/schemas/Certificate"}, "certificatePEM": {"type": "string"}, "keyPEM": {"type": "string"}
+                    }
+                  }}}},
+                  "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
+                  "404": {"$ref": "#/components/responses/Error"}, "422": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/certificates/{serial}/revoke": {
+              "post": {
+                "summary": "Revoke a certificate: its handshakes fail and its connections close",
+                "parameters": [{"name": "serial", "in": "path", "required": true, "schema": {"type": "string", "pattern": "^[0-9a-fA-F:]+$"}}],
+                "responses": {
+                  "200": {"description": "revoked", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Revoked"}}}},
+                  "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"},
+                  "409": {"$ref": "#/components/responses/Error"}, "422": {"$ref": "#/components/responses/Error"}
                 }
               }
             },

@@ -1,4 +1,5 @@
 import CourierCore
+import CourierPKI
 import Foundation
 import Hummingbird
 import Logging
@@ -18,6 +19,12 @@ public struct AdminServer: Service {
     let dispatcher: Dispatcher
     let connections: ConnectionCounts
     let ports: BoundPorts
+    /// Teams, apps, keys, certificates and devices (`ProvisioningRoutes`).
+    let provisioner: Provisioner
+    /// Closes what a revocation ended, at once.
+    let afterRevocation: @Sendable () async -> Void
+    /// The provider connections open now.
+    let providerConnections: @Sendable () -> [ProviderConnectionState]
     /// True once every protocol listener is bound and the store answers.
     let ready: @Sendable () async -> Bool
     let logger: Logger
@@ -46,6 +53,14 @@ public struct AdminServer: Service {
         router.get("/health/ready") { [ready] _, _ in
             guard await ready() else { throw HTTPError(.serviceUnavailable, message: "not ready: a listener is not bound or the store does not answer") }
             return Status(status: "ready")
+        }
+        router.get("/metrics") { [dispatcher, connections, inbox] _, _ in
+            let snapshot = ServerMetrics.Snapshot(
+                connections: connections.counts(), devicesOnline: dispatcher.sessions.online, deliveryLogBacklog: dispatcher.log.backlog,
+                notificationsHeld: try? await dispatcher.heldCount(), inboxEntries: inbox.count)
+            return Response(
+                status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                body: ResponseBody(byteBuffer: ByteBuffer(bytes: dispatcher.metrics.page(snapshot))))
         }
         router.get("/openapi.json") { _, _ in
             Response(
@@ -128,6 +143,17 @@ public struct AdminServer: Service {
                 inbox: ServerStatus.InboxStatus(entries: inbox.count, capacity: inbox.capacity),
                 deliveryLogBacklog: dispatcher.log.backlog)
         }
+        api.get("connections") { [providerConnections] request, _ in
+            let parameters = query(request)
+            var interface: ProviderInterface?
+            if let text = parameters["interface"] {
+                guard let value = ProviderInterface(rawValue: text) else { throw HTTPError(.badRequest, message: "'interface' must be http2 or binary") }
+                interface = value
+            }
+            let connections = providerConnections().filter { interface == nil || $0.interface == interface }.sorted { $0.since < $1.since }
+            return ConnectionList(connections: connections.map(ConnectionJSON.init))
+        }
+        ProvisioningRoutes(provisioner: provisioner, afterRevocation: afterRevocation).add(to: api)
         api.get("devices") { [dispatcher] request, _ in
             let limit = try InboxQuery.integer(query(request), "limit", default: 100, range: 1...1000)
             var devices: [DeviceJSON] = []
@@ -156,9 +182,11 @@ struct JSONErrors: RouterMiddleware {
     /// The paths the API has (`*` one segment) and their methods: another
     /// method on one of them is a 405, with `Allow`.
     static let routes: [(path: [Substring], methods: [HTTPRequest.Method])] = [
-        ("health/live", [.get]), ("health/ready", [.get]), ("openapi.json", [.get]), ("v1/inbox", [.get, .delete]), ("v1/inbox/wait", [.get]),
-        ("v1/notifications/*", [.get]), ("v1/tokens/*/notifications", [.get]), ("v1/status", [.get]), ("v1/faults", [.get, .post]),
-        ("v1/faults/*", [.delete]), ("v1/tokens/*/unregister", [.post]), ("v1/devices", [.get]),
+        ("health/live", [.get]), ("health/ready", [.get]), ("metrics", [.get]), ("openapi.json", [.get]), ("v1/inbox", [.get, .delete]), ("v1/inbox/wait", [.get]),
+        ("v1/notifications/*", [.get]), ("v1/tokens/*/notifications", [.get]), ("v1/status", [.get]), ("v1/connections", [.get]), ("v1/faults", [.get, .post]),
+        ("v1/faults/*", [.delete]), ("v1/tokens/*/unregister", [.post]), ("v1/devices", [.get, .post]), ("v1/teams", [.get, .post]),
+        ("v1/apps", [.post]), ("v1/teams/*/keys", [.post]), ("v1/keys/*/revoke", [.post]), ("v1/certificates", [.get]),
+        ("v1/apps/*/certificates", [.post]), ("v1/certificates/*/revoke", [.post]),
     ].map { (path: $0.0.split(separator: "/"), methods: $0.1) }
 
     static func methods(for path: String) -> [HTTPRequest.Method]? {
@@ -181,6 +209,16 @@ struct JSONErrors: RouterMiddleware {
         } catch var error as HTTPError {
             if error.body == nil { error.body = Self.message(for: error.status, request) }
             throw error
+        } catch let error as PKIError {
+            // Provisioning: the message names the problem.
+            let status: HTTPResponse.Status =
+                switch error.code {
+                case .invalidArgument: .unprocessableContent
+                case .notFound: .notFound
+                case .alreadyExists, .notAllowed: .conflict
+                case .badFile, .badCertificate: .internalServerError
+                }
+            throw HTTPError(status, message: error.message)
         } catch let error as DecodingError {
             throw HTTPError(.badRequest, message: "the request body is not what this endpoint takes: \(error)")
         } catch {
@@ -600,4 +638,29 @@ struct DeviceList: ResponseCodable {
     var online: Int
     /// The longest connected first, at most `limit`.
     var devices: [DeviceJSON]
+}
+
+struct ConnectionList: ResponseCodable {
+    var connections: [ConnectionJSON]
+}
+
+/// One provider connection (`ProviderConnectionState`).
+struct ConnectionJSON: Codable {
+    var interface: String
+    var environment: String
+    var provider: String?
+    var teamID: String?
+    var address: String?
+    var since: String
+    var requests: Int
+
+    init(_ state: ProviderConnectionState) {
+        interface = state.interface.rawValue
+        environment = state.environment.rawValue
+        provider = state.provider
+        teamID = state.teamID
+        address = state.address
+        since = adminTime(state.since)
+        requests = state.requests
+    }
 }

@@ -82,12 +82,14 @@ public struct CourierApplication: Sendable {
             report.files.append(ProvisionedFile(what: "admin token", path: admin.path, created: admin.created))
             let inbox = NotificationInbox(capacity: configuration.inbox.capacity, maxAge: configuration.inbox.maxAge, clock: clock)
             let faults = FaultInjector()
-            let log = DeliveryLogWriter(store: provisioner.store, logger: logger)
+            let metrics = ServerMetrics()
+            let log = DeliveryLogWriter(store: provisioner.store, logger: logger, metrics: metrics)
             var codecs: [Environment: DeviceTokenCodec] = [:]
             for environment in Environment.allCases { codecs[environment] = try provisioner.tokenCodec(environment) }
             let feedback = FeedbackList(store: provisioner.store)
             let dispatcher = Dispatcher(
-                store: provisioner.store, codecs: codecs, clock: clock, qos: configuration.qos, log: log, feedback: feedback, logger: logger)
+                store: provisioner.store, codecs: codecs, clock: clock, qos: configuration.qos, log: log, feedback: feedback, metrics: metrics,
+                logger: logger)
             if let directory = report.demoDeviceDirectory, let bundleID = report.demoBundleID {
                 report.demoDeviceToken = try await registerDemoApp(bundleID, deviceDirectory: directory, dispatcher: dispatcher, store: provisioner.store)
             }
@@ -117,6 +119,7 @@ public struct CourierApplication: Sendable {
                     })
             }
             // One listener a port, each with its interface.
+            var binaryGateways: [BinaryGateway] = []
             for environment in Environment.allCases {
                 let device = DeviceGateway(
                     environment: environment, configuration: configuration, tls: tls, dispatcher: dispatcher, policy: policy, logger: logger)
@@ -126,11 +129,12 @@ public struct CourierApplication: Sendable {
                 let binary = try BinaryGateway(
                     environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, inbox: inbox,
                     faults: faults, policy: policy, logger: logger)
+                binaryGateways.append(binary)
                 services += [
-                    PortListener(device, configuration: configuration, policy: policy, ports: ports),
-                    PortListener(feedbackService, configuration: configuration, policy: policy, ports: ports),
-                    PortListener(binary, configuration: configuration, policy: policy, ports: ports),
-                    PortListener(http2Gateways[environment]!, configuration: configuration, policy: policy, ports: ports),
+                    PortListener(device, configuration: configuration, policy: policy, ports: ports, metrics: metrics),
+                    PortListener(feedbackService, configuration: configuration, policy: policy, ports: ports, metrics: metrics),
+                    PortListener(binary, configuration: configuration, policy: policy, ports: ports, metrics: metrics),
+                    PortListener(http2Gateways[environment]!, configuration: configuration, policy: policy, ports: ports, metrics: metrics),
                 ]
             }
             let listeners: [(BoundPorts.Listener, Environment)] = Environment.allCases.flatMap {
@@ -140,7 +144,11 @@ public struct CourierApplication: Sendable {
             services.append(
                 AdminServer(
                     configuration: configuration, token: admin.token, inbox: inbox, faults: faults, dispatcher: dispatcher, connections: policy.open,
-                    ports: ports,
+                    ports: ports, provisioner: provisioner,
+                    afterRevocation: { [http2Gateways] in await Self.sweep(Array(http2Gateways.values), policy) },
+                    providerConnections: { [http2Gateways, binaryGateways] in
+                        binaryGateways.flatMap { $0.connections.states($0.environment) } + http2Gateways.values.flatMap { $0.connectionStates() }
+                    },
                     ready: { [store = provisioner.store] in
                         guard ports.all.count > listeners.count else { return false }
                         return (try? await store.schemaVersion()) != nil
@@ -223,6 +231,7 @@ public struct CourierApplication: Sendable {
         report.demoCertificateKeyPath = keyPath
         let deviceDirectory = demoDirectory + "/device"
         if Files.exists(deviceDirectory + "/identity.json") {
+            try followConfiguredPorts(deviceDirectory + "/identity.json", configuration.network)
             report.files.append(ProvisionedFile(what: "demo device identity", path: deviceDirectory, created: false))
         } else {
             _ = try await provisioner.issueDeviceIdentity(directory: deviceDirectory)
@@ -231,6 +240,19 @@ public struct CourierApplication: Sendable {
         report.demoDeviceDirectory = deviceDirectory
         return report
     }
+}
+
+/// The demo device's `identity.json` names the device ports the
+/// configuration gives now: a port changed since its activation is not
+/// kept in it. A port of 0 (chosen when bound) leaves it as it is.
+private func followConfiguredPorts(_ path: String, _ network: CourierConfiguration.Network) throws {
+    guard let data = FileManager.default.contents(atPath: path), var identity = try? JSONDecoder().decode(DeviceIdentityFile.self, from: data)
+    else { return }
+    let before = identity
+    if network.production.device != 0 { identity.productionPort = network.production.device }
+    if network.sandbox.device != 0 { identity.sandboxPort = network.sandbox.device }
+    guard identity != before else { return }
+    try identity.encoded().write(to: URL(fileURLWithPath: path), options: .atomic)
 }
 
 /// Registers the demo app on the demo device (production) the first time,

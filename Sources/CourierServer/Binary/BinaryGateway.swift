@@ -95,6 +95,8 @@ final class BinaryGateway: ListenerInterface {
     let inbox: NotificationInbox
     /// The admin API's fault rules.
     let faults: FaultInjector
+    /// The open connections, for the admin API.
+    let connections = BinaryConnections()
     /// How long to keep reading (and discarding) after an error packet, so
     /// that closing is not a TCP reset that destroys the packet.
     let linger: TimeAmount = .milliseconds(250)
@@ -127,6 +129,13 @@ final class BinaryGateway: ListenerInterface {
     /// Each open connection learns the last notification accepted: status 10.
     func farewell(_ channel: any Channel) {
         channel.pipeline.fireUserInboundEventTriggered(BinaryConnectionHandler.ShuttingDown())
+    }
+
+    /// What one read's frames came to, recorded and counted once the read
+    /// is handled.
+    struct ReadOutcomes {
+        var entries: [InboxRecord] = []
+        var accepted = 0
     }
 
     struct Refusal: Error {
@@ -163,19 +172,18 @@ final class BinaryGateway: ListenerInterface {
 
     /// Hands one notification to the dispatcher, without waiting.
     /// The frame's inbox entry, when it is decided here, goes into
-    /// `recorded` (the connection records a read's entries at once).
+    /// `read` (the connection records a read's entries at once).
     fileprivate func admitAtOnce(
-        _ frame: BinaryNotificationFrame, grant: TopicGrant, sender: ProviderIdentity?, now: Date, recorded: inout [InboxRecord]
+        _ frame: BinaryNotificationFrame, grant: TopicGrant, sender: ProviderIdentity?, now: Date, read: inout ReadOutcomes
     ) -> Admission {
         let notification: PushNotification
         do {
             notification = try self.notification(frame, topic: grant.topic)
         } catch {
-            if inbox.isRecording {
-                recorded.append(
-                    entry(
-                        BinaryFrameFields(frame), token: Array(buffer: frame.token), topic: grant.topic, payload: Array(buffer: frame.payload), apnsID: nil,
-                        sender: sender, outcome: .refused(status: Int(error.status.rawValue), reason: error.status.meaning), now: now))
+            received(.refused(status: Int(error.status.rawValue), reason: error.status.meaning), into: &read) {
+                entry(
+                    BinaryFrameFields(frame), token: Array(buffer: frame.token), topic: grant.topic, payload: Array(buffer: frame.payload), apnsID: nil,
+                    sender: sender, outcome: $0, now: now)
             }
             return .decided(.failure(error))
         }
@@ -183,12 +191,14 @@ final class BinaryGateway: ListenerInterface {
             let rule = faults.take(
                 FaultRequest(interface: .binary, environment: environment, token: notification.token, topic: grant.topic, identity: sender), now: now)
         {
-            return fault(rule, frame: frame, notification: notification, sender: sender, now: now, recorded: &recorded)
+            return fault(rule, frame: frame, notification: notification, sender: sender, now: now, read: &read)
         }
         guard let decided = dispatcher.admitAtOnce(notification, environment: environment, grant: grant, now: now) else {
             return .waits(notification, delay: nil, fault: nil)
         }
-        if inbox.isRecording { recorded.append(entry(BinaryFrameFields(frame), notification, sender: sender, result: decided.result, now: now)) }
+        received(Self.outcome(of: decided.result), into: &read) {
+            entry(BinaryFrameFields(frame), notification, sender: sender, outcome: $0, now: now)
+        }
         return .decided(outcome(decided))
     }
 
@@ -197,16 +207,16 @@ final class BinaryGateway: ListenerInterface {
     /// decision, or the connection's end.
     private func fault(
         _ rule: FaultRule, frame: BinaryNotificationFrame, notification: PushNotification, sender: ProviderIdentity?, now: Date,
-        recorded: inout [InboxRecord]
+        read: inout ReadOutcomes
     ) -> Admission {
         dispatcher.logFault(rule, notificationID: notification.id)
         let fields = BinaryFrameFields(frame)
         func record(_ outcome: InboxOutcome) {
-            guard inbox.isRecording else { return }
-            recorded.append(
+            received(outcome, into: &read) {
                 entry(
                     fields, token: notification.token, topic: notification.topic, payload: notification.payload, apnsID: notification.id, sender: sender,
-                    outcome: outcome, now: now, fault: rule.id))
+                    outcome: $0, now: now, fault: rule.id)
+            }
         }
         switch rule.action {
         case .reject(let reason, _, let binaryStatus):
@@ -223,16 +233,42 @@ final class BinaryGateway: ListenerInterface {
         }
     }
 
+    /// Counts a frame's outcome (`ServerMetrics`: a refusal now, an
+    /// acceptance with the read's others) and, when the inbox records,
+    /// keeps its entry for the read's.
+    fileprivate func received(_ outcome: InboxOutcome, into read: inout ReadOutcomes, entry: (InboxOutcome) -> InboxRecord) {
+        if outcome.isAccepted {
+            read.accepted += 1
+        } else {
+            dispatcher.metrics.received(.binary, environment, outcome)
+        }
+        if inbox.isRecording { read.entries.append(entry(outcome)) }
+    }
+
+    /// A read's outcomes: its inbox entries recorded, its acceptances counted.
+    fileprivate func finish(_ read: inout ReadOutcomes) {
+        if read.accepted > 0 {
+            dispatcher.metrics.accepted(.binary, environment, count: read.accepted)
+            read.accepted = 0
+        }
+        guard !read.entries.isEmpty else { return }
+        inbox.record(read.entries)
+        read.entries.removeAll(keepingCapacity: true)
+    }
+
+    /// What the dispatcher's decision is, as the inbox says it.
+    fileprivate static func outcome(of result: AcceptResult) -> InboxOutcome {
+        switch result {
+        case .accepted: .accepted
+        case .rejected(let reason, _): .refused(status: reason.binaryStatus.map { Int($0.rawValue) }, reason: reason.rawValue)
+        }
+    }
+
     /// The inbox entry of a notification the dispatcher decided.
     fileprivate func entry(
-        _ fields: BinaryFrameFields, _ notification: PushNotification, sender: ProviderIdentity?, result: AcceptResult, now: Date, fault: String? = nil
+        _ fields: BinaryFrameFields, _ notification: PushNotification, sender: ProviderIdentity?, outcome: InboxOutcome, now: Date, fault: String? = nil
     ) -> InboxRecord {
-        let outcome: InboxOutcome
-        switch result {
-        case .accepted: outcome = .accepted
-        case .rejected(let reason, _): outcome = .refused(status: reason.binaryStatus.map { Int($0.rawValue) }, reason: reason.rawValue)
-        }
-        return entry(
+        entry(
             fields, token: notification.token, topic: notification.topic, payload: notification.payload, apnsID: notification.id, sender: sender,
             outcome: outcome, now: now, fault: fault)
     }
@@ -247,12 +283,11 @@ final class BinaryGateway: ListenerInterface {
     }
 
     /// A frame that could not be decoded (`BinaryFrameFailure`), in the inbox.
-    fileprivate func entry(_ failure: BinaryFrameFailure, topic: String?, sender: ProviderIdentity?, now: Date) -> InboxRecord {
+    fileprivate func entry(_ failure: BinaryFrameFailure, topic: String?, sender: ProviderIdentity?, outcome: InboxOutcome, now: Date) -> InboxRecord {
         InboxRecord(
                 receivedAt: now, interface: .binary, environment: environment, id: .uuid(UUID.notificationID()),
                 token: nil, topic: topic, provider: sender?.name, teamID: sender?.teamID,
-                received: .malformed(identifier: failure.identifier, detail: failure.detail), payload: [],
-                outcome: .refused(status: failure.answers ? Int(failure.status.rawValue) : nil, reason: failure.status.meaning))
+                received: .malformed(identifier: failure.identifier, detail: failure.detail), payload: [], outcome: outcome)
     }
 
     fileprivate func outcome(_ decided: (result: AcceptResult, durable: Pending<Void>?)) -> Result<Pending<Void>?, Refusal> {
@@ -327,8 +362,11 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     private var handled = 0
     /// The certificate's provider, for the inbox.
     private var sender: ProviderIdentity?
-    /// This read's inbox entries, recorded together (`recordEntries`).
-    private var recorded: [InboxRecord] = []
+    /// This connection in the gateway's list (`BinaryConnections`).
+    private var listed: BinaryConnections.Entry?
+    /// This read's inbox entries and acceptances, recorded and counted
+    /// together (`recordEntries`).
+    private var outcomes = BinaryGateway.ReadOutcomes()
 
     init(gateway: BinaryGateway, peer: PeerIdentityBox, limits: BinaryDecoderLimits) {
         self.gateway = gateway
@@ -342,6 +380,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     /// are whole frames held back by the server, not the peer's doing.
     private func checkUnfinishedFrame(context: ChannelHandlerContext) {
         deadline.update(unfinished: machine.admitting != nil && !received.isEmpty, progressed: handled > 0, channel: context.channel)
+        listed?.count(handled)
         handled = 0
     }
 
@@ -358,6 +397,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
             case .admit:
                 guard let record = peer.record else { break }
                 let channel = context.channel
+                if let sender { listed = gateway.connections.register(channel, identity: sender, now: gateway.dispatcher.clock.now()) }
                 gateway.policy.certificates.register(serial: record.serial, channel: channel) {
                     channel.pipeline.fireUserInboundEventTriggered(ShuttingDown())
                 }
@@ -410,10 +450,12 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
         switch message {
         case .failure(let failure):
             gateway.logger.info("malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"])
-            if gateway.inbox.isRecording { recorded.append(gateway.entry(failure, topic: grant.topic, sender: sender, now: now)) }
+            gateway.received(.refused(status: failure.answers ? Int(failure.status.rawValue) : nil, reason: failure.status.meaning), into: &outcomes) {
+                gateway.entry(failure, topic: grant.topic, sender: sender, outcome: $0, now: now)
+            }
             refuse(failure.answers ? failure.status : nil, failure.identifier, context: context)
         case .notification(let frame):
-            switch gateway.admitAtOnce(frame, grant: grant, sender: sender, now: now, recorded: &recorded) {
+            switch gateway.admitAtOnce(frame, grant: grant, sender: sender, now: now, read: &outcomes) {
             case .decided(let outcome):
                 settle(outcome, command: frame.command, identifier: frame.identifier, context: context)
             case .closes:
@@ -429,10 +471,11 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
                 Task {
                     if let delay { try? await Task.sleep(for: delay) }
                     let decided = await gateway.dispatcher.admitAfterWaiting(notification, environment: gateway.environment, grant: grant)
-                    if gateway.inbox.isRecording {
-                        gateway.inbox.record(
-                            gateway.entry(fields, notification, sender: sender, result: decided.result, now: gateway.dispatcher.clock.now(), fault: fault))
+                    var late = BinaryGateway.ReadOutcomes()
+                    gateway.received(BinaryGateway.outcome(of: decided.result), into: &late) {
+                        gateway.entry(fields, notification, sender: sender, outcome: $0, now: gateway.dispatcher.clock.now(), fault: fault)
                     }
+                    gateway.finish(&late)
                     loop.execute {
                         let (handler, context) = bound.value
                         switch handler.machine.dispatcherDecided() {
@@ -448,11 +491,10 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
         }
     }
 
-    /// Records this read's inbox entries, in the order of their frames.
+    /// Records this read's inbox entries, in the order of their frames,
+    /// and counts its acceptances.
     private func recordEntries() {
-        guard !recorded.isEmpty else { return }
-        gateway.inbox.record(recorded)
-        recorded.removeAll(keepingCapacity: true)
+        gateway.finish(&outcomes)
     }
 
     /// Handles the frames that waited, until one waits again; then reads

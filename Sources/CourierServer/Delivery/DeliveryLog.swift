@@ -28,6 +28,8 @@ final class DeliveryLogWriter: Service, Sendable {
     static let batch = 1_000
     private let store: any Store
     private let logger: Logger
+    /// Counts the events written.
+    let metrics: ServerMetrics
     private let buffer = Mutex(Backlog())
     private let gate = SerialGate()
     private let wake: AsyncStream<Void>.Continuation
@@ -36,7 +38,7 @@ final class DeliveryLogWriter: Service, Sendable {
     private let sleep: @Sendable (Duration) async -> Void
 
     init(
-        store: any Store, logger: Logger, highWater: Int = 50_000, gathering: Duration = .milliseconds(10),
+        store: any Store, logger: Logger, metrics: ServerMetrics = ServerMetrics(), highWater: Int = 50_000, gathering: Duration = .milliseconds(10),
         sleep: @escaping @Sendable (Duration) async -> Void = { try? await Task.sleep(for: $0) }
     ) {
         self.highWater = highWater
@@ -44,6 +46,7 @@ final class DeliveryLogWriter: Service, Sendable {
         self.sleep = sleep
         self.store = store
         self.logger = logger
+        self.metrics = metrics
         (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
@@ -95,6 +98,7 @@ final class DeliveryLogWriter: Service, Sendable {
                 return backlog.events
             }
             guard !events.isEmpty else { return }
+            self.metrics.logged(events)
             do {
                 try await self.store.appendDeliveryEvents(events)
             } catch {

@@ -75,6 +75,8 @@ public final class DeviceSession: Sendable {
 struct QueuedNotification: Sendable {
     var notification: PushNotification
     var bundleID: String
+    /// When it was accepted (for the accept-to-device latency).
+    var acceptedAt: Date
     /// The commit that holds it, when it may be stored.
     var durable: Pending<Void>? = nil
 }

@@ -46,6 +46,8 @@ public final class Dispatcher: Sendable {
     /// Connected devices, their bursts and silent budgets.
     let sessions: DeviceSessions
     private let logger: Logger
+    /// Counts outcomes, deliveries and commits.
+    let metrics: ServerMetrics
     /// When the idle rate windows were last forgotten.
     private let pruned = Mutex<Date?>(nil)
     private let pendingWriter: GroupCommit<PendingNotification, Void>
@@ -53,8 +55,9 @@ public final class Dispatcher: Sendable {
 
     init(
         store: any Store, codecs: [Environment: DeviceTokenCodec], clock: any WallClock, qos: QoSConfiguration, log: DeliveryLogWriter,
-        feedback: FeedbackList, logger: Logger
+        feedback: FeedbackList, metrics: ServerMetrics, logger: Logger
     ) {
+        self.metrics = metrics
         self.store = store
         self.feedback = feedback
         self.clock = clock
@@ -66,7 +69,7 @@ public final class Dispatcher: Sendable {
         self.log = log
         self.logger = logger
         // One transaction per batch; the batch's replaced notifications (or its failure) go to the log here.
-        pendingWriter = GroupCommit { [logger] batch in
+        pendingWriter = GroupCommit(observe: { [metrics] in metrics.committed(.pending, in: $0) }) { [logger] batch in
             do {
                 let replaced = try await store.storePending(batch)
                 log.append(
@@ -82,7 +85,9 @@ public final class Dispatcher: Sendable {
                 throw error
             }
         }
-        acknowledger = GroupCommit { try await store.removePending($0) }
+        acknowledger = GroupCommit(observe: { [metrics] in metrics.committed(.acknowledgements, in: $0) }) {
+            try await store.removePending($0)
+        }
     }
 
     func codec(_ environment: Environment) -> DeviceTokenCodec { registrations.codec(environment) }
@@ -220,7 +225,7 @@ public final class Dispatcher: Sendable {
                 PendingNotification(deviceID: token.contents.deviceID, bundleID: bundleID, environment: environment, notification: notification, acceptedAt: now))
         }
         guard let session else { return (.accepted, durable) }
-        let queued = QueuedNotification(notification: notification, bundleID: bundleID, durable: durable)
+        let queued = QueuedNotification(notification: notification, bundleID: bundleID, acceptedAt: now, durable: durable)
         switch sending {
         case .later: break
         case .now: deliverOrDrop(queued, to: session, now: now, events: &events)
@@ -244,6 +249,7 @@ public final class Dispatcher: Sendable {
         session.track(n.deliveryID, DeviceSession.InFlight(notificationID: n.id, bundleID: queued.bundleID, stored: n.mayBeStored, durable: queued.durable))
         guard let problem = session.link.deliver(n) else {
             events.append(DeliveryEvent(notificationID: n.id, kind: .delivered, at: now))
+            metrics.delivered(after: now.timeIntervalSince(queued.acceptedAt))
             return nil
         }
         // One the device could not read (held by an older version, say) is dropped.
@@ -338,7 +344,7 @@ public final class Dispatcher: Sendable {
                     events.append(expired)
                     continue
                 }
-                let queued = QueuedNotification(notification: pending.notification, bundleID: pending.bundleID)
+                let queued = QueuedNotification(notification: pending.notification, bundleID: pending.bundleID, acceptedAt: pending.acceptedAt)
                 if let unreadable = deliver(queued, to: session, now: now, events: &events) { dropped.append(unreadable) }
             }
             if !dropped.isEmpty { _ = try await store.removePending(dropped) }

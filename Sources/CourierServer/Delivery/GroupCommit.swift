@@ -79,12 +79,15 @@ final class GroupCommit<Item: Sendable, Result: Sendable>: Service, Sendable {
 
     private let state = Mutex(State())
     private let write: @Sendable ([Item]) async throws -> [Result]
+    /// Told how long each batch took to write.
+    private let observe: @Sendable (Duration) -> Void
     private let wake: AsyncStream<Void>.Continuation
     private let wakeups: AsyncStream<Void>
 
     /// `write` must return one result for each item, in order.
-    init(write: @escaping @Sendable ([Item]) async throws -> [Result]) {
+    init(observe: @escaping @Sendable (Duration) -> Void = { _ in }, write: @escaping @Sendable ([Item]) async throws -> [Result]) {
         self.write = write
+        self.observe = observe
         (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
@@ -132,7 +135,9 @@ final class GroupCommit<Item: Sendable, Result: Sendable>: Service, Sendable {
             }
             if batch.isEmpty { return }
             do {
+                let started = ContinuousClock.now
                 let results = try await write(batch.map(\.0))
+                observe(ContinuousClock.now - started)
                 for ((_, pending), result) in zip(batch, results) { pending.resolve(.success(result)) }
             } catch {
                 for (_, pending) in batch { pending.resolve(.failure(error)) }

@@ -34,16 +34,35 @@ final class HTTP2ConnectionHandle: Sendable {
     let trust: ProviderTrust
     /// When its TLS handshake finished.
     let openedAt: Date
-    private let state: Mutex<(lastActivity: Date, endRequested: Bool)>
+    private let state: Mutex<(lastActivity: Date, endRequested: Bool, requests: Int)>
 
     init(channel: any Channel, trust: ProviderTrust, now: Date) {
         self.channel = channel
         self.trust = trust
         openedAt = now
-        state = Mutex((now, false))
+        state = Mutex((now, false, 0))
     }
 
-    func touch(_ now: Date) { state.withLock { $0.lastActivity = now } }
+    /// A request began.
+    func touch(_ now: Date) {
+        state.withLock {
+            $0.lastActivity = now
+            $0.requests += 1
+        }
+    }
+
+    /// What the admin API shows of it.
+    func state(_ environment: Environment) -> ProviderConnectionState {
+        let identity: ProviderIdentity? =
+            switch trust {
+            case .certificate(_, let identity, _): identity
+            case .unusableCertificate(let record): ProviderIdentity(name: "certificate \(record.serial)", teamID: nil, topics: [])
+            case .token(let trust): trust.identity
+            }
+        return ProviderConnectionState(
+            interface: .http2, environment: environment, provider: identity?.name, teamID: identity?.teamID, address: channel.remoteAddress?.description,
+            since: openedAt, requests: state.withLock { $0.requests })
+    }
 
     var idleSince: Date { state.withLock { $0.lastActivity } }
 
@@ -143,6 +162,11 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
     /// itself after its GOAWAY.
     func farewell(_ channel: any Channel) {}
 
+    /// The open connections, for the admin API.
+    func connectionStates() -> [ProviderConnectionState] {
+        connections.withLock { Array($0.open.values) }.map { $0.state(environment) }
+    }
+
     /// Called once a connection's TLS handshake is done.
     func register(_ handle: HTTP2ConnectionHandle) {
         let key = ObjectIdentifier(handle.channel)
@@ -231,11 +255,13 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         return answer
     }
 
-    /// A request's inbox entry, with its answer; nil when the inbox records nothing.
+    /// Counts a request's answer (`ServerMetrics`) and makes its inbox
+    /// entry; nil when the inbox records nothing.
     func entry(_ headers: HPACKHeaders, body: ByteBuffer, answer: HTTP2Answer, seen: Seen = Seen()) -> InboxRecord? {
-        guard inbox.isRecording else { return nil }
         let outcome: InboxOutcome =
             answer.status == 200 ? .accepted : .refused(status: answer.status, reason: answer.reason?.rawValue ?? "status \(answer.status)")
+        dispatcher.metrics.received(.http2, environment, outcome)
+        guard inbox.isRecording else { return nil }
         var token = seen.token
         if token == nil, let path = headers.first(name: ":path"), path.hasPrefix("/3/device/") { token = Hex.decode(path.dropFirst("/3/device/".count)) }
         return InboxRecord(

@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOSSL
+import NIOTLS
 import Synchronization
 import X509
 
@@ -38,12 +39,16 @@ struct PeerVerifier: Sendable {
 
     /// The handlers every listener's connection starts with: TLS whose
     /// peer certificate this verifier checks (the identity into `box`),
-    /// then the close of a handshake not done within `handshakeTimeout`.
-    func tlsHandlers(_ channel: any Channel, context: NIOSSLContext, box: PeerIdentityBox, handshakeTimeout: TimeAmount) -> [any ChannelHandler] {
+    /// then the close of a handshake not done within `handshakeTimeout`,
+    /// and `failed` called if the handshake fails.
+    func tlsHandlers(
+        _ channel: any Channel, context: NIOSSLContext, box: PeerIdentityBox, handshakeTimeout: TimeAmount, failed: @escaping @Sendable () -> Void
+    ) -> [any ChannelHandler] {
         let closed = channel.closeFuture
         return [
             NIOSSLServerHandler(context: context) { chain, promise in verify(chain, into: box, closed: closed, promise: promise) },
             ConnectionTimeout(.handshake, timeout: handshakeTimeout),
+            HandshakeFailure(failed),
         ]
     }
 
@@ -218,4 +223,28 @@ public final class BoundPorts: Sendable {
 
     /// What is bound so far, e.g. "device.production" to 5223.
     public var all: [String: Int] { state.withLock { $0.ports } }
+}
+
+/// Calls its closure when the TLS handshake fails (for the metrics);
+/// leaves the pipeline once the handshake is done.
+final class HandshakeFailure: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = NIOAny
+    private let failed: @Sendable () -> Void
+
+    init(_ failed: @escaping @Sendable () -> Void) {
+        self.failed = failed
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if case NIOSSLError.handshakeFailed = error { failed() }
+        context.fireErrorCaught(error)
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        context.fireUserInboundEventTriggered(event)
+        // Passed on first: once removed, the handler's context forwards nothing.
+        if case .handshakeCompleted = event as? TLSUserEvent {
+            context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+        }
+    }
 }

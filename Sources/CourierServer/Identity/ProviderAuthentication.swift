@@ -109,6 +109,9 @@ final class TokenTrust: Sendable {
     /// The key of the token in use on this connection (revoking it closes the connection).
     var keyID: String? { state.withLock { $0.current?.token.keyID } }
 
+    /// The provider of the token in use; nil before a valid one.
+    var identity: ProviderIdentity? { state.withLock { $0.current?.identity } }
+
     /// The outcome of one request's `authorization` header.
     enum Outcome: Sendable {
         /// Valid; `first` is true for the connection's first valid token.

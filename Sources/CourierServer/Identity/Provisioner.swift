@@ -160,50 +160,93 @@ public final class Provisioner: Sendable {
 
     // MARK: Provider credentials
 
-    /// Issues a provider certificate for an app and writes the certificate
-    /// and key into `directory` as `<bundle>.pem` and `<bundle>-key.pem`.
+    /// A provider certificate as issued: its record, the certificate and
+    /// its private key (PEM). The key is not kept: whoever asked keeps it.
+    public struct IssuedProviderCertificate: Sendable {
+        public var record: CertificateRecord
+        public var certificatePEM: String
+        public var keyPEM: String
+    }
+
+    /// Issues a provider certificate for an app (`courier pki provider-cert`
+    /// and the admin API).
     public func issueProviderCertificate(
-        bundleID: String, environments: Set<Environment>, directory: String, plainTopicsLayout: Bool = false
-    ) async throws -> (info: CertificateRecord, files: [ProvisionedFile]) {
+        bundleID: String, environments: Set<Environment>, plainTopicsLayout: Bool = false
+    ) async throws -> IssuedProviderCertificate {
+        guard !environments.isEmpty else { throw PKIError(.invalidArgument, "a provider certificate needs an environment: production, sandbox or both") }
         guard let app = try await store.app(bundleID: bundleID) else {
-            throw PKIError(.notFound, "app \(bundleID) does not exist: create it with 'courier pki app'")
+            throw PKIError(.notFound, "app \(bundleID) does not exist: create it first")
         }
         guard let team = try await store.team(id: app.teamID) else { throw PKIError(.notFound, "team \(app.teamID) does not exist") }
         let issued = try authority().issueProviderCertificate(
             bundleID: bundleID, teamID: team.id, teamName: team.name, topics: app.topics, environments: environments,
             now: clock.now(), plainTopicsLayout: plainTopicsLayout)
-        let certificatePath = directory + "/\(bundleID).pem"
-        let keyPath = directory + "/\(bundleID)-key.pem"
-        try Files.write(issued.privateKeyPEM, to: keyPath, secret: true)
-        try Files.write(try issued.certificatePEM, to: certificatePath)
         let record = try record(issued, kind: .provider, teamID: team.id, bundleID: bundleID, environments: environments)
         try await store.addCertificate(record)
+        return IssuedProviderCertificate(record: record, certificatePEM: record.pem, keyPEM: issued.privateKeyPEM)
+    }
+
+    /// Issues a provider certificate for an app and writes the certificate
+    /// and key into `directory` as `<bundle>.pem` and `<bundle>-key.pem`.
+    public func issueProviderCertificate(
+        bundleID: String, environments: Set<Environment>, directory: String, plainTopicsLayout: Bool = false
+    ) async throws -> (info: CertificateRecord, files: [ProvisionedFile]) {
+        let issued = try await issueProviderCertificate(bundleID: bundleID, environments: environments, plainTopicsLayout: plainTopicsLayout)
+        let certificatePath = directory + "/\(bundleID).pem"
+        let keyPath = directory + "/\(bundleID)-key.pem"
+        try Files.write(issued.keyPEM, to: keyPath, secret: true)
+        try Files.write(issued.certificatePEM, to: certificatePath)
         return (
-            record,
+            issued.record,
             [
-                ProvisionedFile(what: "provider certificate for \(bundleID) (serial \(record.serial))", path: certificatePath, created: true),
+                ProvisionedFile(what: "provider certificate for \(bundleID) (serial \(issued.record.serial))", path: certificatePath, created: true),
                 ProvisionedFile(what: "provider key for \(bundleID)", path: keyPath, created: true),
             ]
         )
     }
 
+    /// An auth key as created: its record and the `.p8` (PKCS#8 PEM), which
+    /// Courier does not keep — it is handed over once.
+    public struct CreatedAuthKey: Sendable {
+        public var record: AuthKeyRecord
+        public var p8: String
+        /// `AuthKey_<KEYID>.p8`, as Apple names the download.
+        public var fileName: String
+    }
+
+    /// Creates an auth key for a team (`courier pki auth-key` and the admin API).
+    public func createAuthKey(teamID: String) async throws -> CreatedAuthKey {
+        guard try await store.team(id: teamID) != nil else { throw PKIError(.notFound, "team \(teamID) does not exist") }
+        let key = AuthKey.generate()
+        let record = AuthKeyRecord(keyID: key.keyID, teamID: teamID, publicKey: key.publicKeyX963, createdAt: clock.now())
+        try await store.addAuthKey(record)
+        return CreatedAuthKey(record: record, p8: key.p8PEM, fileName: key.fileName)
+    }
+
     /// Creates an auth key for a team and writes `AuthKey_<KEYID>.p8` into
     /// `directory`.
     public func createAuthKey(teamID: String, directory: String) async throws -> (key: AuthKeyRecord, file: ProvisionedFile) {
-        guard try await store.team(id: teamID) != nil else { throw PKIError(.notFound, "team \(teamID) does not exist") }
-        let key = AuthKey.generate()
-        let path = directory + "/" + key.fileName
-        try Files.write(key.p8PEM, to: path, secret: true)
-        let record = AuthKeyRecord(keyID: key.keyID, teamID: teamID, publicKey: key.publicKeyX963, createdAt: clock.now())
-        try await store.addAuthKey(record)
-        return (record, ProvisionedFile(what: "auth key \(key.keyID) of team \(teamID)", path: path, created: true))
+        let created = try await createAuthKey(teamID: teamID)
+        let path = directory + "/" + created.fileName
+        try Files.write(created.p8, to: path, secret: true)
+        return (created.record, ProvisionedFile(what: "auth key \(created.record.keyID) of team \(teamID)", path: path, created: true))
     }
 
     // MARK: Devices
 
-    /// Activates a device: a new device id, its certificate and key, the CA,
-    /// and `identity.json`, all in `directory`.
-    public func issueDeviceIdentity(directory: String) async throws -> (device: Device, files: [ProvisionedFile]) {
+    /// What a device needs to connect: its certificate and key, the CA, and
+    /// its `identity.json` (PEM and JSON). The key is not kept.
+    public struct DeviceIdentityBundle: Sendable {
+        public var device: Device
+        public var certificatePEM: String
+        public var keyPEM: String
+        public var caPEM: String
+        public var identity: DeviceIdentityFile
+    }
+
+    /// Activates a device: a new device id and its certificate
+    /// (`courier pki device` and the admin API).
+    public func issueDeviceIdentity() async throws -> DeviceIdentityBundle {
         var generator = SystemRandomNumberGenerator()
         let deviceID = generator.next() as UInt64
         let authority = try authority()
@@ -215,12 +258,20 @@ public final class Provisioner: Sendable {
         let identity = DeviceIdentityFile(
             deviceID: String(deviceID, radix: 16), generation: 1, host: "localhost",
             productionPort: configuration.network.production.device, sandboxPort: configuration.network.sandbox.device, tokens: [:])
-        try Files.write(try authority.certificatePEM, to: directory + "/ca.pem")
-        try Files.write(issued.privateKeyPEM, to: directory + "/key.pem", secret: true)
-        try Files.write(try issued.certificatePEM, to: directory + "/cert.pem")
-        try Files.write(String(decoding: try identity.encoded(), as: UTF8.self), to: directory + "/identity.json")
+        return DeviceIdentityBundle(
+            device: device, certificatePEM: record.pem, keyPEM: issued.privateKeyPEM, caPEM: try authority.certificatePEM, identity: identity)
+    }
+
+    /// Activates a device and writes its identity into `directory`:
+    /// `cert.pem`, `key.pem`, `ca.pem` and `identity.json`.
+    public func issueDeviceIdentity(directory: String) async throws -> (device: Device, files: [ProvisionedFile]) {
+        let bundle = try await issueDeviceIdentity()
+        try Files.write(bundle.caPEM, to: directory + "/ca.pem")
+        try Files.write(bundle.keyPEM, to: directory + "/key.pem", secret: true)
+        try Files.write(bundle.certificatePEM, to: directory + "/cert.pem")
+        try Files.write(String(decoding: try bundle.identity.encoded(), as: UTF8.self), to: directory + "/identity.json")
         return (
-            device,
+            bundle.device,
             [
                 ProvisionedFile(what: "device certificate", path: directory + "/cert.pem", created: true),
                 ProvisionedFile(what: "device key", path: directory + "/key.pem", created: true),
@@ -228,6 +279,22 @@ public final class Provisioner: Sendable {
                 ProvisionedFile(what: "device identity", path: directory + "/identity.json", created: true),
             ]
         )
+    }
+
+    // MARK: Listing
+
+    /// Every team with its apps and auth keys (`courier pki list` and the admin API).
+    public func inventory() async throws -> [(team: Team, apps: [App], keys: [AuthKeyRecord])] {
+        var teams: [(team: Team, apps: [App], keys: [AuthKeyRecord])] = []
+        for team in try await store.teams() {
+            teams.append((team, try await store.apps(teamID: team.id), try await store.authKeys(teamID: team.id)))
+        }
+        return teams
+    }
+
+    /// The certificates Courier issued, of one kind or all.
+    public func certificates(kind: CertificateKind?) async throws -> [CertificateRecord] {
+        try await store.certificates(kind: kind)
     }
 
     // MARK: Revocation
@@ -238,7 +305,7 @@ public final class Provisioner: Sendable {
         guard let record = try await store.certificate(serial: normalized) else {
             throw PKIError(.notFound, "no certificate with serial \(normalized)")
         }
-        guard record.kind != .authority else { throw PKIError(.invalidArgument, "the CA cannot be revoked; make a new one with 'courier pki ca --force'") }
+        guard record.kind != .authority else { throw PKIError(.notAllowed, "the CA cannot be revoked; make a new one with 'courier pki ca --force'") }
         guard try await store.revokeCertificate(serial: normalized, at: clock.now()) else {
             throw PKIError(.alreadyExists, "certificate \(normalized) is revoked already")
         }

@@ -126,8 +126,10 @@ struct PortListener<Interface: ListenerInterface>: Service {
     let guardian: ListenerGuard
     let handshakeTimeout: TimeAmount
     let ports: BoundPorts
+    let metrics: ServerMetrics
 
-    init(_ interface: Interface, configuration: CourierConfiguration, policy: ConnectionPolicy, ports: BoundPorts) {
+    init(_ interface: Interface, configuration: CourierConfiguration, policy: ConnectionPolicy, ports: BoundPorts, metrics: ServerMetrics) {
+        self.metrics = metrics
         self.interface = interface
         network = configuration.network
         guardian = policy.guardFor(interface.listener, interface.environment, logger: interface.logger)
@@ -139,6 +141,7 @@ struct PortListener<Interface: ListenerInterface>: Service {
         let interface = self.interface
         let guardian = self.guardian
         let timeout = handshakeTimeout
+        let failed: @Sendable () -> Void = { [metrics] in metrics.handshakeFailed(interface.listener.rawValue, interface.environment) }
         let open = OpenConnections()
         let server = try await bindListener(interface.listener, interface.environment, network) { host, port in
             try await interface.configure(listenerBootstrap())
@@ -157,7 +160,7 @@ struct PortListener<Interface: ListenerInterface>: Service {
                             if !Interface.releasesItself { channel.closeFuture.whenComplete { _ in release() } }
                             let peer = PeerIdentityBox()
                             try channel.pipeline.syncOperations.addHandlers(
-                                interface.verifier.tlsHandlers(channel, context: interface.tlsContext, box: peer, handshakeTimeout: timeout))
+                                interface.verifier.tlsHandlers(channel, context: interface.tlsContext, box: peer, handshakeTimeout: timeout, failed: failed))
                             return try interface.setUp(channel, peer: peer, release: release)
                         } catch {
                             // Whatever the interface took on ends with the channel.

@@ -1,0 +1,241 @@
+import CourierCore
+import CourierPKI
+import Foundation
+import Hummingbird
+
+/// Provisioning over the admin API (docs/admin-api.md, "Provisioning"):
+/// the operations of `courier pki`, through the same `Provisioner`.
+/// Secrets — an auth key's `.p8`, a certificate's private key — are in
+/// the answer that made them and nowhere else: Courier does not keep them.
+/// A revocation takes effect at once: the connections it ends are closed
+/// before the answer (`afterRevocation`).
+struct ProvisioningRoutes {
+    let provisioner: Provisioner
+    let afterRevocation: @Sendable () async -> Void
+
+    func add(to api: RouterGroup<BasicRequestContext>) {
+        api.get("teams") { [provisioner] _, _ in
+            TeamList(teams: try await provisioner.inventory().map(TeamJSON.init))
+        }
+        api.post("teams") { [provisioner] request, context in
+            let body = try await request.decode(as: NewTeam.self, context: context)
+            let team = try await provisioner.createTeam(id: body.id, name: body.name)
+            return EditedResponse(status: .created, response: TeamJSON((team, [], [])))
+        }
+        api.post("apps") { [provisioner] request, context in
+            let body = try await request.decode(as: NewApp.self, context: context)
+            var kinds = Set(TopicKind.allCases)
+            if let names = body.topicKinds {
+                kinds = Set(
+                    try names.map { name in
+                        guard let kind = TopicKind(rawValue: name) else {
+                            throw HTTPError(.unprocessableContent, message: "unknown topic kind '\(name)': use app, voip or complication")
+                        }
+                        return kind
+                    })
+                guard !kinds.isEmpty else { throw HTTPError(.unprocessableContent, message: "'topicKinds' is empty: give at least one") }
+            }
+            let app = try await provisioner.createApp(bundleID: body.bundleID, teamID: body.teamID, kinds: kinds)
+            return EditedResponse(status: .created, response: AppJSON(app))
+        }
+        api.post("teams/:teamID/keys") { [provisioner] _, context in
+            let created = try await provisioner.createAuthKey(teamID: try context.parameters.require("teamID"))
+            return EditedResponse(status: .created, response: NewAuthKeyJSON(created))
+        }
+        api.post("keys/:keyID/revoke") { [provisioner, afterRevocation] _, context in
+            let keyID = try context.parameters.require("keyID")
+            try await provisioner.revokeAuthKey(keyID: keyID)
+            await afterRevocation()
+            return Revoked(revoked: keyID)
+        }
+        api.get("certificates") { [provisioner] request, _ in
+            var kind: CertificateKind?
+            if let text = query(request)["kind"] {
+                guard let value = CertificateKind(rawValue: text) else {
+                    throw HTTPError(.badRequest, message: "'kind' must be one of \(CertificateKind.allNames)")
+                }
+                kind = value
+            }
+            return CertificateList(certificates: try await provisioner.certificates(kind: kind).map(CertificateJSON.init))
+        }
+        api.post("apps/:bundleID/certificates") { [provisioner] request, context in
+            let bundleID = try context.parameters.require("bundleID")
+            let body = try await request.decode(as: NewProviderCertificate.self, context: context)
+            var environments = Set(Environment.allCases)
+            if let names = body.environments {
+                environments = Set(
+                    try names.map { name in
+                        guard let environment = Environment(rawValue: name) else {
+                            throw HTTPError(.unprocessableContent, message: "unknown environment '\(name)': use production or sandbox")
+                        }
+                        return environment
+                    })
+            }
+            let issued = try await provisioner.issueProviderCertificate(bundleID: bundleID, environments: environments)
+            return EditedResponse(status: .created, response: IssuedCertificateJSON(issued))
+        }
+        api.post("certificates/:serial/revoke") { [provisioner, afterRevocation] _, context in
+            let serial = try context.parameters.require("serial")
+            try await provisioner.revokeCertificate(serial: serial)
+            await afterRevocation()
+            return Revoked(revoked: serial.lowercased().replacingOccurrences(of: ":", with: ""))
+        }
+        api.post("devices") { [provisioner] _, _ in
+            EditedResponse(status: .created, response: DeviceIdentityJSON(try await provisioner.issueDeviceIdentity()))
+        }
+    }
+}
+
+extension CertificateKind {
+    static var allNames: String { [CertificateKind.authority, .server, .provider, .device].map(\.rawValue).joined(separator: ", ") }
+}
+
+// MARK: Bodies
+
+struct NewTeam: Decodable {
+    var id: String
+    var name: String
+}
+
+struct NewApp: Decodable {
+    var bundleID: String
+    var teamID: String
+    /// app, voip, complication; default all three.
+    var topicKinds: [String]?
+}
+
+struct NewProviderCertificate: Decodable {
+    /// production, sandbox; default both.
+    var environments: [String]?
+}
+
+// MARK: Answers
+
+struct TeamList: ResponseCodable {
+    var teams: [TeamJSON]
+}
+
+struct TeamJSON: ResponseCodable {
+    var id: String
+    var name: String
+    var createdAt: String
+    var apps: [AppJSON]
+    var authKeys: [AuthKeyJSON]
+
+    init(_ entry: (team: Team, apps: [App], keys: [AuthKeyRecord])) {
+        id = entry.team.id
+        name = entry.team.name
+        createdAt = adminTime(entry.team.createdAt)
+        apps = entry.apps.map(AppJSON.init)
+        authKeys = entry.keys.map(AuthKeyJSON.init)
+    }
+}
+
+struct AppJSON: ResponseCodable {
+    var bundleID: String
+    var teamID: String
+    var topics: [String]
+    var createdAt: String
+
+    init(_ app: App) {
+        bundleID = app.bundleID
+        teamID = app.teamID
+        topics = app.topics.map(\.description)
+        createdAt = adminTime(app.createdAt)
+    }
+}
+
+struct AuthKeyJSON: Codable {
+    var keyID: String
+    var createdAt: String
+    var revokedAt: String?
+
+    init(_ key: AuthKeyRecord) {
+        keyID = key.keyID
+        createdAt = adminTime(key.createdAt)
+        revokedAt = key.revokedAt.map(adminTime)
+    }
+}
+
+/// A new auth key with its `.p8`: the only time Courier gives it out.
+struct NewAuthKeyJSON: ResponseCodable {
+    var keyID: String
+    var teamID: String
+    var fileName: String
+    var p8: String
+    var createdAt: String
+
+    init(_ created: Provisioner.CreatedAuthKey) {
+        keyID = created.record.keyID
+        teamID = created.record.teamID
+        fileName = created.fileName
+        p8 = created.p8
+        createdAt = adminTime(created.record.createdAt)
+    }
+}
+
+struct CertificateList: ResponseCodable {
+    var certificates: [CertificateJSON]
+}
+
+struct CertificateJSON: ResponseCodable {
+    var serial: String
+    var kind: String
+    var subject: String
+    var teamID: String?
+    var bundleID: String?
+    /// Hex, as the device's identity names it.
+    var deviceID: String?
+    var environments: [String]
+    var notAfter: String
+    var createdAt: String
+    var revokedAt: String?
+
+    init(_ record: CertificateRecord) {
+        serial = record.serial
+        kind = record.kind.rawValue
+        subject = record.subject
+        teamID = record.teamID
+        bundleID = record.bundleID
+        deviceID = record.deviceID.map { String($0, radix: 16) }
+        environments = record.environments.map(\.rawValue).sorted()
+        notAfter = adminTime(record.notAfter)
+        createdAt = adminTime(record.createdAt)
+        revokedAt = record.revokedAt.map(adminTime)
+    }
+}
+
+/// A new provider certificate with its private key (PEM), given out once.
+struct IssuedCertificateJSON: ResponseCodable {
+    var certificate: CertificateJSON
+    var certificatePEM: String
+    var keyPEM: String
+
+    init(_ issued: Provisioner.IssuedProviderCertificate) {
+        certificate = CertificateJSON(issued.record)
+        certificatePEM = issued.certificatePEM
+        keyPEM = issued.keyPEM
+    }
+}
+
+/// An activated device: what `courier device run --identity DIR` reads,
+/// as the four files' contents.
+struct DeviceIdentityJSON: ResponseCodable {
+    var deviceID: String
+    var certificatePEM: String
+    var keyPEM: String
+    var caPEM: String
+    var identity: DeviceIdentityFile
+
+    init(_ bundle: Provisioner.DeviceIdentityBundle) {
+        deviceID = bundle.identity.deviceID
+        certificatePEM = bundle.certificatePEM
+        keyPEM = bundle.keyPEM
+        caPEM = bundle.caPEM
+        identity = bundle.identity
+    }
+}
+
+struct Revoked: ResponseCodable {
+    var revoked: String
+}
