@@ -1,16 +1,21 @@
 import ArgumentParser
+import AsyncHTTPClient
 import CourierServer
 import Foundation
-
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOSSL
 
 /// How the admin commands reach a running server's admin API.
 struct AdminOptions: ParsableArguments {
     @OptionGroup var data: DataOptions
 
-    @Option(name: .long, help: ArgumentHelp("The admin API's URL (default: from the configuration, http://127.0.0.1:8080).", valueName: "url"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp(
+            "The admin API's URL (default: from the configuration, http://127.0.0.1:8080; https is checked against the data directory's CA).",
+            valueName: "url"))
     var url: String?
 
     @Option(
@@ -20,8 +25,7 @@ struct AdminOptions: ParsableArguments {
 
     func client() throws -> AdminClient {
         let configuration = try data.load()
-        let host = configuration.network.adminHost
-        let base = url ?? "http://\(host.contains(":") ? "[\(host)]" : host):\(configuration.network.adminPort)"
+        let base = url ?? configuration.network.adminURL(port: configuration.network.adminPort)
         guard let parsed = URL(string: base), parsed.scheme == "http" || parsed.scheme == "https", parsed.host != nil else {
             throw ValidationError("--url \(base) is not an http(s) URL")
         }
@@ -29,16 +33,17 @@ struct AdminOptions: ParsableArguments {
             throw ValidationError(
                 "no admin token: none in \(configuration.dataDirectory)/\(AdminToken.fileName); give --data, --admin-token or COURIER_ADMIN_TOKEN")
         }
-        return AdminClient(base: parsed, token: token, dataDirectory: configuration.dataDirectory)
+        return AdminClient(base: parsed, token: token, caPath: configuration.dataDirectory + "/pki/ca.pem")
     }
 }
 
-/// A client of the admin API: one request, JSON back, every failure one
-/// line that names what to check.
+/// A client of the admin API (AsyncHTTPClient): one request, JSON back,
+/// every failure one line that names what to check. HTTPS is checked
+/// against Courier's CA (`caPath`), as the server's certificate is its.
 struct AdminClient {
     let base: URL
     let token: String
-    let dataDirectory: String
+    let caPath: String
 
     func get(_ path: String, query: [(String, String)] = [], timeout: TimeInterval = 30) async throws -> Data {
         try await send("GET", path, query: query, timeout: timeout)
@@ -47,21 +52,37 @@ struct AdminClient {
     func send(_ method: String, _ path: String, query: [(String, String)] = [], body: Data? = nil, timeout: TimeInterval = 30) async throws -> Data {
         var components = URLComponents(url: base.appendingPathComponent(path), resolvingAgainstBaseURL: false)!
         if !query.isEmpty { components.queryItems = query.map { URLQueryItem(name: $0.0, value: $0.1) } }
-        var request = URLRequest(url: components.url!, timeoutInterval: timeout)
-        request.httpMethod = method
-        request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        var request = HTTPClientRequest(url: components.url!.absoluteString)
+        request.method = HTTPMethod(rawValue: method)
+        request.headers.add(name: "Authorization", value: "Bearer \(token)")
         if let body {
-            request.httpBody = body
-            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+            request.body = .bytes(ByteBuffer(bytes: body))
+            request.headers.add(name: "Content-Type", value: "application/json")
         }
-        let (data, response): (Data, URLResponse)
+        var tls = TLSConfiguration.makeClientConfiguration()
+        if base.scheme == "https" {
+            guard FileManager.default.fileExists(atPath: caPath) else {
+                throw ValidationError("\(base.absoluteString) is HTTPS and there is no CA at \(caPath) to check it with; give --data")
+            }
+            tls.trustRoots = .file(caPath)
+        }
+        let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: HTTPClient.Configuration(tlsConfiguration: tls))
+        let answer: Result<(status: Int, data: Data), any Error>
         do {
-            (data, response) = try await URLSession.shared.data(for: request)
+            let response = try await client.execute(request, timeout: .seconds(Int64(timeout) + 5))
+            answer = .success((Int(response.status.code), Data(buffer: try await response.body.collect(upTo: 64 << 20))))
         } catch {
-            throw ValidationError(
-                "no Courier admin API at \(base.absoluteString) (\(error.localizedDescription)); is 'courier serve' running? check --url or network.adminPort")
+            answer = .failure(error)
         }
-        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        try? await client.shutdown()
+        let status: Int
+        let data: Data
+        switch answer {
+        case .success(let received): (status, data) = received
+        case .failure(let error):
+            throw ValidationError(
+                "no Courier admin API at \(base.absoluteString) (\(Self.describe(error))); is 'courier serve' running? check --url or network.adminPort")
+        }
         guard (200..<300).contains(status) else {
             let message = (try? JSONDecoder().decode(ErrorBody.self, from: data))?.error.message ?? "HTTP status \(status)"
             if status == 401 {
@@ -70,6 +91,14 @@ struct AdminClient {
             throw AdminFailure(status: status, message: message)
         }
         return data
+    }
+
+    /// A failure to reach the API, in a few words.
+    private static func describe(_ error: any Error) -> String {
+        if let error = error as? HTTPClientError, error == .connectTimeout || error == .deadlineExceeded { return "timed out" }
+        if let error = error as? NIOSSLError { return "TLS: \(error)" }
+        if error is NIOConnectionError { return "connection refused" }
+        return "\(error)"
     }
 
     private struct ErrorBody: Decodable {

@@ -76,10 +76,10 @@ struct Serve: AsyncParsableCommand {
     }
 
     static func describe(admin application: CourierApplication, port: Int) -> String {
-        let host = application.configuration.network.adminHost
-        let url = "http://\(host.contains(":") ? "[\(host)]" : host):\(port)"
+        let url = application.configuration.network.adminURL(port: port)
+        let ca = application.configuration.network.adminUsesTLS ? " --cacert \(application.provisioner.caCertificatePath)" : ""
         return "Admin API: \(url)  (token: \(application.report.adminToken))\n"
-            + "  curl -H 'Authorization: Bearer \(application.report.adminToken)' \(url)/v1/inbox\n"
+            + "  curl\(ca) -H 'Authorization: Bearer \(application.report.adminToken)' \(url)/v1/inbox\n"
     }
 
     static func describe(ports: [String: Int]) -> String {

@@ -470,6 +470,33 @@ private func outcome(_ entry: [String: Any]) -> [String: Any] { entry["outcome"]
             await server.disconnect(device)
         }
     }
+
+    /// On an address other machines reach, the admin API speaks HTTPS with
+    /// the server certificate of Courier's CA; the command line checks it
+    /// against the data directory's CA.
+    @Test func offTheLoopbackTheAdminAPISpeaksHTTPS() async throws {
+        try await withTestServer(configure: { $0.network.adminHost = "0.0.0.0" }) { server in
+            let port = try await server.adminPort()
+            #expect(server.application.configuration.network.adminURL(port: port) == "https://127.0.0.1:\(port)")
+            let status = try await runProgram(courier, ["status", "--data", server.directory, "--url", "https://127.0.0.1:\(port)"])
+            #expect(status.status == 0, "\(status.stderr)")
+            #expect(status.stdout.contains("devices online"))
+            let plain = try await runProgram(courier, ["status", "--data", server.directory, "--url", "http://127.0.0.1:\(port)"])
+            #expect(plain.status != 0)
+            #expect(plain.stderr.hasPrefix("courier: no Courier admin API at http://127.0.0.1:\(port)"), "\(plain.stderr)")
+            #expect(plain.stderr.split(separator: "\n").count == 1)
+            // Another data directory: another CA, which does not vouch for this server.
+            let other = try temporaryDirectory()
+            defer { removeTemporaryDirectory(other) }
+            let otherApplication = try await CourierApplication.build(configuration: testConfiguration(other), logger: server.logger)
+            try await otherApplication.provisioner.close()
+            let untrusted = try await runProgram(
+                courier, ["status", "--data", other, "--admin-token", server.application.report.adminToken, "--url", "https://127.0.0.1:\(port)"])
+            #expect(untrusted.status != 0)
+            #expect(untrusted.stderr.contains("TLS"), "\(untrusted.stderr)")
+            #expect(untrusted.stderr.split(separator: "\n").count == 1)
+        }
+    }
 }
 
 extension TestServer {

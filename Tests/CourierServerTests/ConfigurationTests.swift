@@ -37,7 +37,7 @@ let everyKeyChanged = CourierConfiguration(
         host: "0.0.0.0",
         production: .init(binary: 3195, feedback: 3196, http2: 3197, device: 6223),
         sandbox: .init(binary: 13195, feedback: 13196, http2: 13197, device: 16223),
-        adminPort: 9090, serverDNSNames: ["push.example.com"], serverIPAddresses: ["10.0.0.1"], handshakeTimeout: 3, adminHost: "::1"),
+        adminPort: 9090, serverDNSNames: ["push.example.com"], serverIPAddresses: ["10.0.0.1"], handshakeTimeout: 3, adminHost: "::1", adminTLS: true),
     connections: .init(
         maxPerListener: 10, maxPerDeviceListener: 20, maxPerAddress: 5, authenticationTimeout: 2, binaryIdleTimeout: 60, unfinishedFrameTimeout: 4,
         feedbackTimeout: 6, reconnectLimit: 7, reconnectWindow: 8, refusalLogInterval: 9, maxUnfinishedRequestBytes: 10_000,
@@ -201,5 +201,22 @@ let everyKeyChanged = CourierConfiguration(
             guard let refused = error as? RealtimeScheduling.Refused else { return false }
             return refused.errno == EINVAL && "\(refused)".hasPrefix("cannot run the event loops at real-time priority 100: ")
         }
+    }
+
+    /// The admin API speaks HTTPS when asked, and always off the loopback.
+    @Test func theAdminAPIUsesTLSOffTheLoopback() {
+        var network = CourierConfiguration.Network()
+        #expect(!network.adminUsesTLS)
+        #expect(network.adminURL(port: 8080) == "http://127.0.0.1:8080")
+        network.adminHost = "::1"
+        #expect(network.adminURL(port: 8080) == "http://[::1]:8080")
+        network.adminTLS = true
+        #expect(network.adminURL(port: 8080) == "https://[::1]:8080")
+        network.adminTLS = false
+        network.adminHost = "0.0.0.0"
+        #expect(network.adminUsesTLS)
+        #expect(network.adminURL(port: 8443) == "https://127.0.0.1:8443")
+        network.adminHost = "10.1.2.3"
+        #expect(network.adminURL(port: 8443) == "https://10.1.2.3:8443")
     }
 }

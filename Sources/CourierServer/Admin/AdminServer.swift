@@ -2,13 +2,16 @@ import CourierCore
 import CourierPKI
 import Foundation
 import Hummingbird
+import HummingbirdCore
+import HummingbirdTLS
 import Logging
 import NIOCore
 import ServiceLifecycle
 
 /// The admin API (docs/admin-api.md): JSON over HTTP on
-/// `network.adminHost`:`network.adminPort`, every endpoint but the health
-/// checks and the OpenAPI document behind the admin token. It reads what
+/// `network.adminHost`:`network.adminPort` (HTTPS with the server
+/// certificate off the loopback), every endpoint but the health checks,
+/// the metrics and the OpenAPI document behind the admin token. It reads what
 /// the running service knows — the inbox, the delivery log, devices and
 /// connections — through the parts that hold it, never the store's tables.
 public struct AdminServer: Service {
@@ -32,8 +35,11 @@ public struct AdminServer: Service {
     public func run() async throws {
         var logger = logger
         logger[metadataKey: "courier.listener"] = "admin"
+        let server: HTTPServerBuilder =
+            configuration.network.adminUsesTLS ? try .tls(.http1(), tlsConfiguration: ServerTLS.adminConfiguration(provisioner: provisioner)) : .http1()
         let app = Application(
             router: router(),
+            server: server,
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.network.adminHost, port: configuration.network.adminPort), serverName: "Courier"),
             onServerRunning: { [ports, logger] channel in ports.listening(admin: channel, logger: logger) },

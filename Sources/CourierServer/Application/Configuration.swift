@@ -32,10 +32,12 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         public var host: String
         public var production: EnvironmentPorts
         public var sandbox: EnvironmentPorts
-        /// Admin API and console (HTTP, plain): the port, and the address
-        /// it binds to (a loopback address: the admin API has no TLS).
+        /// Admin API and console: the port, and the address it binds to.
         public var adminPort: Int
         public var adminHost: String
+        /// The admin API speaks HTTPS (the server certificate, from
+        /// Courier's CA) even on a loopback address; on any other it always does.
+        public var adminTLS: Bool
         /// DNS names of the server certificate made on first start.
         public var serverDNSNames: [String]
         /// IP addresses of the server certificate made on first start.
@@ -47,8 +49,9 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         public init(
             host: String = "127.0.0.1", production: EnvironmentPorts = .production, sandbox: EnvironmentPorts = .sandbox,
             adminPort: Int = 8080, serverDNSNames: [String] = ["localhost"], serverIPAddresses: [String] = ["127.0.0.1", "::1"],
-            handshakeTimeout: Double = 10, adminHost: String = "127.0.0.1"
+            handshakeTimeout: Double = 10, adminHost: String = "127.0.0.1", adminTLS: Bool = false
         ) {
+            self.adminTLS = adminTLS
             self.handshakeTimeout = handshakeTimeout
             self.adminHost = adminHost
             self.host = host
@@ -61,6 +64,24 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
 
         public func ports(_ environment: Environment) -> EnvironmentPorts {
             environment == .production ? production : sandbox
+        }
+
+        /// HTTPS on the admin port: asked for, or needed (an address other
+        /// machines can reach).
+        public var adminUsesTLS: Bool { adminTLS || !Self.loopbackHosts.contains(adminHost) }
+
+        static let loopbackHosts: Set<String> = ["127.0.0.1", "::1", "localhost"]
+
+        /// The admin API's URL as a client on this machine reaches it (a
+        /// wildcard address through the loopback).
+        public func adminURL(port: Int) -> String {
+            let host =
+                switch adminHost {
+                case "0.0.0.0": "127.0.0.1"
+                case "::": "::1"
+                default: adminHost
+                }
+            return "\(adminUsesTLS ? "https" : "http")://\(host.contains(":") ? "[\(host)]" : host):\(port)"
         }
     }
 
@@ -385,9 +406,6 @@ extension CourierConfiguration {
         guard qos.silentBudgetPerHour >= 0 else { throw ConfigurationError("\(source): 'qos.silentBudgetPerHour' must be 0 or more") }
         guard qos.tokenRateLimit >= 1 else { throw ConfigurationError("\(source): 'qos.tokenRateLimit' must be at least 1") }
         guard (1...86_400).contains(qos.keepAlive) else { throw ConfigurationError("\(source): 'qos.keepAlive' must be 1 to 86400") }
-        guard ["127.0.0.1", "::1", "localhost"].contains(network.adminHost) else {
-            throw ConfigurationError("\(source): 'network.adminHost' must be 127.0.0.1, ::1 or localhost: the admin API has no TLS yet")
-        }
         guard (0...1_000_000).contains(inbox.capacity) else { throw ConfigurationError("\(source): 'inbox.capacity' must be 0 to 1000000") }
         guard inbox.maxAge > 0 else { throw ConfigurationError("\(source): 'inbox.maxAge' must be more than 0") }
         guard threads.realtimePriority == 0 || RealtimeScheduling.priorities.contains(threads.realtimePriority) else {

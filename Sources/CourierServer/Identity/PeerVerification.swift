@@ -120,6 +120,16 @@ struct ServerTLS: Sendable {
         authority = try provisioner.authority().certificate
     }
 
+    /// The admin API's HTTPS (`network.adminUsesTLS`): the server
+    /// certificate, no client certificate (the admin token authenticates).
+    static func adminConfiguration(provisioner: Provisioner) throws -> TLSConfiguration {
+        let chain = try NIOSSLCertificate.fromPEMFile(provisioner.serverCertificatePath)
+        let key = try NIOSSLPrivateKey(file: provisioner.serverKeyPath, format: .pem)
+        var configuration = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+        configuration.minimumTLSVersion = .tlsv12
+        return configuration
+    }
+
     /// A server context that asks for a client certificate from the CA.
     static func context(
         provisioner: Provisioner, maximumVersion: TLSVersion? = nil, alpn: [String] = [], verification: CertificateVerification = .noHostnameVerification
