@@ -179,6 +179,8 @@ private func outcome(_ entry: [String: Any]) -> [String: Any] { entry["outcome"]
             #expect(first["topic"] as? String == "com.example.demo")
             #expect(first["teamID"] as? String == "DEMOTEAM01")
             #expect((first["provider"] as? String)?.hasPrefix("key ") == true)
+            #expect((first["connection"] as? String)?.contains("127.0.0.1") == true, "the provider connection's address")
+            #expect(first["device"] as? String == String(await device.client.deviceID, radix: 16), "the device the token is for")
             #expect(first["payload"] as? String == String(decoding: payload, as: UTF8.self))
             #expect(outcome(first)["accepted"] as? Bool == true)
             let headers = (first["headers"] as? [[String: String]] ?? []).map { ($0["name"] ?? "", $0["value"] ?? "") }
@@ -267,6 +269,8 @@ private func outcome(_ entry: [String: Any]) -> [String: Any] { entry["outcome"]
             let first = try #require(entries.first)
             #expect(outcome(first)["accepted"] as? Bool == true)
             #expect((first["provider"] as? String)?.hasPrefix("certificate ") == true)
+            #expect((first["connection"] as? String)?.contains("127.0.0.1") == true)
+            #expect(first["device"] as? String == String(await device.client.deviceID, radix: 16))
             #expect(first["token"] as? String == Hex.encode(token))
             let headers = (first["headers"] as? [[String: String]] ?? []).map { ($0["name"] ?? "", $0["value"] ?? "") }
             #expect(headers.contains { $0 == ("command", "2") })

@@ -84,6 +84,8 @@ enum AdminOpenAPI {
                   "topic": {"type": "string"},
                   "provider": {"type": "string", "description": "certificate <serial> or key <key id>"},
                   "teamID": {"type": "string"},
+                  "connection": {"type": "string", "description": "the provider connection's peer address"},
+                  "device": {"type": "string", "description": "the id (hex) of the device the token is for, when it is one of this server's"},
                   "headers": {
                     "type": "array",
                     "items": {"type": "object", "required": ["name", "value"], "properties": {"name": {"type": "string"}, "value": {"type": "string"}}}

@@ -74,17 +74,17 @@ public struct AdminServer: Service {
                 body: ResponseBody(byteBuffer: ByteBuffer(string: AdminOpenAPI.document)))
         }
         let api = router.group("v1").add(middleware: BearerToken(token: token))
-        api.get("inbox") { [inbox] request, _ in
+        api.get("inbox") { [inbox, dispatcher] request, _ in
             let query = try InboxQuery(query(request))
             let (entries, more) = inbox.list(query.filter, after: query.after, limit: query.limit)
-            return InboxPage(entries: entries.map(InboxEntryJSON.init), more: more, last: inbox.lastSequence)
+            return InboxPage(entries: entries.map { InboxEntryJSON($0, dispatcher) }, more: more, last: inbox.lastSequence)
         }
-        api.get("inbox/wait") { [inbox] request, _ in
+        api.get("inbox/wait") { [inbox, dispatcher] request, _ in
             let query = try InboxQuery(query(request))
             guard let entry = await inbox.wait(for: query.filter, after: query.after, timeout: .seconds(query.timeout)) else {
                 throw HTTPError(.notFound, message: "no notification matched within \(query.timeout) s")
             }
-            return InboxEntryJSON(entry)
+            return InboxEntryJSON(entry, dispatcher)
         }
         api.delete("inbox") { [inbox] _, _ in
             let cleared = inbox.count
@@ -99,7 +99,7 @@ public struct AdminServer: Service {
             guard !received.isEmpty || !events.isEmpty else {
                 throw HTTPError(.notFound, message: "no notification \(text.lowercased()) in the inbox or the delivery log")
             }
-            return Timeline(apnsID: id.uuidString.lowercased(), received: received.map(InboxEntryJSON.init), events: events.map(EventJSON.init))
+            return Timeline(apnsID: id.uuidString.lowercased(), received: received.map { InboxEntryJSON($0, dispatcher) }, events: events.map(EventJSON.init))
         }
         api.get("tokens/:token/notifications") { [inbox, dispatcher] request, context in
             let text = try context.parameters.require("token")
@@ -109,7 +109,7 @@ public struct AdminServer: Service {
             for entry in inbox.recent(token: token, limit: limit) {
                 var events: [DeliveryEvent] = []
                 if let id = UUID(uuidString: entry.apnsID) { events = try await dispatcher.deliveryLog(of: id) }
-                timelines.append(Timeline(apnsID: entry.apnsID, received: [InboxEntryJSON(entry)], events: events.map(EventJSON.init)))
+                timelines.append(Timeline(apnsID: entry.apnsID, received: [InboxEntryJSON(entry, dispatcher)], events: events.map(EventJSON.init)))
             }
             return TokenTimelines(token: Hex.encode(token), notifications: timelines)
         }
@@ -371,6 +371,10 @@ struct InboxEntryJSON: ResponseCodable {
     var topic: String?
     var provider: String?
     var teamID: String?
+    /// The provider connection's peer address.
+    var connection: String?
+    /// The device the token is for (its id, hex), when the token is one of this server's.
+    var device: String?
     var headers: [Header]
     /// The payload as text (JSON), when it is UTF-8.
     var payload: String?
@@ -379,8 +383,9 @@ struct InboxEntryJSON: ResponseCodable {
     /// The fault rule that acted on it.
     var fault: String?
 
-    init(_ entry: InboxEntry) {
+    init(_ entry: InboxEntry, _ dispatcher: Dispatcher) {
         fault = entry.fault
+        device = entry.token.flatMap { dispatcher.device(of: $0, in: entry.environment) }.map { String($0, radix: 16) }
         sequence = entry.sequence
         receivedAt = adminTime(entry.receivedAt)
         interface = entry.interface.rawValue
@@ -390,6 +395,7 @@ struct InboxEntryJSON: ResponseCodable {
         topic = entry.topic
         provider = entry.provider
         teamID = entry.teamID
+        connection = entry.connection
         headers = entry.headers.map { Header(name: $0.name, value: $0.value) }
         payload = String(validating: entry.payload, as: UTF8.self)
         payloadSize = entry.payload.count

@@ -66,6 +66,8 @@ public struct InboxEntry: Sendable {
     /// not authenticated.
     public var provider: String? { details.record.provider }
     public var teamID: String? { details.record.teamID }
+    /// The peer address of the provider connection it came on.
+    public var connection: String? { details.record.connection }
     /// HTTP/2: the request's headers (the authorization header's token
     /// left out). Binary: the frame's fields by name.
     public var headers: [(name: String, value: String)] { details.record.received.fields }

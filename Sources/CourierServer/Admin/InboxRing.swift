@@ -14,6 +14,8 @@ struct InboxRecord {
     var topic: String?
     var provider: String?
     var teamID: String?
+    /// The provider connection's peer address.
+    var connection: String? = nil
     var received: InboxHeaders
     var payload: [UInt8]
     var outcome: InboxOutcome
@@ -128,7 +130,7 @@ struct InboxRing {
         case .text(let text): size += 1 + string(text)
         }
         size += 2 + min(record.token?.count ?? 0, 0xFFFE)
-        size += string(record.topic) + string(record.provider) + string(record.teamID)
+        size += string(record.topic) + string(record.provider) + string(record.teamID) + string(record.connection)
         switch record.received {
         case .http2(let headers):
             size += 1 + 2
@@ -194,6 +196,7 @@ struct InboxRing {
             out.string(record.topic)
             out.string(record.provider)
             out.string(record.teamID)
+            out.string(record.connection)
             switch record.received {
             case .http2(let headers):
                 out.integer(UInt8(0))
@@ -287,6 +290,7 @@ struct InboxRing {
         let topic = readString(&buffer)
         let provider = readString(&buffer)
         let teamID = readString(&buffer)
+        let connection = readString(&buffer)
         let received: InboxHeaders
         switch buffer.readInteger(as: UInt8.self) {
         case 0:
@@ -322,6 +326,6 @@ struct InboxRing {
             sequence: sequence,
             record: InboxRecord(
                 receivedAt: receivedAt, interface: interface, environment: environment, id: id, token: token, topic: topic, provider: provider,
-                teamID: teamID, received: received, payload: payload, outcome: outcome, fault: fault))
+                teamID: teamID, connection: connection, received: received, payload: payload, outcome: outcome, fault: fault))
     }
 }

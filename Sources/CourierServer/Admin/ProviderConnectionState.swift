@@ -20,32 +20,33 @@ struct ProviderConnectionState: Sendable {
     var requests: Int
 }
 
-/// The binary gateway's open connections, for the admin API: each
-/// registered once its handshake named the provider, counted per read
-/// (not per frame), gone when it closes.
-final class BinaryConnections: Sendable {
-    final class Entry: Sendable {
-        let identity: ProviderIdentity
-        let address: String?
-        let since: Date
-        let requests = Atomic<Int>(0)
+/// One binary provider connection: its provider, the peer's address,
+/// since when, and the frames it sent (counted per read, not per frame).
+final class BinaryProviderConnection: Sendable {
+    let identity: ProviderIdentity
+    let address: String?
+    let since: Date
+    let requests = Atomic<Int>(0)
 
-        init(identity: ProviderIdentity, address: String?, since: Date) {
-            self.identity = identity
-            self.address = address
-            self.since = since
-        }
-
-        func count(_ frames: Int) {
-            if frames > 0 { requests.wrappingAdd(frames, ordering: .relaxed) }
-        }
+    init(identity: ProviderIdentity, address: String?, since: Date) {
+        self.identity = identity
+        self.address = address
+        self.since = since
     }
 
-    private let open = Mutex<[ObjectIdentifier: Entry]>([:])
+    func count(_ frames: Int) {
+        if frames > 0 { requests.wrappingAdd(frames, ordering: .relaxed) }
+    }
+}
+
+/// The binary gateway's open connections, for the admin API: each
+/// registered once its handshake named the provider, gone when it closes.
+final class BinaryConnections: Sendable {
+    private let open = Mutex<[ObjectIdentifier: BinaryProviderConnection]>([:])
 
     /// Registers `channel`'s connection until it closes.
-    func register(_ channel: any Channel, identity: ProviderIdentity, now: Date) -> Entry {
-        let entry = Entry(identity: identity, address: channel.remoteAddress?.description, since: now)
+    func register(_ channel: any Channel, identity: ProviderIdentity, now: Date) -> BinaryProviderConnection {
+        let entry = BinaryProviderConnection(identity: identity, address: channel.remoteAddress?.description, since: now)
         let key = ObjectIdentifier(channel)
         open.withLock { $0[key] = entry }
         channel.closeFuture.whenComplete { _ in _ = self.open.withLock { $0.removeValue(forKey: key) } }

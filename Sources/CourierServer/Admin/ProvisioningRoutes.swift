@@ -39,11 +39,11 @@ struct ProvisioningRoutes {
             return EditedResponse(status: .created, response: AppJSON(app))
         }
         api.post("teams/:teamID/keys") { [provisioner] _, context in
-            let created = try await provisioner.createAuthKey(teamID: try context.parameters.require("teamID"))
+            let created = try await provisioner.createAuthKey(teamID: try decoded(context, "teamID"))
             return EditedResponse(status: .created, response: NewAuthKeyJSON(created))
         }
         api.post("keys/:keyID/revoke") { [provisioner, afterRevocation] _, context in
-            let keyID = try context.parameters.require("keyID")
+            let keyID = try decoded(context, "keyID")
             try await provisioner.revokeAuthKey(keyID: keyID)
             await afterRevocation()
             return Revoked(revoked: keyID)
@@ -59,7 +59,7 @@ struct ProvisioningRoutes {
             return CertificateList(certificates: try await provisioner.certificates(kind: kind).map(CertificateJSON.init))
         }
         api.post("apps/:bundleID/certificates") { [provisioner] request, context in
-            let bundleID = try context.parameters.require("bundleID")
+            let bundleID = try decoded(context, "bundleID")
             let body = try await request.decode(as: NewProviderCertificate.self, context: context)
             var environments = Set(Environment.allCases)
             if let names = body.environments {
@@ -75,7 +75,7 @@ struct ProvisioningRoutes {
             return EditedResponse(status: .created, response: IssuedCertificateJSON(issued))
         }
         api.post("certificates/:serial/revoke") { [provisioner, afterRevocation] _, context in
-            let serial = try context.parameters.require("serial")
+            let serial = try decoded(context, "serial")
             try await provisioner.revokeCertificate(serial: serial)
             await afterRevocation()
             return Revoked(revoked: serial.lowercased().replacingOccurrences(of: ":", with: ""))
@@ -84,6 +84,13 @@ struct ProvisioningRoutes {
             EditedResponse(status: .created, response: DeviceIdentityJSON(try await provisioner.issueDeviceIdentity()))
         }
     }
+}
+
+/// A path parameter as the client meant it (percent-encoding undone).
+private func decoded(_ context: BasicRequestContext, _ name: String) throws -> String {
+    let raw = try context.parameters.require(name)
+    guard let text = raw.removingPercentEncoding else { throw HTTPError(.badRequest, message: "'\(raw)' is not a valid \(name)") }
+    return text
 }
 
 extension CertificateKind {

@@ -174,7 +174,7 @@ final class BinaryGateway: ListenerInterface {
     /// The frame's inbox entry, when it is decided here, goes into
     /// `read` (the connection records a read's entries at once).
     fileprivate func admitAtOnce(
-        _ frame: BinaryNotificationFrame, grant: TopicGrant, sender: ProviderIdentity?, now: Date, read: inout ReadOutcomes
+        _ frame: BinaryNotificationFrame, grant: TopicGrant, sender: BinaryProviderConnection?, now: Date, read: inout ReadOutcomes
     ) -> Admission {
         let notification: PushNotification
         do {
@@ -189,7 +189,7 @@ final class BinaryGateway: ListenerInterface {
         }
         if faults.isActive,
             let rule = faults.take(
-                FaultRequest(interface: .binary, environment: environment, token: notification.token, topic: grant.topic, identity: sender), now: now)
+                FaultRequest(interface: .binary, environment: environment, token: notification.token, topic: grant.topic, identity: sender?.identity), now: now)
         {
             return fault(rule, frame: frame, notification: notification, sender: sender, now: now, read: &read)
         }
@@ -206,7 +206,7 @@ final class BinaryGateway: ListenerInterface {
     /// status; none, as for `Unregistered`, drops it unanswered), a delayed
     /// decision, or the connection's end.
     private func fault(
-        _ rule: FaultRule, frame: BinaryNotificationFrame, notification: PushNotification, sender: ProviderIdentity?, now: Date,
+        _ rule: FaultRule, frame: BinaryNotificationFrame, notification: PushNotification, sender: BinaryProviderConnection?, now: Date,
         read: inout ReadOutcomes
     ) -> Admission {
         dispatcher.logFault(rule, notificationID: notification.id)
@@ -266,7 +266,7 @@ final class BinaryGateway: ListenerInterface {
 
     /// The inbox entry of a notification the dispatcher decided.
     fileprivate func entry(
-        _ fields: BinaryFrameFields, _ notification: PushNotification, sender: ProviderIdentity?, outcome: InboxOutcome, now: Date, fault: String? = nil
+        _ fields: BinaryFrameFields, _ notification: PushNotification, sender: BinaryProviderConnection?, outcome: InboxOutcome, now: Date, fault: String? = nil
     ) -> InboxRecord {
         entry(
             fields, token: notification.token, topic: notification.topic, payload: notification.payload, apnsID: notification.id, sender: sender,
@@ -274,19 +274,19 @@ final class BinaryGateway: ListenerInterface {
     }
 
     fileprivate func entry(
-        _ fields: BinaryFrameFields, token: [UInt8]?, topic: String?, payload: [UInt8], apnsID: UUID?, sender: ProviderIdentity?, outcome: InboxOutcome,
+        _ fields: BinaryFrameFields, token: [UInt8]?, topic: String?, payload: [UInt8], apnsID: UUID?, sender: BinaryProviderConnection?, outcome: InboxOutcome,
         now: Date, fault: String? = nil
     ) -> InboxRecord {
         InboxRecord(
             receivedAt: now, interface: .binary, environment: environment, id: .uuid(apnsID ?? UUID.notificationID()), token: token, topic: topic,
-            provider: sender?.name, teamID: sender?.teamID, received: .binary(fields), payload: payload, outcome: outcome, fault: fault)
+            provider: sender?.identity.name, teamID: sender?.identity.teamID, connection: sender?.address, received: .binary(fields), payload: payload, outcome: outcome, fault: fault)
     }
 
     /// A frame that could not be decoded (`BinaryFrameFailure`), in the inbox.
-    fileprivate func entry(_ failure: BinaryFrameFailure, topic: String?, sender: ProviderIdentity?, outcome: InboxOutcome, now: Date) -> InboxRecord {
+    fileprivate func entry(_ failure: BinaryFrameFailure, topic: String?, sender: BinaryProviderConnection?, outcome: InboxOutcome, now: Date) -> InboxRecord {
         InboxRecord(
                 receivedAt: now, interface: .binary, environment: environment, id: .uuid(UUID.notificationID()),
-                token: nil, topic: topic, provider: sender?.name, teamID: sender?.teamID,
+                token: nil, topic: topic, provider: sender?.identity.name, teamID: sender?.identity.teamID, connection: sender?.address,
                 received: .malformed(identifier: failure.identifier, detail: failure.detail), payload: [], outcome: outcome)
     }
 
@@ -360,10 +360,9 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     private var deadline: UnfinishedFrameDeadline
     /// Frames handled since the last read.
     private var handled = 0
-    /// The certificate's provider, for the inbox.
-    private var sender: ProviderIdentity?
-    /// This connection in the gateway's list (`BinaryConnections`).
-    private var listed: BinaryConnections.Entry?
+    /// The certificate's provider and the peer's address, for the inbox;
+    /// in the gateway's list of connections (`BinaryConnections`).
+    private var sender: BinaryProviderConnection?
     /// This read's inbox entries and acceptances, recorded and counted
     /// together (`recordEntries`).
     private var outcomes = BinaryGateway.ReadOutcomes()
@@ -380,24 +379,25 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     /// are whole frames held back by the server, not the peer's doing.
     private func checkUnfinishedFrame(context: ChannelHandlerContext) {
         deadline.update(unfinished: machine.admitting != nil && !received.isEmpty, progressed: handled > 0, channel: context.channel)
-        listed?.count(handled)
+        sender?.count(handled)
         handled = 0
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if case .handshakeCompleted = event as? TLSUserEvent {
             var grant: TopicGrant?
+            var provider: ProviderIdentity?
             if let record = peer.record, let (identity, info) = try? ProviderIdentity.certificate(record),
                 let topic = info.bundleID ?? info.topics.first?.description
             {
                 grant = TopicGrant(topic, for: identity)
-                sender = identity
+                provider = identity
             }
             switch machine.handshakeCompleted(grant) {
             case .admit:
                 guard let record = peer.record else { break }
                 let channel = context.channel
-                if let sender { listed = gateway.connections.register(channel, identity: sender, now: gateway.dispatcher.clock.now()) }
+                if let provider { sender = gateway.connections.register(channel, identity: provider, now: gateway.dispatcher.clock.now()) }
                 gateway.policy.certificates.register(serial: record.serial, channel: channel) {
                     channel.pipeline.fireUserInboundEventTriggered(ShuttingDown())
                 }

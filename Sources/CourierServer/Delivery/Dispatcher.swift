@@ -92,6 +92,12 @@ public final class Dispatcher: Sendable {
 
     func codec(_ environment: Environment) -> DeviceTokenCodec { registrations.codec(environment) }
 
+    /// The device a token is for, when this server issued it.
+    func device(of token: [UInt8], in environment: Environment) -> UInt64? {
+        guard case .success(let contents) = codec(environment).open(token) else { return nil }
+        return contents.deviceID
+    }
+
     /// The store writers, as services to run after the store and the
     /// delivery log and before everything that hands them work (shutdown
     /// runs in reverse): the acknowledger after the writer of held

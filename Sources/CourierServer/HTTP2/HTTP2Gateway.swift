@@ -34,12 +34,15 @@ final class HTTP2ConnectionHandle: Sendable {
     let trust: ProviderTrust
     /// When its TLS handshake finished.
     let openedAt: Date
+    /// The peer's address.
+    let address: String?
     private let state: Mutex<(lastActivity: Date, endRequested: Bool, requests: Int)>
 
     init(channel: any Channel, trust: ProviderTrust, now: Date) {
         self.channel = channel
         self.trust = trust
         openedAt = now
+        address = channel.remoteAddress?.description
         state = Mutex((now, false, 0))
     }
 
@@ -60,7 +63,7 @@ final class HTTP2ConnectionHandle: Sendable {
             case .token(let trust): trust.identity
             }
         return ProviderConnectionState(
-            interface: .http2, environment: environment, provider: identity?.name, teamID: identity?.teamID, address: channel.remoteAddress?.description,
+            interface: .http2, environment: environment, provider: identity?.name, teamID: identity?.teamID, address: address,
             since: openedAt, requests: state.withLock { $0.requests })
     }
 
@@ -251,13 +254,13 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
     func answer(_ head: HTTP2RequestHead, headers: HPACKHeaders, body: ByteBuffer, connection: HTTP2ConnectionHandle) async -> HTTP2Answer {
         var seen = Seen()
         var answer = await decide(head, body: body, connection: connection, seen: &seen)
-        answer.entry = entry(headers, body: body, answer: answer, seen: seen)
+        answer.entry = entry(headers, body: body, answer: answer, connection: connection, seen: seen)
         return answer
     }
 
     /// Counts a request's answer (`ServerMetrics`) and makes its inbox
     /// entry; nil when the inbox records nothing.
-    func entry(_ headers: HPACKHeaders, body: ByteBuffer, answer: HTTP2Answer, seen: Seen = Seen()) -> InboxRecord? {
+    func entry(_ headers: HPACKHeaders, body: ByteBuffer, answer: HTTP2Answer, connection: HTTP2ConnectionHandle, seen: Seen = Seen()) -> InboxRecord? {
         let outcome: InboxOutcome =
             answer.status == 200 ? .accepted : .refused(status: answer.status, reason: answer.reason?.rawValue ?? "status \(answer.status)")
         dispatcher.metrics.received(.http2, environment, outcome)
@@ -266,7 +269,7 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         if token == nil, let path = headers.first(name: ":path"), path.hasPrefix("/3/device/") { token = Hex.decode(path.dropFirst("/3/device/".count)) }
         return InboxRecord(
             receivedAt: clock.now(), interface: .http2, environment: environment, id: .text(answer.apnsID), token: token,
-            topic: seen.topic ?? headers.first(name: "apns-topic"), provider: seen.identity?.name, teamID: seen.identity?.teamID,
+            topic: seen.topic ?? headers.first(name: "apns-topic"), provider: seen.identity?.name, teamID: seen.identity?.teamID, connection: connection.address,
             received: .http2(headers), payload: seen.payload ?? Array(buffer: body), outcome: outcome, fault: seen.fault)
     }
 
@@ -516,7 +519,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
                 let written = context.eventLoop.makePromise(of: Void.self)
                 let answer = HTTP2Answer.failure(.payloadTooLarge, apnsID: Self.apnsID(in: stream.headers))
                 // Recorded with the part of the body that came (the inbox cuts it).
-                if let entry = gateway.entry(stream.headers, body: stream.body ?? bytes, answer: answer) { gateway.inbox.record(entry) }
+                if let entry = gateway.entry(stream.headers, body: stream.body ?? bytes, answer: answer, connection: connection) { gateway.inbox.record(entry) }
                 write(answer, on: frame.streamID, context: context, promise: written)
                 let reset = HTTP2Frame(streamID: frame.streamID, payload: .rstStream(.noError))
                 let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
@@ -597,7 +600,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         let empty = context.channel.allocator.buffer(capacity: 0)
         if case .refuse(let reason) = machine.requestComplete() {
             let answer = HTTP2Answer.failure(reason, apnsID: Self.apnsID(in: stream.headers))
-            if let entry = gateway.entry(stream.headers, body: stream.body ?? empty, answer: answer) { gateway.inbox.record(entry) }
+            if let entry = gateway.entry(stream.headers, body: stream.body ?? empty, answer: answer, connection: connection) { gateway.inbox.record(entry) }
             write(answer, on: streamID, context: context)
             return
         }
@@ -605,7 +608,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         switch HTTP2RequestHead.parse(stream.headers) {
         case .failure(let reason):
             let answer = HTTP2Answer.failure(reason, apnsID: Self.apnsID(in: stream.headers))
-            if let entry = gateway.entry(stream.headers, body: stream.body ?? empty, answer: answer) { gateway.inbox.record(entry) }
+            if let entry = gateway.entry(stream.headers, body: stream.body ?? empty, answer: answer, connection: connection) { gateway.inbox.record(entry) }
             write(answer, on: streamID, context: context)
             return
         case .success(let parsed): head = parsed

@@ -301,7 +301,9 @@ public final class Provisioner: Sendable {
 
     public func revokeCertificate(serial: String) async throws {
         let normalized = serial.lowercased().replacingOccurrences(of: ":", with: "")
-        guard Hex.decode(normalized) != nil else { throw PKIError(.invalidArgument, "serial '\(serial)' is not hexadecimal") }
+        // Any hex digits (an odd count is no serial Courier issued: not found).
+        let isHex = !normalized.isEmpty && normalized.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
+        guard isHex else { throw PKIError(.invalidArgument, "serial '\(serial)' is not hexadecimal") }
         guard let record = try await store.certificate(serial: normalized) else {
             throw PKIError(.notFound, "no certificate with serial \(normalized)")
         }
