@@ -83,8 +83,15 @@ public struct BinaryDecoderLimits: Sendable, Hashable {
 
     /// The longest command-2 frame that can hold a notification: every item
     /// once, a token of up to 255 bytes and a payload at the limit. A
-    /// longer frame length is a protocol error, read no further.
+    /// longer frame is read item by item as it arrives, without buffering
+    /// it, to answer what is wrong with it (status 7 for a payload over the
+    /// limit) with its identifier.
     public var maxCommand2FrameLength: Int { 5 * 3 + 255 + command2Payload + 4 + 4 + 1 }
+
+    /// The longest frame that can be items at all (five items, each at
+    /// most once, of at most 65,535 bytes): a longer frame length is a
+    /// protocol error at once, identifier 0.
+    public static let maxItemsFrameLength = 5 * (3 + Int(UInt16.max))
 }
 
 /// Decodes the binary provider stream: commands 0, 1 and 2 in any mix.
@@ -97,6 +104,26 @@ public struct BinaryProviderDecoder: NIOSingleStepByteToMessageDecoder {
 
     public let limits: BinaryDecoderLimits
     private var failed = false
+    /// A command-2 frame over the longest valid one, being read.
+    private var longFrame: LongFrame?
+
+    /// What is known of a frame over the longest valid one while its items
+    /// pass: nothing of it is kept but an item header or the identifier.
+    private struct LongFrame {
+        /// Its bytes not read yet.
+        var remaining: Int
+        /// What is left of the current item's value, passed over unread.
+        var skip = 0
+        var identifier: UInt32?
+        var seen: UInt8 = 0
+        /// The first thing found wrong, in item order.
+        var problem: (status: BinaryStatus, detail: String)?
+    }
+
+    /// The decoder is inside a frame it reads without keeping (over the
+    /// longest valid one): the connection's unfinished-frame deadline
+    /// applies as if its bytes were held.
+    public var isInsideLongFrame: Bool { longFrame != nil }
 
     public init(limits: BinaryDecoderLimits = BinaryDecoderLimits()) {
         self.limits = limits
@@ -113,7 +140,22 @@ public struct BinaryProviderDecoder: NIOSingleStepByteToMessageDecoder {
             buffer.moveReaderIndex(to: buffer.writerIndex)
             return nil
         }
-        guard let command = buffer.getInteger(at: buffer.readerIndex, as: UInt8.self) else { return nil }
+        let result: BinaryProviderInbound?
+        if longFrame != nil {
+            result = continueLongFrame(&buffer)
+        } else {
+            guard let command = buffer.getInteger(at: buffer.readerIndex, as: UInt8.self) else { return nil }
+            result = decode(command, &buffer)
+        }
+        if case .failure = result {
+            failed = true
+            longFrame = nil
+            buffer.moveReaderIndex(to: buffer.writerIndex)
+        }
+        return result
+    }
+
+    private mutating func decode(_ command: UInt8, _ buffer: inout ByteBuffer) -> BinaryProviderInbound? {
         let result: BinaryProviderInbound?
         switch command {
         case 2: result = decodeCommand2(&buffer)
@@ -121,10 +163,6 @@ public struct BinaryProviderDecoder: NIOSingleStepByteToMessageDecoder {
         case 0: result = decodeSimple(&buffer)
         default:
             result = .failure(BinaryFrameFailure(status: .protocolError, identifier: 0, answers: true, detail: "unknown command \(command)"))
-        }
-        if case .failure = result {
-            failed = true
-            buffer.moveReaderIndex(to: buffer.writerIndex)
         }
         return result
     }
@@ -135,11 +173,16 @@ public struct BinaryProviderDecoder: NIOSingleStepByteToMessageDecoder {
 
     // Command 2: |2|frame length:u32|items|
     @inline(__always)
-    private func decodeCommand2(_ buffer: inout ByteBuffer) -> BinaryProviderInbound? {
+    private mutating func decodeCommand2(_ buffer: inout ByteBuffer) -> BinaryProviderInbound? {
         let start = buffer.readerIndex
         guard let (_, frameLength) = buffer.getMultipleIntegers(at: start, as: (UInt8, UInt32).self) else { return nil }
         guard frameLength <= limits.maxCommand2FrameLength else {
-            return .failure(fail(.protocolError, 0, "frame length \(frameLength) is over \(limits.maxCommand2FrameLength)"))
+            guard frameLength <= BinaryDecoderLimits.maxItemsFrameLength else {
+                return .failure(fail(.protocolError, 0, "frame length \(frameLength) is over \(BinaryDecoderLimits.maxItemsFrameLength): it cannot be items"))
+            }
+            buffer.moveReaderIndex(forwardBy: 5)
+            longFrame = LongFrame(remaining: Int(frameLength))
+            return continueLongFrame(&buffer)
         }
         let length = Int(frameLength)
         guard buffer.readableBytes >= 5 + length else { return nil }
@@ -217,6 +260,63 @@ public struct BinaryProviderDecoder: NIOSingleStepByteToMessageDecoder {
         buffer.moveReaderIndex(forwardBy: 5 + length)
         return .notification(
             BinaryNotificationFrame(command: 2, token: token, payload: payload, identifier: identifier, expiry: expiry, priority: priority))
+    }
+
+    /// Reads on in a frame over the longest valid one: item headers and
+    /// the identifier are read, every other value passed over as it
+    /// arrives. The answer comes once what is wrong and the identifier are
+    /// known, or at the frame's end.
+    private mutating func continueLongFrame(_ buffer: inout ByteBuffer) -> BinaryProviderInbound? {
+        guard var frame = longFrame else { return nil }
+        defer { longFrame = frame }
+        while true {
+            if let problem = frame.problem, let identifier = frame.identifier {
+                return .failure(fail(problem.status, identifier, problem.detail))
+            }
+            if frame.skip > 0 {
+                let passed = min(frame.skip, buffer.readableBytes)
+                buffer.moveReaderIndex(forwardBy: passed)
+                frame.skip -= passed
+                frame.remaining -= passed
+                if frame.skip > 0 { return nil }
+            }
+            if frame.remaining == 0 {
+                let problem = frame.problem ?? (.protocolError, "frame length is over \(limits.maxCommand2FrameLength)")
+                return .failure(fail(problem.status, frame.identifier ?? 0, problem.detail))
+            }
+            guard frame.remaining >= 3 else {
+                return .failure(fail(.protocolError, frame.identifier ?? 0, "an item runs past the end of the frame"))
+            }
+            guard let (id, length) = buffer.getMultipleIntegers(at: buffer.readerIndex, as: (UInt8, UInt16).self) else { return nil }
+            let valueLength = Int(length)
+            guard valueLength <= frame.remaining - 3 else {
+                return .failure(fail(.protocolError, frame.identifier ?? 0, "an item runs past the end of the frame"))
+            }
+            if id == 3, valueLength == 4, frame.identifier == nil {
+                guard let (_, _, identifier) = buffer.readMultipleIntegers(as: (UInt8, UInt16, UInt32).self) else { return nil }
+                frame.identifier = identifier
+                frame.remaining -= 7
+                frame.seen |= 1 << 3
+                continue
+            }
+            buffer.moveReaderIndex(forwardBy: 3)
+            frame.remaining -= 3
+            frame.skip = valueLength
+            guard frame.problem == nil else { continue }
+            let bit: UInt8 = id < 8 ? 1 << id : 0
+            if !(1...5).contains(id) {
+                frame.problem = (.protocolError, "unknown item \(id)")
+            } else if frame.seen & bit != 0 {
+                frame.problem = (.protocolError, "item \(id) appears twice")
+            } else if id == 1, valueLength != limits.tokenLength {
+                frame.problem = (.invalidTokenSize, "token is \(valueLength) bytes, not \(limits.tokenLength)")
+            } else if id == 2, valueLength > limits.command2Payload {
+                frame.problem = (.invalidPayloadSize, "payload is \(valueLength) bytes, over \(limits.command2Payload)")
+            } else if id >= 3, valueLength != (id == 5 ? 1 : 4) {
+                frame.problem = (.protocolError, "item \(id) is \(valueLength) bytes")
+            }
+            frame.seen |= bit
+        }
     }
 
     private static func findIdentifier(in buffer: ByteBuffer, index: Int, length: Int) -> UInt32? {

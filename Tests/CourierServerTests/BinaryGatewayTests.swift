@@ -47,6 +47,28 @@ func nextFailure(_ client: BinaryProviderClient) async -> BinaryPushFailure? {
         }
     }
 
+    /// A command-2 payload over the limit is status 7 with its own
+    /// identifier (the identifier item after the payload), as Apple
+    /// answers; the notification before it is delivered, the one after is not.
+    @Test func anOversizedCommand2PayloadIsStatus7WithItsIdentifier() async throws {
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let client = try await server.binaryClient()
+            try await client.send(token: token, payload: payload, expiry: 0, priority: 10, identifier: 500)
+            #expect(try #require(await device.next()).payload == payload)
+            let large = Array(#"{"aps":{"alert":""#.utf8) + Array(repeating: UInt8(ascii: "x"), count: 5_000) + Array(#""}}"#.utf8)
+            try await client.send(token: token, payload: large, expiry: 0, priority: 10, identifier: 501)
+            try await client.send(token: token, payload: payload, expiry: 0, priority: 10, identifier: 502)
+            #expect(await nextFailure(client) == BinaryPushFailure(identifier: 501, status: .invalidPayloadSize))
+            let entries = try await server.inboxEntries("?interface=binary&outcome=refused")
+            #expect(entries.count == 1)
+            #expect((entries.first?["outcome"] as? [String: Any])?["status"] as? Int == 7)
+            await client.close()
+            await server.disconnect(device)
+        }
+    }
+
     /// Several notifications in one TLS record, and one cut in two: its
     /// start sent with a whole one, its end only once that one was
     /// delivered (so the halves are certainly two reads of the gateway).

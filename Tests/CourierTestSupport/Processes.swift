@@ -8,6 +8,29 @@ public struct ProcessResult: Sendable {
     public var stderr: String
 }
 
+/// Foundation's `Process` watches each child through a socket pair that
+/// its run loop `select()`s on; `select` takes descriptors below 1024
+/// only, and a socket numbered higher overruns its sets and corrupts
+/// memory (seen: a crash in `Process.run`, and a test process hung). The
+/// tests that open a thousand connections push this process's descriptor
+/// numbers past 1024 while they run, so a program is started only while
+/// the next descriptor is low enough; starts are taken one at a time.
+private let spawning = NSLock()
+
+private func startSafely(_ process: Process) throws {
+    spawning.lock()
+    defer { spawning.unlock() }
+    let deadline = Date().addingTimeInterval(120)
+    while true {
+        // The next descriptors a socket pair would get, with room for the pipes.
+        let probe = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        if probe >= 0 { close(probe) }
+        if probe < 900 || Date() > deadline { break }
+        usleep(20_000)
+    }
+    try process.run()
+}
+
 /// Runs a program to its end. `program` is looked up on the PATH.
 public func runProgram(_ program: String, _ arguments: [String], input: Data? = nil, directory: String? = nil) throws -> ProcessResult {
     let process = Process()
@@ -20,7 +43,7 @@ public func runProgram(_ program: String, _ arguments: [String], input: Data? = 
     process.standardOutput = out
     process.standardError = err
     process.standardInput = inPipe
-    try process.run()
+    try startSafely(process)
     if let input { inPipe.fileHandleForWriting.write(input) }
     try inPipe.fileHandleForWriting.close()
     // Read both pipes to their end before waiting, so a full pipe never blocks the child.
@@ -73,7 +96,7 @@ public final class RunningProgram: Sendable {
         process.standardError = mergeStandardError ? out : FileHandle.nullDevice
         process.standardInput = FileHandle.nullDevice
         self.process = process
-        try process.run()
+        try startSafely(process)
         let handle = out.fileHandleForReading
         Thread { [self] in
             var pending = Data()

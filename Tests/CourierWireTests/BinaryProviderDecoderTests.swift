@@ -34,6 +34,22 @@ func frame(_ command: UInt8, _ token: [UInt8], _ payload: [UInt8], id: UInt32, e
         command: command, token: ByteBuffer(bytes: token), payload: ByteBuffer(bytes: payload), identifier: id, expiry: expiry, priority: priority)
 }
 
+/// A frame over the longest valid one, its identifier after the payload:
+/// found by reading past it.
+let longFrame = command2 { f in
+    f.writeFrameItem(id: 1, token32)
+    f.writeFrameItem(id: 2, Array(repeating: UInt8(ascii: "x"), count: 3_000))
+    f.writeFrameItem(id: 3, integer: UInt32(31))
+}
+
+/// A frame length no five items can fill.
+let beyondItems: ByteBuffer = {
+    var b = ByteBuffer()
+    b.writeInteger(UInt8(2))
+    b.writeInteger(UInt32(327_691))
+    return b
+}()
+
 @Suite struct BinaryProviderDecoderTests {
     @Test func verifierAcceptsAllThreeCommandsDripFedAndBatched() throws {
         var one = ByteBuffer()
@@ -121,11 +137,8 @@ func frame(_ command: UInt8, _ token: [UInt8], _ payload: [UInt8], id: UInt32, e
             b.writeBytes([2, 0])  // an item header cut short by the frame end
             return b
         }(), 128, 0),
-        ("frame length over the longest valid frame (5 × 3 + 255 + payload limit + 9 = 2,327 with defaults)", {
-            var b = ByteBuffer()
-            b.writeInteger(UInt8(2)); b.writeInteger(UInt32(2_328))
-            return b
-        }(), 128, 0),
+        ("frame length over the longest valid frame (5 × 3 + 255 + payload limit + 9 = 2,327 with defaults)", longFrame, 7, 31),
+        ("frame length over what five items can hold (5 × (3 + 65,535) = 327,690)", beyondItems, 128, 0),
         ("no item 1, or item 1 empty", command2 { f in f.writeFrameItem(id: 2, payload); f.writeFrameItem(id: 3, integer: UInt32(21)) }, 2, 21),
         ("item 1 not the token length", command2 { f in
             f.writeFrameItem(id: 1, Array(token32.prefix(31))); f.writeFrameItem(id: 2, payload); f.writeFrameItem(id: 3, integer: UInt32(22))
@@ -179,6 +192,34 @@ func frame(_ command: UInt8, _ token: [UInt8], _ payload: [UInt8], id: UInt32, e
         header.writeInteger(UInt32.max)
         let out = try decodeAll(header)
         #expect(out == [.failure(BinaryFrameFailure(status: .protocolError, identifier: 0, answers: true, detail: ""))])
+    }
+
+    /// A long frame is answered as soon as its problem and identifier are
+    /// known: the rest of an oversized payload need not arrive.
+    @Test func aLongFrameIsAnsweredBeforeItsPayloadArrives() throws {
+        var input = ByteBuffer()
+        input.writeInteger(UInt8(2))
+        let frameLength = 3 + 4 + 3 + 32 + 3 + 60_000
+        input.writeInteger(UInt32(frameLength))
+        input.writeFrameItem(id: 3, integer: UInt32(41))
+        input.writeFrameItem(id: 1, token32)
+        input.writeMultipleIntegers(UInt8(2), UInt16(60_000))
+        input.writeBytes(Array(repeating: UInt8(ascii: "x"), count: 100))
+        let out = try decodeAll(input)
+        #expect(out == [.failure(BinaryFrameFailure(status: .invalidPayloadSize, identifier: 41, answers: true, detail: ""))])
+    }
+
+    /// In a long frame the first problem in item order is answered: a token
+    /// of the wrong length before an oversized payload is status 5.
+    @Test func aLongFramesFirstProblemIsAnswered() throws {
+        let input = command2 { f in
+            f.writeFrameItem(id: 1, Array(token32.prefix(31))); f.writeFrameItem(id: 2, Array(repeating: UInt8(ascii: "x"), count: 2_500))
+            f.writeFrameItem(id: 3, integer: UInt32(42))
+        }
+        for drip in [false, true] {
+            let out = try decodeAll(input, drip: drip)
+            #expect(out == [.failure(BinaryFrameFailure(status: .invalidTokenSize, identifier: 42, answers: true, detail: ""))])
+        }
     }
 
     @Test func anIncompleteFrameWaitsForMoreBytes() throws {

@@ -378,7 +378,9 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     /// read: bytes waiting while a notification waits for the dispatcher
     /// are whole frames held back by the server, not the peer's doing.
     private func checkUnfinishedFrame(context: ChannelHandlerContext) {
-        deadline.update(unfinished: machine.admitting != nil && !received.isEmpty, progressed: handled > 0, channel: context.channel)
+        // A long frame passing through the decoder counts as unfinished too: its bytes are not kept, its time is.
+        let unfinished = machine.admitting != nil && (!received.isEmpty || decoder.isInsideLongFrame)
+        deadline.update(unfinished: unfinished, progressed: handled > 0, channel: context.channel)
         sender?.count(handled)
         handled = 0
     }
