@@ -224,6 +224,25 @@ public struct DeliveryEvent: Sendable, Hashable, Codable {
         case discarded
         /// A fault rule of the admin API acted on it (the detail says which and how).
         case faultInjected
+
+        /// The kind's number: 0, 1, 2 ... with no gap, so also an index
+        /// into a table of kinds. The SQLite store writes it, so it never
+        /// changes; a new kind takes the next number.
+        @inlinable public var code: UInt8 {
+            switch self {
+            case .accepted: 0
+            case .stored: 1
+            case .replaced: 2
+            case .coalesced: 3
+            case .delivered: 4
+            case .acknowledged: 5
+            case .expired: 6
+            case .throttled: 7
+            case .rejected: 8
+            case .discarded: 9
+            case .faultInjected: 10
+            }
+        }
     }
 
     public var notificationID: UUID

@@ -15,7 +15,7 @@ import Foundation
 /// lengths and counts as LEB128 varints); then per event the id (16
 /// bytes), its time as the zigzag varint of the milliseconds since the
 /// event before it (the first: since the time above), the kind's code (one
-/// byte, `code(of:)`), and its detail's number (varint: 0 none, n the n-th
+/// byte, `DeliveryEvent.Kind.code`), and its detail's number (varint: 0 none, n the n-th
 /// detail). An event takes 19 bytes or so where version 1 took 35 to 65:
 /// most events of a batch share a handful of details ("device offline and
 /// expiration 0", a rejection's reason), and the log's cost is mostly the
@@ -107,7 +107,7 @@ public struct DeliveryLogBatch: Sendable, Hashable {
             for index in events.indices {
                 withUnsafeBytes(of: events[index].notificationID.uuid) { out.write($0) }
                 out.write(varint: steps[index])
-                out.write(Self.code(of: events[index].kind))
+                out.write(events[index].kind.code)
                 out.write(varint: UInt64(detailNumbers[index]))
             }
             precondition(out.rest.isEmpty, "delivery log batch sized wrongly")
@@ -116,30 +116,12 @@ public struct DeliveryLogBatch: Sendable, Hashable {
         self.init(filter: filter, events: packed)
     }
 
-    /// The kinds by their code in version 2 (`code(of:)`, the one table).
+    /// The kinds by their code in version 2 (`DeliveryEvent.Kind.code`).
     private static let kindCodes: [DeliveryEvent.Kind] = {
-        let table = DeliveryEvent.Kind.allCases.sorted { code(of: $0) < code(of: $1) }
-        precondition(table.indices.allSatisfy { Int(code(of: table[$0])) == $0 }, "kind codes must be 0, 1, 2, ... with no gap")
+        let table = DeliveryEvent.Kind.allCases.sorted { $0.code < $1.code }
+        precondition(table.indices.allSatisfy { Int(table[$0].code) == $0 }, "kind codes must be 0, 1, 2, ... with no gap")
         return table
     }()
-
-    /// A kind's code in version 2: stored, so never changed; a new kind
-    /// takes the next number.
-    private static func code(of kind: DeliveryEvent.Kind) -> UInt8 {
-        switch kind {
-        case .accepted: 0
-        case .stored: 1
-        case .replaced: 2
-        case .coalesced: 3
-        case .delivered: 4
-        case .acknowledged: 5
-        case .expired: 6
-        case .throttled: 7
-        case .rejected: 8
-        case .discarded: 9
-        case .faultInjected: 10
-        }
-    }
 
     private static func millis(_ date: Date) -> Int64 {
         Int64((date.timeIntervalSince1970 * 1000).rounded())

@@ -22,7 +22,7 @@ public final class ServerMetrics: Sendable {
     private let accepted: [CoreMetrics.Counter]
     /// By interface, environment and reason; made as reasons are met.
     private let rejected = Mutex<[RejectionKey: CoreMetrics.Counter]>([:])
-    /// The delivery log's events that are counted, by kind (`place`).
+    /// The delivery log's events that are counted, by kind (`DeliveryEvent.Kind.code`).
     private let events: [CoreMetrics.Counter?]
     private let handshakeFailures = Mutex<[String: CoreMetrics.Counter]>([:])
     private let deliveryLatency: CoreMetrics.Timer
@@ -84,7 +84,7 @@ public final class ServerMetrics: Sendable {
         self.received = received
         self.accepted = accepted
         var events = [CoreMetrics.Counter?](repeating: nil, count: DeliveryEvent.Kind.allCases.count)
-        for (kind, name) in Self.countedEvents { events[Self.place(kind)] = CoreMetrics.Counter(label: name, factory: factory) }
+        for (kind, name) in Self.countedEvents { events[Int(kind.code)] = CoreMetrics.Counter(label: name, factory: factory) }
         self.events = events
         deliveryLatency = CoreMetrics.Timer(label: "courier_delivery_latency_seconds", factory: factory)
         var commitLatency: [StoreWriter: CoreMetrics.Timer] = [:]
@@ -137,25 +137,9 @@ public final class ServerMetrics: Sendable {
     /// in an array, then one increment a kind).
     func logged(_ written: some Sequence<DeliveryEvent>) {
         var counts = [Int64](repeating: 0, count: events.count)
-        for event in written { counts[Self.place(event.kind)] += 1 }
+        // By the kind's code (a switch, not a hash, per event).
+        for event in written { counts[Int(event.kind.code)] += 1 }
         for (index, count) in counts.enumerated() where count > 0 { events[index]?.increment(by: count) }
-    }
-
-    /// A kind's place in `events`: a switch, not a hash, per event.
-    private static func place(_ kind: DeliveryEvent.Kind) -> Int {
-        switch kind {
-        case .accepted: 0
-        case .stored: 1
-        case .replaced: 2
-        case .coalesced: 3
-        case .delivered: 4
-        case .acknowledged: 5
-        case .expired: 6
-        case .throttled: 7
-        case .rejected: 8
-        case .discarded: 9
-        case .faultInjected: 10
-        }
     }
 
     /// A notification reached its device's connection `after` its acceptance.
