@@ -155,13 +155,38 @@ extension PKI {
 
     struct AuthKeyCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            commandName: "auth-key", abstract: "Create an ES256 auth key for a team (AuthKey_<KEYID>.p8) for HTTP/2 token trust.")
+            commandName: "auth-key", abstract: "Create an ES256 auth key for a team (AuthKey_<KEYID>.p8) for HTTP/2 token trust.",
+            discussion: "With --import, takes a key the team already has (the AuthKey_<KEYID>.p8 Apple gave it) so that its "
+                + "provider code keeps its key file and key id; the key id is read from the file name unless --key-id gives it.")
 
         @OptionGroup var options: DataOptions
         @Option(help: "The team id.") var team: String
         @Option(help: ArgumentHelp("The folder to write the .p8 file into.", valueName: "dir")) var out: String = "."
+        @Option(name: .customLong("import"), help: ArgumentHelp("An existing .p8 to take instead of making one.", valueName: "file"))
+        var importPath: String?
+        @Option(name: .customLong("key-id"), help: "The imported key's id (default: from AuthKey_<KEYID>.p8).") var keyID: String?
+
+        /// The key id of an imported key: given, or from Apple's file name.
+        func importedKeyID(_ path: String) throws -> String {
+            if let keyID { return keyID }
+            let name = URL(fileURLWithPath: path).lastPathComponent
+            guard name.hasPrefix("AuthKey_"), name.hasSuffix(".p8") else {
+                throw ValidationError("\(name) is not named AuthKey_<KEYID>.p8: give --key-id")
+            }
+            return String(name.dropFirst("AuthKey_".count).dropLast(".p8".count))
+        }
 
         func run() async throws {
+            if let importPath {
+                let keyID = try importedKeyID(importPath)
+                guard let p8 = try? String(contentsOfFile: importPath, encoding: .utf8) else { throw ValidationError("cannot read \(importPath)") }
+                try await withProvisioner(options) { provisioner in
+                    let key = try await provisioner.importAuthKey(teamID: team, keyID: keyID, p8: p8)
+                    say("imported auth key \(key.keyID) of team \(key.teamID) (Courier keeps its public key; the .p8 stays yours)\n")
+                }
+                return
+            }
+            if keyID != nil { throw ValidationError("--key-id goes with --import") }
             try await withProvisioner(options) { provisioner in
                 let (key, file) = try await provisioner.createAuthKey(teamID: team, directory: out)
                 report([file])

@@ -2,6 +2,7 @@ import CourierCore
 import CourierPKI
 import CourierProvider
 @testable import CourierServer
+import CourierTestSupport
 import CourierWire
 import Foundation
 import Testing
@@ -74,6 +75,49 @@ import Testing
             #expect(refused.status == 403)
             #expect(refused.reason == .invalidProviderToken)
             await client.close()
+            await server.disconnect(device)
+        }
+    }
+
+    /// A team's existing .p8 and key id, imported through the API and with
+    /// `courier pki auth-key --import`: provider code signs with its own
+    /// key file and key id, unchanged.
+    @Test func anExistingAuthKeyIsImportedAndSignsPushes() async throws {
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let existing = AuthKey.generate()
+            let body = try String(decoding: JSONSerialization.data(withJSONObject: ["keyID": existing.keyID, "p8": existing.p8PEM]), as: UTF8.self)
+            let imported = try await server.admin("POST", "/v1/teams/DEMOTEAM01/keys", body: body)
+            #expect(imported.status == 201, "\(imported.message ?? "")")
+            #expect(imported.object["keyID"] as? String == existing.keyID)
+            #expect(imported.object["p8"] == nil, "Courier gives no .p8 back")
+            let client = try await server.http2Client(credentials: .token(existing, teamID: "DEMOTEAM01"))
+            #expect(try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo")).status == 200)
+            _ = try #require(await device.next())
+            #expect(try await server.admin("POST", "/v1/teams/DEMOTEAM01/keys", body: body).status == 409)
+            let notAKey = #"{"keyID": "ABCDE12345", "p8": "-----BEGIN PRIVATE KEY-----\nnope\n-----END PRIVATE KEY-----\n"}"#
+            let refused = try await server.admin("POST", "/v1/teams/DEMOTEAM01/keys", body: notAKey)
+            #expect(refused.status == 422)
+            #expect(refused.message?.contains(".p8") == true)
+
+            // The command line, on the running server's data directory, from Apple's file name.
+            let other = AuthKey.generate()
+            let path = server.directory + "/" + other.fileName
+            try other.p8PEM.write(toFile: path, atomically: true, encoding: .utf8)
+            let run = try await runProgram(courier, ["pki", "auth-key", "--data", server.directory, "--team", "DEMOTEAM01", "--import", path])
+            #expect(run.status == 0, "\(run.stderr)")
+            #expect(run.stdout.contains("imported auth key \(other.keyID)"))
+            let second = try await server.http2Client(credentials: .token(other, teamID: "DEMOTEAM01"))
+            #expect(try await second.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo")).status == 200)
+            _ = try #require(await device.next())
+            let unnamed = server.directory + "/key.p8"
+            try other.p8PEM.write(toFile: unnamed, atomically: true, encoding: .utf8)
+            let noID = try await runProgram(courier, ["pki", "auth-key", "--data", server.directory, "--team", "DEMOTEAM01", "--import", unnamed])
+            #expect(noID.status != 0)
+            #expect(noID.stderr.contains("give --key-id"), "\(noID.stderr)")
+            await client.close()
+            await second.close()
             await server.disconnect(device)
         }
     }

@@ -473,17 +473,26 @@ enum AdminOpenAPI {
             },
             "/v1/teams/{teamID}/keys": {
               "post": {
-                "summary": "Create an auth key for the team: its .p8 is in this answer only",
+                "summary": "Create an auth key for the team (no body: its .p8 is in this answer only), or import one the team has (keyID and p8)",
                 "parameters": [{"name": "teamID", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "requestBody": {"required": false, "content": {"application/json": {"schema": {
+                  "type": "object", "required": ["keyID", "p8"],
+                  "properties": {
+                    "keyID": {"type": "string", "pattern": "^[A-Z0-9]{10}$"},
+                    "p8": {"type": "string", "description": "the AuthKey_<KEYID>.p8 file's text (PKCS#8 PEM, P-256)"}
+                  }
+                }}}},
                 "responses": {
-                  "201": {"description": "the key with its .p8", "content": {"application/json": {"schema": {
-                    "type": "object", "required": ["keyID", "teamID", "fileName", "p8", "createdAt"],
+                  "201": {"description": "the key: with its .p8 and file name when Courier made it", "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["keyID", "teamID", "createdAt"],
                     "properties": {
                       "keyID": {"type": "string"}, "teamID": {"type": "string"}, "fileName": {"type": "string"}, "p8": {"type": "string"},
                       "createdAt": {"type": "string", "format": "date-time"}
                     }
                   }}}},
-                  "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}
+                  "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
+                  "404": {"$ref": "#/components/responses/Error"}, "409": {"$ref": "#/components/responses/Error"},
+                  "422": {"$ref": "#/components/responses/Error"}
                 }
               }
             },

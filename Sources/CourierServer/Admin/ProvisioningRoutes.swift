@@ -38,9 +38,17 @@ struct ProvisioningRoutes {
             let app = try await provisioner.createApp(bundleID: body.bundleID, teamID: body.teamID, kinds: kinds)
             return EditedResponse(status: .created, response: AppJSON(app))
         }
-        api.post("teams/:teamID/keys") { [provisioner] _, context in
-            let created = try await provisioner.createAuthKey(teamID: try decoded(context, "teamID"))
-            return EditedResponse(status: .created, response: NewAuthKeyJSON(created))
+        api.post("teams/:teamID/keys") { [provisioner] request, context in
+            let teamID = try decoded(context, "teamID")
+            let body = try await request.body.collect(upTo: 64 * 1024)
+            // No body: a new key. A body: a key the team has, imported.
+            guard body.readableBytes > 0 else {
+                let created = try await provisioner.createAuthKey(teamID: teamID)
+                return EditedResponse(status: .created, response: KeyAnswer.created(NewAuthKeyJSON(created)))
+            }
+            let given = try JSONDecoder().decode(ImportedKey.self, from: body)
+            let record = try await provisioner.importAuthKey(teamID: teamID, keyID: given.keyID, p8: given.p8)
+            return EditedResponse(status: .created, response: KeyAnswer.imported(ImportedKeyJSON(record)))
         }
         api.post("keys/:keyID/revoke") { [provisioner, afterRevocation] _, context in
             let keyID = try decoded(context, "keyID")
@@ -111,6 +119,12 @@ struct NewApp: Decodable {
     var topicKinds: [String]?
 }
 
+/// A team's existing key: its id and its `.p8`.
+struct ImportedKey: Decodable {
+    var keyID: String
+    var p8: String
+}
+
 struct NewProviderCertificate: Decodable {
     /// production, sandbox; default both.
     var environments: [String]?
@@ -178,6 +192,32 @@ struct NewAuthKeyJSON: ResponseCodable {
         fileName = created.fileName
         p8 = created.p8
         createdAt = adminTime(created.record.createdAt)
+    }
+}
+
+/// An imported key: Courier gives no `.p8` back (it keeps the public key).
+struct ImportedKeyJSON: Codable {
+    var keyID: String
+    var teamID: String
+    var createdAt: String
+
+    init(_ record: AuthKeyRecord) {
+        keyID = record.keyID
+        teamID = record.teamID
+        createdAt = adminTime(record.createdAt)
+    }
+}
+
+/// A new key with its `.p8`, or an imported one without.
+enum KeyAnswer: ResponseEncodable {
+    case created(NewAuthKeyJSON)
+    case imported(ImportedKeyJSON)
+
+    func encode(to encoder: any Encoder) throws {
+        switch self {
+        case .created(let key): try key.encode(to: encoder)
+        case .imported(let key): try key.encode(to: encoder)
+        }
     }
 }
 

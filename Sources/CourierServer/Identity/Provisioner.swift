@@ -223,6 +223,27 @@ public final class Provisioner: Sendable {
         return CreatedAuthKey(record: record, p8: key.p8PEM, fileName: key.fileName)
     }
 
+    /// Takes a team's existing auth key — the `.p8` Apple gave it, with its
+    /// key id — so that provider code keeps its key file and key id against
+    /// Courier. Only the public key is kept.
+    public func importAuthKey(teamID: String, keyID: String, p8: String) async throws -> AuthKeyRecord {
+        guard try await store.team(id: teamID) != nil else { throw PKIError(.notFound, "team \(teamID) does not exist") }
+        let key: AuthKey
+        do {
+            key = try AuthKey(keyID: keyID, p8PEM: p8)
+        } catch let error as PKIError where error.code == .badFile {
+            throw PKIError(.invalidArgument, "the key is not a .p8 (a PEM P-256 private key)")
+        }
+        guard try await store.authKey(id: keyID) == nil else { throw PKIError(.alreadyExists, "auth key \(keyID) exists already") }
+        let record = AuthKeyRecord(keyID: key.keyID, teamID: teamID, publicKey: key.publicKeyX963, createdAt: clock.now())
+        do {
+            try await store.addAuthKey(record)
+        } catch let error as StoreError where error.code == .duplicate {
+            throw PKIError(.alreadyExists, "auth key \(keyID) exists already")
+        }
+        return record
+    }
+
     /// Creates an auth key for a team and writes `AuthKey_<KEYID>.p8` into
     /// `directory`.
     public func createAuthKey(teamID: String, directory: String) async throws -> (key: AuthKeyRecord, file: ProvisionedFile) {
