@@ -284,19 +284,25 @@ public struct BinaryProviderDecoder: NIOSingleStepByteToMessageDecoder {
                 let problem = frame.problem ?? (.protocolError, "frame length is over \(limits.maxCommand2FrameLength)")
                 return .failure(fail(problem.status, frame.identifier ?? 0, problem.detail))
             }
-            guard frame.remaining >= 3 else {
-                return .failure(fail(.protocolError, frame.identifier ?? 0, "an item runs past the end of the frame"))
-            }
+            // An item cut by the frame's end: the problem met before it, if any, comes first.
+            let overrun = frame.problem ?? (.protocolError, "an item runs past the end of the frame")
+            guard frame.remaining >= 3 else { return .failure(fail(overrun.status, frame.identifier ?? 0, overrun.detail)) }
             guard let (id, length) = buffer.getMultipleIntegers(at: buffer.readerIndex, as: (UInt8, UInt16).self) else { return nil }
             let valueLength = Int(length)
-            guard valueLength <= frame.remaining - 3 else {
-                return .failure(fail(.protocolError, frame.identifier ?? 0, "an item runs past the end of the frame"))
-            }
+            guard valueLength <= frame.remaining - 3 else { return .failure(fail(overrun.status, frame.identifier ?? 0, overrun.detail)) }
             if id == 3, valueLength == 4, frame.identifier == nil {
                 guard let (_, _, identifier) = buffer.readMultipleIntegers(as: (UInt8, UInt16, UInt32).self) else { return nil }
                 frame.identifier = identifier
                 frame.remaining -= 7
                 frame.seen |= 1 << 3
+                continue
+            }
+            // The priority's value is checked as in a frame of valid length (5 or 10).
+            if id == 5, valueLength == 1, frame.seen & (1 << 5) == 0, frame.problem == nil {
+                guard let (_, _, priority) = buffer.readMultipleIntegers(as: (UInt8, UInt16, UInt8).self) else { return nil }
+                frame.remaining -= 4
+                frame.seen |= 1 << 5
+                if priority != 5 && priority != 10 { frame.problem = (.protocolError, "priority \(priority) is neither 5 nor 10") }
                 continue
             }
             buffer.moveReaderIndex(forwardBy: 3)
@@ -308,6 +314,10 @@ public struct BinaryProviderDecoder: NIOSingleStepByteToMessageDecoder {
                 frame.problem = (.protocolError, "unknown item \(id)")
             } else if frame.seen & bit != 0 {
                 frame.problem = (.protocolError, "item \(id) appears twice")
+            } else if id == 1, valueLength == 0 {
+                frame.problem = (.missingDeviceToken, "the token item is empty")
+            } else if id == 2, valueLength == 0 {
+                frame.problem = (.missingPayload, "the payload item is empty")
             } else if id == 1, valueLength != limits.tokenLength {
                 frame.problem = (.invalidTokenSize, "token is \(valueLength) bytes, not \(limits.tokenLength)")
             } else if id == 2, valueLength > limits.command2Payload {

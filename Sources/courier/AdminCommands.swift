@@ -69,7 +69,8 @@ struct AdminClient {
         let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: HTTPClient.Configuration(tlsConfiguration: tls))
         let answer: Result<(status: Int, data: Data), any Error>
         do {
-            let response = try await client.execute(request, timeout: .seconds(Int64(timeout) + 5))
+            // Bounded: a huge timeout must not overflow NIO's nanoseconds.
+            let response = try await client.execute(request, timeout: .seconds(Int64(min(max(timeout, 0), 86_400)) + 5))
             answer = .success((Int(response.status.code), Data(buffer: try await response.body.collect(upTo: 64 << 20))))
         } catch {
             answer = .failure(error)
@@ -176,7 +177,7 @@ struct InboxCommand: AsyncParsableCommand {
             query.append(("timeout", String(timeout)))
             let data: Data
             do {
-                data = try await client.get("v1/inbox/wait", query: query, timeout: TimeInterval(timeout + 10))
+                data = try await client.get("v1/inbox/wait", query: query, timeout: TimeInterval(min(max(timeout, 0), 3_600)) + 10)
             } catch let failure as AdminFailure where failure.status == 404 {
                 FileHandle.standardError.write(Data("courier: \(failure.message)\n".utf8))
                 throw ExitCode(1)

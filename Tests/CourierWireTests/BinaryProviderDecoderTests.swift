@@ -222,6 +222,39 @@ let beyondItems: ByteBuffer = {
         }
     }
 
+    /// A long frame's items are judged as a valid-length frame's are: a
+    /// bad priority value is 128, an empty token 2, and an item cut by the
+    /// frame's end does not hide a problem met before it.
+    @Test(arguments: [
+        ("priority 7", UInt8(128), UInt32(42)),
+        ("empty token", 2, 42),
+        ("stray bytes after the payload", 7, 0),
+    ])
+    func aLongFramesItemsAreJudgedAsUsual(_ row: String, _ status: UInt8, _ identifier: UInt32) throws {
+        let big = Array(repeating: UInt8(ascii: "x"), count: 3_000)
+        let input: ByteBuffer
+        switch row {
+        case "priority 7":
+            input = command2 { f in
+                f.writeFrameItem(id: 5, [7]); f.writeFrameItem(id: 1, token32); f.writeFrameItem(id: 2, big); f.writeFrameItem(id: 3, integer: UInt32(42))
+            }
+        case "empty token":
+            input = command2 { f in f.writeFrameItem(id: 1, []); f.writeFrameItem(id: 2, big); f.writeFrameItem(id: 3, integer: UInt32(42)) }
+        default:
+            var b = ByteBuffer()
+            b.writeInteger(UInt8(2))
+            b.writeInteger(UInt32(3 + 32 + 3 + 3_000 + 2))
+            b.writeFrameItem(id: 1, token32)
+            b.writeFrameItem(id: 2, big)
+            b.writeBytes([9, 9])
+            input = b
+        }
+        for drip in [false, true] {
+            let out = try decodeAll(input, drip: drip)
+            #expect(out == [.failure(BinaryFrameFailure(status: BinaryStatus(rawValue: status), identifier: identifier, answers: true, detail: ""))], "\(row)")
+        }
+    }
+
     @Test func anIncompleteFrameWaitsForMoreBytes() throws {
         var input = ByteBuffer()
         input.writeBinaryNotification(token: token32, payload: payload, identifier: 3, expiry: nil, priority: nil)

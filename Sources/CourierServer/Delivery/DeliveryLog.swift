@@ -98,9 +98,10 @@ final class DeliveryLogWriter: Service, Sendable {
                 return backlog.events
             }
             guard !events.isEmpty else { return }
-            self.metrics.logged(events)
             do {
                 try await self.store.appendDeliveryEvents(events)
+                // Counted once written: events a failed write dropped are not.
+                self.metrics.logged(events)
             } catch {
                 self.logger.error("delivery log write failed", metadata: ["courier.events": "\(events.count)", "courier.error": "\(error)"])
             }
