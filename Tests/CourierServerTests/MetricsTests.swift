@@ -117,6 +117,29 @@ extension TestServer {
         }
     }
 
+    /// The admin port holds at most connections.maxPerListener connections:
+    /// one more is closed as it opens, and the API answers again once they go.
+    @Test func theAdminPortBoundsItsConnections() async throws {
+        try await withTestServer(configure: { $0.connections.maxPerListener = 2 }) { server in
+            let port = try await server.adminPort()
+            let bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            let first = try await bootstrap.connect(host: "127.0.0.1", port: port).get()
+            let second = try await bootstrap.connect(host: "127.0.0.1", port: port).get()
+            let third = try await bootstrap.connect(host: "127.0.0.1", port: port).get()
+            // The server closes the third: its close arrives without our asking.
+            try await third.closeFuture.get()
+            #expect(first.isActive && second.isActive)
+            try await first.close()
+            try await second.close()
+            var answered = false
+            for _ in 0..<50 where !answered {
+                answered = (try? await server.admin("GET", "/health/live", token: "").status) == 200
+                if !answered { try await Task.sleep(for: .milliseconds(20)) }
+            }
+            #expect(answered)
+        }
+    }
+
     /// A reason no code path gives still counts, under "other" past the
     /// limit: the page cannot grow without bound.
     @Test func rejectionReasonsAreBounded() {

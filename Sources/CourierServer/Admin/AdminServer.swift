@@ -7,6 +7,7 @@ import HummingbirdTLS
 import Logging
 import NIOCore
 import ServiceLifecycle
+import Synchronization
 
 /// The admin API (docs/admin-api.md): JSON over HTTP on
 /// `network.adminHost`:`network.adminPort` (HTTPS with the server
@@ -35,8 +36,14 @@ public struct AdminServer: Service {
     public func run() async throws {
         var logger = logger
         logger[metadataKey: "courier.listener"] = "admin"
+        // Bounded as the protocol ports are: at most connections.maxPerListener
+        // open (one more is closed as it opens), and a connection idle for a
+        // minute — a handshake never finished included — closed; a long
+        // poll being answered is not idle.
+        let cap = AdminConnectionCap(limit: configuration.connections.maxPerListener)
+        let http1: HTTPServerBuilder = .http1(configuration: .init(additionalChannelHandlers: [cap.admission()], idleTimeout: .seconds(60)))
         let server: HTTPServerBuilder =
-            configuration.network.adminUsesTLS ? try .tls(.http1(), tlsConfiguration: ServerTLS.adminConfiguration(provisioner: provisioner)) : .http1()
+            configuration.network.adminUsesTLS ? try .tls(http1, tlsConfiguration: ServerTLS.adminConfiguration(provisioner: provisioner)) : http1
         let app = Application(
             router: router(),
             server: server,
@@ -170,6 +177,41 @@ public struct AdminServer: Service {
             return DeviceList(online: dispatcher.sessions.online, devices: devices)
         }
         return router
+    }
+}
+
+/// The admin port's open connections, bounded: a connection over the
+/// limit is closed as it is set up.
+final class AdminConnectionCap: Sendable {
+    let limit: Int
+    private let open = Atomic<Int>(0)
+
+    init(limit: Int) {
+        self.limit = limit
+    }
+
+    var count: Int { open.load(ordering: .relaxed) }
+
+    /// The handler each new connection gets.
+    func admission() -> any RemovableChannelHandler { Admission(cap: self) }
+
+    private final class Admission: ChannelInboundHandler, RemovableChannelHandler, Sendable {
+        typealias InboundIn = NIOAny
+        let cap: AdminConnectionCap
+
+        init(cap: AdminConnectionCap) {
+            self.cap = cap
+        }
+
+        func handlerAdded(context: ChannelHandlerContext) {
+            let cap = self.cap
+            guard cap.open.wrappingAdd(1, ordering: .relaxed).newValue <= cap.limit else {
+                cap.open.wrappingSubtract(1, ordering: .relaxed)
+                context.close(promise: nil)
+                return
+            }
+            context.channel.closeFuture.whenComplete { _ in cap.open.wrappingSubtract(1, ordering: .relaxed) }
+        }
     }
 }
 
