@@ -4,6 +4,9 @@
 # same request over TLS and HTTP/2: the ceiling of this machine.
 #
 # usage: Benchmarks/h2load/compare.sh [REQUESTS]        (from the repository)
+#        EXPIRATION=<unix time> ... : apns-expiration (default 0); one in the
+#        future makes every push durable (committed before its 200: the
+#        demo device is not connected)
 # needs: h2load (Debian nghttp2-client), nginx, openssl; a release build:
 #        swift build -c release --product courier
 set -euo pipefail
@@ -87,7 +90,7 @@ run() { # name url connections
   # shellcheck disable=SC2086
   before=$(cpu_ticks $pids)
   out=$(h2load -n "$requests" -c "$3" -m 100 -t "$threads" -d "$work/payload.json" --log-file "$work/$1-$3.tsv" \
-    -H "apns-topic: com.example.demo" -H "apns-expiration: 0" -H "apns-push-type: alert" \
+    -H "apns-topic: com.example.demo" -H "apns-expiration: ${EXPIRATION:-0}" -H "apns-push-type: alert" \
     -H "authorization: bearer $JWT" "$2/3/device/$DEVICE_TOKEN")
   # shellcheck disable=SC2086
   after=$(cpu_ticks $pids)

@@ -1,4 +1,7 @@
 import CourierCore
+import CourierWire
+import NIOCore
+import NIOHPACK
 import NIOHTTP2
 import Testing
 
@@ -59,5 +62,30 @@ import Testing
         machine.dispatched()
         #expect(machine.answered(firstValidToken: true).liftStreamLimit)
         #expect(!machine.answered(firstValidToken: true).liftStreamLimit)
+    }
+}
+
+/// A busy connection's requests wait for one task at a time, which takes
+/// them in arrival order until none is left.
+@Suite struct HTTP2DecisionQueueTests {
+    func request(_ stream: Int) throws -> HTTP2Request {
+        var headers = HPACKHeaders()
+        headers.add(name: ":method", value: "POST")
+        headers.add(name: ":path", value: "/3/device/00")
+        let head = try #require(try? HTTP2RequestHead.parse(headers).get())
+        return HTTP2Request(streamID: HTTP2StreamID(stream), head: head, headers: headers, body: ByteBuffer())
+    }
+
+    @Test func oneTaskTakesEverythingInOrderThenEnds() throws {
+        let queue = HTTP2DecisionQueue()
+        #expect(queue.add([try request(1), try request(3)]))
+        // A task is deciding: later requests join its queue, no second task.
+        #expect(!queue.add([try request(5)]))
+        #expect(queue.next()?.map(\.streamID) == [1, 3, 5].map { HTTP2StreamID($0) })
+        #expect(!queue.add([try request(7)]))
+        #expect(queue.next()?.map(\.streamID) == [HTTP2StreamID(7)])
+        // Nothing left: the task ends, and the next request starts another.
+        #expect(queue.next() == nil)
+        #expect(queue.add([try request(9)]))
     }
 }

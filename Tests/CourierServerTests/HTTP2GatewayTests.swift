@@ -545,3 +545,29 @@ extension HTTP2ProtocolTableTests {
         }
     }
 }
+
+extension HTTP2ProtocolTableTests {
+    /// A topic the connection's token did not cover when it was verified:
+    /// the team's apps are read again, so an app created meanwhile is
+    /// usable on the open connection; a topic still not the team's is
+    /// refused.
+    @Test func anAppCreatedWhileTheConnectionIsOpenIsUsableOnIt() async throws {
+        try await withTestServer { server in
+            let device = try await server.device()
+            let demoToken = try await device.client.register("com.example.demo")
+            let key = try server.demoAuthKey()
+            let authorization = jwt(key: key, issuedAt: server.clock.now())
+            let connection = try await server.http2Connection()
+            #expect(try await RawPush(token: demoToken, authorization: authorization).send(on: connection).status == 200)
+
+            _ = try await server.application.provisioner.createApp(bundleID: "com.example.later", teamID: "DEMOTEAM01")
+            let laterToken = try await device.client.register("com.example.later")
+            let later = RawPush(token: laterToken, topic: "com.example.later", authorization: authorization)
+            #expect(try await later.send(on: connection).status == 200)
+            let foreign = RawPush(token: laterToken, topic: "com.example.never", authorization: authorization)
+            #expect(try await foreign.send(on: connection).reason == "TopicDisallowed")
+            await connection.close()
+            await server.disconnect(device)
+        }
+    }
+}

@@ -119,10 +119,10 @@ final class BinaryGateway: ListenerInterface {
             command2Payload: configuration.limits.payload.binaryCommand2)
     }
 
-    func setUp(_ channel: any Channel, peer: PeerIdentityBox, release: @escaping @Sendable () -> Void) throws -> Never? {
+    func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: @escaping @Sendable () -> Void) throws -> Never? {
         try channel.pipeline.syncOperations.addHandlers(
             ConnectionTimeout(.silence, timeout: policy.connections.binaryIdle),
-            BinaryConnectionHandler(gateway: self, peer: peer, limits: decoderLimits))
+            BinaryConnectionHandler(gateway: self, peer: peer, work: work, limits: decoderLimits))
         return nil
     }
 
@@ -366,10 +366,13 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     /// This read's inbox entries and acceptances, recorded and counted
     /// together (`recordEntries`).
     private var outcomes = BinaryGateway.ReadOutcomes()
+    /// Where a notification that waits for the dispatcher is decided.
+    private let work: ConnectionWork
 
-    init(gateway: BinaryGateway, peer: PeerIdentityBox, limits: BinaryDecoderLimits) {
+    init(gateway: BinaryGateway, peer: PeerIdentityBox, work: ConnectionWork, limits: BinaryDecoderLimits) {
         self.gateway = gateway
         self.peer = peer
+        self.work = work
         decoder = BinaryProviderDecoder(limits: limits)
         deadline = UnfinishedFrameDeadline(timeout: gateway.policy.connections.unfinishedFrame)
     }
@@ -470,7 +473,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
                 let (command, identifier, fields, sender) = (frame.command, frame.identifier, BinaryFrameFields(frame), sender)
                 let (gateway, loop) = (self.gateway, context.eventLoop)
                 let bound = NIOLoopBound((self, context), eventLoop: loop)
-                Task {
+                work.start {
                     if let delay { try? await Task.sleep(for: delay) }
                     let decided = await gateway.dispatcher.admitAfterWaiting(notification, environment: gateway.environment, grant: grant)
                     var late = BinaryGateway.ReadOutcomes()

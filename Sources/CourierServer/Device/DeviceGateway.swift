@@ -95,8 +95,9 @@ final class DeviceGateway: ListenerInterface {
     /// frames were handled: the dispatcher was told it went offline.
     static var releasesItself: Bool { true }
 
-    func setUp(_ channel: any Channel, peer: PeerIdentityBox, release: @escaping @Sendable () -> Void) throws -> Never? {
-        let connection = DeviceConnection(gateway: self, link: ChannelDeviceLink(channel: channel, tokenLength: tokenLength), peer: peer, release: release)
+    func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: @escaping @Sendable () -> Void) throws -> Never? {
+        let connection = DeviceConnection(
+            gateway: self, link: ChannelDeviceLink(channel: channel, tokenLength: tokenLength), peer: peer, work: work, release: release)
         // However the channel ends (even before its handlers are in place),
         // its connection hears of it last.
         channel.closeFuture.whenComplete { _ in connection.enqueue(.closed) }
@@ -243,8 +244,8 @@ struct DeviceConversation {
 /// an empty inbox is read at once on the event loop; what it needs no
 /// waiting for (a KeepAlive, the Ack of a notification not held in the
 /// store) is done there. Anything that waits (the store, a connect) runs in
-/// a task that exists only while there are frames waiting and ends when
-/// the inbox is empty again. The conversation lives in the inbox's lock
+/// a task of the listener's `ConnectionWork` that exists only while there
+/// are frames waiting and ends when the inbox is empty again. The conversation lives in the inbox's lock
 /// while neither runs.
 final class DeviceConnection: Sendable {
     enum Item {
@@ -273,10 +274,13 @@ final class DeviceConnection: Sendable {
     private let peer: PeerIdentityBox
     /// Tells the listener the connection has ended.
     private let release: @Sendable () -> Void
+    /// Where the frames that wait are handled (`handleWaiting`).
+    private let work: ConnectionWork
     private let inbox = Mutex(Inbox())
 
-    init(gateway: DeviceGateway, link: ChannelDeviceLink, peer: PeerIdentityBox, release: @escaping @Sendable () -> Void) {
+    init(gateway: DeviceGateway, link: ChannelDeviceLink, peer: PeerIdentityBox, work: ConnectionWork, release: @escaping @Sendable () -> Void) {
         self.gateway = gateway
+        self.work = work
         self.link = link
         self.peer = peer
         self.release = release
@@ -305,10 +309,11 @@ final class DeviceConnection: Sendable {
         case .none:
             return
         case .task:
-            Task { await self.work() }
+            work.start { await self.handleWaiting() }
         case .atOnce(let frame, var conversation):
             if !conversation.over, let step = gateway.receive(frame, &conversation, link: link) {
-                Task { await self.work(conversation, first: step) }
+                let handed = conversation
+                work.start { await self.handleWaiting(handed, first: step) }
                 return
             }
             let more = inbox.withLock { inbox -> Bool in
@@ -316,7 +321,7 @@ final class DeviceConnection: Sendable {
                 inbox.running = !inbox.items.isEmpty
                 return inbox.running
             }
-            if more { Task { await self.work() } }
+            if more { work.start { await self.handleWaiting() } }
         }
     }
 
@@ -331,7 +336,7 @@ final class DeviceConnection: Sendable {
 
     /// Handles the frames waiting, in order, starting with what is left of
     /// one read by `enqueue`, if any.
-    private func work(_ conversation: DeviceConversation? = nil, first: DeviceStep? = nil) async {
+    private func handleWaiting(_ conversation: DeviceConversation? = nil, first: DeviceStep? = nil) async {
         var conversation = conversation ?? inbox.withLock { $0.conversation }
         if let first {
             conversation.over = await !gateway.perform(first, &conversation, link: link, peer: peer)

@@ -143,8 +143,8 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
 
     var clock: any WallClock { dispatcher.clock }
 
-    func setUp(_ channel: any Channel, peer: PeerIdentityBox, release: @escaping @Sendable () -> Void) throws -> Never? {
-        try channel.pipeline.syncOperations.addHandler(HTTP2ConnectionSetup(gateway: self, peer: peer))
+    func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: @escaping @Sendable () -> Void) throws -> Never? {
+        try channel.pipeline.syncOperations.addHandler(HTTP2ConnectionSetup(gateway: self, peer: peer, work: work))
         return nil
     }
 
@@ -249,11 +249,248 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         var payload: [UInt8]?
     }
 
-    /// Answers one request whose headers parsed (`decide`) and records it
-    /// in the inbox with its answer.
-    func answer(_ head: HTTP2RequestHead, headers: HPACKHeaders, body: ByteBuffer, connection: HTTP2ConnectionHandle) async -> HTTP2Answer {
+    /// What a request comes to without waiting (`decide`).
+    enum Decision: Sendable {
+        /// Answered now (its inbox entry made).
+        case answered(HTTP2Answer)
+        /// Accepted: 200 once `durable` is committed, an internal error if
+        /// the commit fails (`answer` makes either, with its entry).
+        case committing(Pending<Void>, answer: @Sendable (_ committed: Bool) -> HTTP2Answer)
+        /// Has to wait (a key or a registration from the store, room in the
+        /// delivery log, a fault rule): `answer` decides it, as the
+        /// listener's work.
+        case waits(answer: @Sendable () async -> HTTP2Answer)
+    }
+
+    /// Who sent a request, once its trust was checked.
+    private struct Provider {
+        var identity: ProviderIdentity
+        /// A certificate's only topic, for a request without `apns-topic`.
+        var defaultTopic: String?
+        /// Token trust, whose team's topics can be read again.
+        var tokenTrust: TokenTrust?
+        /// The connection's first valid token (`HTTP2Answer.liftStreamLimit`).
+        var first = false
+    }
+
+    /// What a request whose provider is known comes to before the
+    /// dispatcher (`prepare`).
+    private enum Prepared {
+        case refused(HTTP2Answer)
+        /// The topic is not the provider's: its team's topics are read again first.
+        case refreshTopics
+        case notification(PushNotification, TopicGrant)
+    }
+
+    /// Decides one request whose headers parsed, without waiting when
+    /// nothing has to (docs/protocol.md §2): trust, topic, header values,
+    /// payload, fault rules, then the dispatcher. What does have to wait
+    /// starts over in `answerAfterWaiting` (nothing was done yet), or
+    /// goes on from the notification (`dispatchAfterWaiting`).
+    func decide(_ head: HTTP2RequestHead, headers: HPACKHeaders, body: ByteBuffer, connection: HTTP2ConnectionHandle) -> Decision {
+        let id = UUID.notificationID()
+        let apnsID = head.apnsID ?? id.lowercasedString
         var seen = Seen()
-        var answer = await decide(head, body: body, connection: connection, seen: &seen)
+        func waitsFromTheStart() -> Decision {
+            .waits { await self.answerAfterWaiting(head, headers: headers, body: body, connection: connection, id: id) }
+        }
+        var provider: Provider
+        switch connection.trust {
+        case .token(let trust):
+            guard let outcome = trust.authenticateAtOnce(head.authorization, now: clock.now(), keys: keys) else { return waitsFromTheStart() }
+            switch admit(outcome, trust: trust, connection: connection, apnsID: apnsID) {
+            case .failure(let refused): return .answered(recorded(refused.answer, headers, body, connection, seen))
+            case .success(let known): provider = known
+            }
+        case .certificate, .unusableCertificate:
+            switch certified(connection.trust, apnsID: apnsID) {
+            case .failure(let refused): return .answered(recorded(refused.answer, headers, body, connection, seen))
+            case .success(let known): provider = known
+            }
+        }
+        seen.identity = provider.identity
+        let notification: PushNotification
+        let grant: TopicGrant
+        switch prepare(head, body: body, provider: provider, id: id, apnsID: apnsID, seen: &seen) {
+        case .refused(var answer):
+            answer.liftStreamLimit = provider.first
+            return .answered(recorded(answer, headers, body, connection, seen))
+        case .refreshTopics: return waitsFromTheStart()
+        case .notification(let n, let g): (notification, grant) = (n, g)
+        }
+        let first = provider.first
+        guard !faults.isActive, let decided = dispatcher.admitAtOnce(notification, environment: environment, grant: grant, now: clock.now()) else {
+            let waiting = seen
+            return .waits {
+                await self.dispatchAfterWaiting(
+                    notification, grant: grant, first: first, apnsID: apnsID, headers: headers, body: body, connection: connection, seen: waiting)
+            }
+        }
+        var answer = Self.answer(decided.result, apnsID: apnsID)
+        answer.liftStreamLimit = first
+        guard let durable = decided.durable else { return .answered(recorded(answer, headers, body, connection, seen)) }
+        let (accepted, committed) = (answer, seen)
+        return .committing(durable) { done in
+            self.recorded(done ? accepted : .failure(.internalServerError, apnsID: apnsID), headers, body, connection, committed)
+        }
+    }
+
+    /// `decide` for a request that has to wait before its provider or its
+    /// topic is known.
+    private func answerAfterWaiting(_ head: HTTP2RequestHead, headers: HPACKHeaders, body: ByteBuffer, connection: HTTP2ConnectionHandle, id: UUID) async
+        -> HTTP2Answer
+    {
+        let apnsID = head.apnsID ?? id.lowercasedString
+        var seen = Seen()
+        var provider: Provider
+        let known: Result<Provider, Refused>
+        if case .token(let trust) = connection.trust {
+            known = admit(await trust.authenticate(head.authorization, now: clock.now(), keys: keys), trust: trust, connection: connection, apnsID: apnsID)
+        } else {
+            known = certified(connection.trust, apnsID: apnsID)
+        }
+        switch known {
+        case .failure(let refused): return recorded(refused.answer, headers, body, connection, seen)
+        case .success(let found): provider = found
+        }
+        seen.identity = provider.identity
+        var prepared = prepare(head, body: body, provider: provider, id: id, apnsID: apnsID, seen: &seen)
+        if case .refreshTopics = prepared {
+            // A team's app added since the token was verified.
+            guard let refreshed = await provider.tokenTrust?.refreshTopics(keys: keys) else {
+                return recorded(.failure(.topicDisallowed, apnsID: apnsID), headers, body, connection, seen)
+            }
+            provider.identity = refreshed
+            provider.tokenTrust = nil
+            seen.identity = refreshed
+            prepared = prepare(head, body: body, provider: provider, id: id, apnsID: apnsID, seen: &seen)
+        }
+        switch prepared {
+        case .refused(var answer):
+            answer.liftStreamLimit = provider.first
+            return recorded(answer, headers, body, connection, seen)
+        case .refreshTopics:
+            return recorded(.failure(.topicDisallowed, apnsID: apnsID), headers, body, connection, seen)
+        case .notification(let notification, let grant):
+            return await dispatchAfterWaiting(
+                notification, grant: grant, first: provider.first, apnsID: apnsID, headers: headers, body: body, connection: connection, seen: seen)
+        }
+    }
+
+    /// The rest of `decide` for a notification: a fault rule that matches
+    /// it (a delay waits here), then the dispatcher, waiting for the store
+    /// if it has to.
+    private func dispatchAfterWaiting(
+        _ notification: PushNotification, grant: TopicGrant, first: Bool, apnsID: String, headers: HPACKHeaders, body: ByteBuffer,
+        connection: HTTP2ConnectionHandle, seen: Seen
+    ) async -> HTTP2Answer {
+        var seen = seen
+        var answer: HTTP2Answer
+        if faults.isActive,
+            let rule = faults.take(
+                FaultRequest(interface: .http2, environment: environment, token: notification.token, topic: grant.topic, identity: seen.identity),
+                now: clock.now())
+        {
+            seen.fault = rule.id
+            dispatcher.logFault(rule, notificationID: notification.id)
+            switch rule.action {
+            case .reject(let reason, let timestamp, _):
+                answer = .failure(reason, apnsID: apnsID, timestamp: reason == .unregistered ? timestamp ?? clock.now() : nil)
+                answer.liftStreamLimit = first
+                return recorded(answer, headers, body, connection, seen)
+            case .delay(let milliseconds):
+                try? await Task.sleep(for: .milliseconds(milliseconds))
+            case .close(let reason):
+                connection.goAway(reason)
+                answer = .failure(reason, apnsID: apnsID)
+                answer.liftStreamLimit = first
+                return recorded(answer, headers, body, connection, seen)
+            }
+        }
+        answer = Self.answer(await dispatcher.accept(notification, environment: environment, grant: grant), apnsID: apnsID)
+        answer.liftStreamLimit = first
+        return recorded(answer, headers, body, connection, seen)
+    }
+
+    /// A refusal before the provider is known.
+    private struct Refused: Error {
+        var answer: HTTP2Answer
+    }
+
+    /// The provider of a certificate connection.
+    private func certified(_ trust: ProviderTrust, apnsID: String) -> Result<Provider, Refused> {
+        switch trust {
+        case .certificate(let record, let identity, let topic):
+            guard record.environments.contains(environment) else { return .failure(Refused(answer: .failure(.badCertificateEnvironment, apnsID: apnsID))) }
+            return .success(Provider(identity: identity, defaultTopic: topic))
+        case .unusableCertificate, .token:
+            return .failure(Refused(answer: .failure(.badCertificate, apnsID: apnsID)))
+        }
+    }
+
+    /// The provider of a token connection, from its request's token. A
+    /// key whose connections come and go too fast, or that holds too many,
+    /// is refused at its first valid token (and this connection ends).
+    private func admit(_ outcome: TokenTrust.Outcome, trust: TokenTrust, connection: HTTP2ConnectionHandle, apnsID: String) -> Result<Provider, Refused> {
+        switch outcome {
+        case .rejected(let reason): return .failure(Refused(answer: .failure(reason, apnsID: apnsID)))
+        case .valid(let identity, let first):
+            if first, let keyID = trust.keyID {
+                let admission = policy.providers.admit("key " + keyID, until: connection.channel.closeFuture)
+                if admission != .admitted {
+                    logger.warning(
+                        admission == .tooFast ? "refusing a provider that reconnects too fast" : "refusing a provider that holds its connections",
+                        metadata: ["courier.key": "\(keyID)"])
+                    connection.goAway(.tooManyRequests)
+                    return .failure(Refused(answer: .failure(.tooManyRequests, apnsID: apnsID)))
+                }
+            }
+            return .success(Provider(identity: identity, tokenTrust: trust, first: first))
+        }
+    }
+
+    /// The notification a request carries, from its topic, header values
+    /// and payload, or the refusal; nothing is done.
+    private func prepare(
+        _ head: HTTP2RequestHead, body: ByteBuffer, provider: Provider, id: UUID, apnsID: String, seen: inout Seen
+    ) -> Prepared {
+        guard let topic = head.topic ?? provider.defaultTopic else { return .refused(.failure(.missingTopic, apnsID: apnsID)) }
+        seen.topic = topic
+        guard HTTP2RequestHead.isTopic(topic) else { return .refused(.failure(.badTopic, apnsID: apnsID)) }
+        let grant = TopicGrant(topic, for: provider.identity)
+        guard grant.allowed else { return provider.tokenTrust == nil ? .refused(.failure(.topicDisallowed, apnsID: apnsID)) : .refreshTopics }
+        let fields: HTTP2RequestHead.Fields
+        switch head.fields(tokenLength: configuration.limits.tokenLength, newID: id) {
+        case .failure(let reason): return .refused(.failure(reason, apnsID: apnsID))
+        case .success(let checked): fields = checked
+        }
+        seen.token = fields.token
+        let channel: PayloadChannel = grant.kind == .voip ? .http2VoIP : .http2
+        let summary: PayloadSummary
+        switch PayloadRules.check(body.readableBytesView, priority: fields.priority, channel: channel, limits: configuration.limits.payload) {
+        case .failure(let error): return .refused(.failure(error.reason, apnsID: apnsID))
+        case .success(let result): summary = result
+        }
+        let priority = fields.priority.flatMap(Priority.init(rawValue:)) ?? (summary.isSilent ? .conservePower : .immediate)
+        let notification = PushNotification(
+            id: fields.id, token: fields.token, topic: topic, payload: Array(buffer: body), expiration: fields.expiration, priority: priority,
+            collapseID: fields.collapseID, pushType: fields.pushType, isSilent: summary.isSilent)
+        seen.payload = notification.payload
+        return .notification(notification, grant)
+    }
+
+    private static func answer(_ result: AcceptResult, apnsID: String) -> HTTP2Answer {
+        switch result {
+        case .accepted: HTTP2Answer(status: 200, apnsID: apnsID, body: nil)
+        case .rejected(let reason, let timestamp): .failure(reason, apnsID: apnsID, timestamp: timestamp)
+        }
+    }
+
+    /// The answer with its inbox entry (`entry`).
+    private func recorded(_ answer: HTTP2Answer, _ headers: HPACKHeaders, _ body: ByteBuffer, _ connection: HTTP2ConnectionHandle, _ seen: Seen)
+        -> HTTP2Answer
+    {
+        var answer = answer
         answer.entry = entry(headers, body: body, answer: answer, connection: connection, seen: seen)
         return answer
     }
@@ -272,104 +509,6 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
             topic: seen.topic ?? headers.first(name: "apns-topic"), provider: seen.identity?.name, teamID: seen.identity?.teamID, connection: connection.address,
             received: .http2(headers), payload: seen.payload ?? Array(buffer: body), outcome: outcome, fault: seen.fault)
     }
-
-    /// Answers one request whose headers parsed: trust, topic, header
-    /// values, payload, then the dispatcher (docs/protocol.md §2).
-    private func decide(_ head: HTTP2RequestHead, body: ByteBuffer, connection: HTTP2ConnectionHandle, seen: inout Seen) async -> HTTP2Answer {
-        let newID = UUID.notificationID()
-        let apnsID = head.apnsID ?? newID.lowercasedString
-        var identity: ProviderIdentity
-        var defaultTopic: String?
-        var liftStreamLimit = false
-        var tokenTrust: TokenTrust?
-        switch connection.trust {
-        case .unusableCertificate:
-            return .failure(.badCertificate, apnsID: apnsID)
-        case .certificate(let record, let certified, let topic):
-            guard record.environments.contains(environment) else { return .failure(.badCertificateEnvironment, apnsID: apnsID) }
-            identity = certified
-            defaultTopic = topic
-        case .token(let trust):
-            switch await trust.authenticate(head.authorization, now: clock.now(), keys: keys) {
-            case .rejected(let reason): return .failure(reason, apnsID: apnsID)
-            case .valid(let valid, let first):
-                // A key whose connections come and go too fast, or that holds
-                // too many, is refused (and this connection ends).
-                if first, let keyID = trust.keyID {
-                    let admission = policy.providers.admit("key " + keyID, until: connection.channel.closeFuture)
-                    if admission != .admitted {
-                        logger.warning(
-                            admission == .tooFast ? "refusing a provider that reconnects too fast" : "refusing a provider that holds its connections",
-                            metadata: ["courier.key": "\(keyID)"])
-                        connection.goAway(.tooManyRequests)
-                        return .failure(.tooManyRequests, apnsID: apnsID)
-                    }
-                }
-                identity = valid
-                liftStreamLimit = first
-                tokenTrust = trust
-            }
-        }
-        seen.identity = identity
-        var answer = await deliver(
-            head, body: body, identity: &identity, defaultTopic: defaultTopic, tokenTrust: tokenTrust, id: newID, apnsID: apnsID, connection: connection,
-            seen: &seen)
-        answer.liftStreamLimit = liftStreamLimit
-        return answer
-    }
-
-    private func deliver(
-        _ head: HTTP2RequestHead, body: ByteBuffer, identity: inout ProviderIdentity, defaultTopic: String?, tokenTrust: TokenTrust?, id: UUID,
-        apnsID: String, connection: HTTP2ConnectionHandle, seen: inout Seen
-    ) async -> HTTP2Answer {
-        guard let topic = head.topic ?? defaultTopic else { return .failure(.missingTopic, apnsID: apnsID) }
-        seen.topic = topic
-        guard HTTP2RequestHead.isTopic(topic) else { return .failure(.badTopic, apnsID: apnsID) }
-        var grant = TopicGrant(topic, for: identity)
-        // A team's app added since the token was verified.
-        if !grant.allowed, let tokenTrust, let refreshed = await tokenTrust.refreshTopics(keys: keys) {
-            identity = refreshed
-            grant = TopicGrant(topic, for: refreshed)
-        }
-        guard grant.allowed else { return .failure(.topicDisallowed, apnsID: apnsID) }
-        let fields: HTTP2RequestHead.Fields
-        switch head.fields(tokenLength: configuration.limits.tokenLength, newID: id) {
-        case .failure(let reason): return .failure(reason, apnsID: apnsID)
-        case .success(let checked): fields = checked
-        }
-        seen.token = fields.token
-        if faults.isActive,
-            let rule = faults.take(
-                FaultRequest(interface: .http2, environment: environment, token: fields.token, topic: topic, identity: identity), now: clock.now())
-        {
-            seen.fault = rule.id
-            dispatcher.logFault(rule, notificationID: fields.id)
-            switch rule.action {
-            case .reject(let reason, let timestamp, _):
-                return .failure(reason, apnsID: apnsID, timestamp: reason == .unregistered ? timestamp ?? clock.now() : nil)
-            case .delay(let milliseconds):
-                try? await Task.sleep(for: .milliseconds(milliseconds))
-            case .close(let reason):
-                connection.goAway(reason)
-                return .failure(reason, apnsID: apnsID)
-            }
-        }
-        let channel: PayloadChannel = grant.kind == .voip ? .http2VoIP : .http2
-        let summary: PayloadSummary
-        switch PayloadRules.check(body.readableBytesView, priority: fields.priority, channel: channel, limits: configuration.limits.payload) {
-        case .failure(let error): return .failure(error.reason, apnsID: apnsID)
-        case .success(let result): summary = result
-        }
-        let priority = fields.priority.flatMap(Priority.init(rawValue:)) ?? (summary.isSilent ? .conservePower : .immediate)
-        let notification = PushNotification(
-            id: fields.id, token: fields.token, topic: topic, payload: Array(buffer: body), expiration: fields.expiration, priority: priority,
-            collapseID: fields.collapseID, pushType: fields.pushType, isSilent: summary.isSilent)
-        seen.payload = notification.payload
-        switch await dispatcher.accept(notification, environment: environment, grant: grant) {
-        case .accepted: return HTTP2Answer(status: 200, apnsID: apnsID, body: nil)
-        case .rejected(let reason, let timestamp): return .failure(reason, apnsID: apnsID, timestamp: timestamp)
-        }
-    }
 }
 
 /// Waits for the TLS handshake, then decides the connection's trust (a
@@ -380,10 +519,12 @@ final class HTTP2ConnectionSetup: ChannelInboundHandler, RemovableChannelHandler
 
     let gateway: HTTP2Gateway
     let peer: PeerIdentityBox
+    let work: ConnectionWork
 
-    init(gateway: HTTP2Gateway, peer: PeerIdentityBox) {
+    init(gateway: HTTP2Gateway, peer: PeerIdentityBox, work: ConnectionWork) {
         self.gateway = gateway
         self.peer = peer
+        self.work = work
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
@@ -410,7 +551,7 @@ final class HTTP2ConnectionSetup: ChannelInboundHandler, RemovableChannelHandler
         ]
         do {
             let operations = context.pipeline.syncOperations
-            try operations.addHandler(HTTP2ProviderHandler(gateway: gateway, connection: handle), position: .after(self))
+            try operations.addHandler(HTTP2ProviderHandler(gateway: gateway, connection: handle, work: work), position: .after(self))
             try operations.addHandler(NIOHTTP2Handler(mode: .server, initialSettings: settings), position: .after(self))
             operations.removeHandler(context: context, promise: nil)
         } catch {
@@ -442,6 +583,14 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
 
     let gateway: HTTP2Gateway
     let connection: HTTP2ConnectionHandle
+    /// Where requests that wait are answered.
+    let work: ConnectionWork
+    /// The requests the current read completed (`decideReceived`).
+    private var received: [HTTP2Request] = []
+    private let deciding = HTTP2DecisionQueue()
+    /// Answers written since the last flush (`scheduleFlush`).
+    private var unflushed = 0
+    private let eventLoop: any EventLoop
     /// The largest body kept; beyond it a request is `PayloadTooLarge`.
     private let bodyLimit: Int
     /// Bytes held by requests not received whole, and the most allowed.
@@ -453,9 +602,11 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     private var flushScheduled = false
     private var context: ChannelHandlerContext?
 
-    init(gateway: HTTP2Gateway, connection: HTTP2ConnectionHandle) {
+    init(gateway: HTTP2Gateway, connection: HTTP2ConnectionHandle, work: ConnectionWork) {
         self.gateway = gateway
         self.connection = connection
+        self.work = work
+        eventLoop = connection.channel.eventLoop
         bodyLimit = max(gateway.configuration.limits.payload.http2, gateway.configuration.limits.payload.http2VoIP)
         unfinishedLimit = gateway.configuration.connections.maxUnfinishedRequestBytes
     }
@@ -614,13 +765,61 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         case .success(let parsed): head = parsed
         }
         machine.dispatched()
-        let body = stream.body ?? empty
-        let gateway = self.gateway
-        let connection = self.connection
+        received.append(HTTP2Request(streamID: streamID, head: head, headers: stream.headers, body: stream.body ?? empty))
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        decideReceived(context: context)
+        context.fireChannelReadComplete()
+    }
+
+    /// Decides the requests one read completed. A request alone in flight
+    /// is decided here, on the event loop. A busy connection's go to its
+    /// `HTTP2DecisionQueue`, decided in order by one task of the listener's
+    /// work while there are any, answered in one hop back to the loop per
+    /// batch: its requests are decided on another core than the one its
+    /// TLS and HTTP/2 framing take, at a task per busy spell, not per
+    /// request.
+    private func decideReceived(context: ChannelHandlerContext) {
+        guard !received.isEmpty else { return }
+        if received.count == 1, machine.inFlight == 1 {
+            let request = received.removeLast()
+            settle(gateway.decide(request.head, headers: request.headers, body: request.body, connection: connection), on: request.streamID)
+            return
+        }
+        let start = deciding.add(received)
+        received.removeAll(keepingCapacity: true)
+        guard start else { return }
+        let (gateway, connection, deciding) = (self.gateway, self.connection, self.deciding)
         let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
-        Task {
-            let answer = await gateway.answer(head, headers: stream.headers, body: body, connection: connection)
-            handler.eventLoop.execute { handler.value.finish(answer, on: streamID) }
+        work.start {
+            while let requests = deciding.next() {
+                let decided = requests.map { ($0.streamID, gateway.decide($0.head, headers: $0.headers, body: $0.body, connection: connection)) }
+                handler.eventLoop.execute {
+                    for (streamID, decision) in decided { handler.value.settle(decision, on: streamID) }
+                }
+            }
+        }
+    }
+
+    /// Answers a decided request, on the event loop: now, after its
+    /// commit, or after what it waits for (in the listener's work).
+    private func settle(_ decision: HTTP2Gateway.Decision, on streamID: HTTP2StreamID) {
+        switch decision {
+        case .answered(let answer):
+            finish(answer, on: streamID)
+        case .committing(let durable, let answer):
+            let handler = NIOLoopBound(self, eventLoop: eventLoop)
+            durable.whenResolved { result in
+                let committed = if case .success = result { true } else { false }
+                handler.eventLoop.execute { handler.value.finish(answer(committed), on: streamID) }
+            }
+        case .waits(let answer):
+            let handler = NIOLoopBound(self, eventLoop: eventLoop)
+            work.start {
+                let decided = await answer()
+                handler.eventLoop.execute { handler.value.finish(decided, on: streamID) }
+            }
         }
     }
 
@@ -653,13 +852,24 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         scheduleFlush(context: context)
     }
 
-    /// One flush for every answer finished in the same turn of the loop.
+    /// One flush for the answers finished in the same turn of the loop,
+    /// and one every `flushEvery` of them: a batch of a busy connection's
+    /// answers goes out in parts, so that the provider sends its next
+    /// requests while the rest are written, not after.
+    private static let flushEvery = 32
+
     private func scheduleFlush(context: ChannelHandlerContext) {
+        unflushed += 1
+        if unflushed >= Self.flushEvery {
+            unflushed = 0
+            context.flush()
+        }
         guard !flushScheduled else { return }
         flushScheduled = true
         let handler = NIOLoopBound(self, eventLoop: context.eventLoop)
         context.eventLoop.execute {
             handler.value.flushScheduled = false
+            handler.value.unflushed = 0
             handler.value.context?.flush()
         }
     }
@@ -669,5 +879,47 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: machine.lastStream, errorCode: .noError, opaqueData: data))
         let channel = context.channel
         context.writeAndFlush(wrapOutboundOut(frame)).whenComplete { _ in channel.close(promise: nil) }
+    }
+}
+
+
+/// A request whose headers parsed, on its way to its decision.
+struct HTTP2Request: Sendable {
+    var streamID: HTTP2StreamID
+    var head: HTTP2RequestHead
+    var headers: HPACKHeaders
+    var body: ByteBuffer
+}
+
+/// A busy connection's requests waiting for their decision, in arrival
+/// order, and whether a task is deciding them (`HTTP2ProviderHandler`).
+final class HTTP2DecisionQueue: Sendable {
+    private struct State {
+        var requests: [HTTP2Request] = []
+        var deciding = false
+    }
+
+    private let state = Mutex(State())
+
+    /// Queues requests; true when no task is deciding (the caller starts one).
+    func add(_ requests: [HTTP2Request]) -> Bool {
+        state.withLock { state in
+            state.requests += requests
+            guard !state.deciding else { return false }
+            state.deciding = true
+            return true
+        }
+    }
+
+    /// Everything queued, in order; nil once nothing is (the task ends).
+    func next() -> [HTTP2Request]? {
+        state.withLock { state in
+            guard !state.requests.isEmpty else {
+                state.deciding = false
+                return nil
+            }
+            defer { state.requests = [] }
+            return state.requests
+        }
     }
 }

@@ -40,13 +40,15 @@ struct PeerVerifier: Sendable {
     /// The handlers every listener's connection starts with: TLS whose
     /// peer certificate this verifier checks (the identity into `box`),
     /// then the close of a handshake not done within `handshakeTimeout`,
-    /// and `failed` called if the handshake fails.
+    /// and `failed` called if the handshake fails. The check runs as the
+    /// listener's `work`.
     func tlsHandlers(
-        _ channel: any Channel, context: NIOSSLContext, box: PeerIdentityBox, handshakeTimeout: TimeAmount, failed: @escaping @Sendable () -> Void
+        _ channel: any Channel, context: NIOSSLContext, box: PeerIdentityBox, work: ConnectionWork, handshakeTimeout: TimeAmount,
+        failed: @escaping @Sendable () -> Void
     ) -> [any ChannelHandler] {
         let closed = channel.closeFuture
         return [
-            NIOSSLServerHandler(context: context) { chain, promise in verify(chain, into: box, closed: closed, promise: promise) },
+            NIOSSLServerHandler(context: context) { chain, promise in verify(chain, into: box, closed: closed, work: work, promise: promise) },
             ConnectionTimeout(.handshake, timeout: handshakeTimeout),
             HandshakeFailure(failed),
         ]
@@ -55,7 +57,8 @@ struct PeerVerifier: Sendable {
     /// `closed`: the connection's close, until which an admitted provider
     /// certificate counts as open.
     func verify(
-        _ chain: [NIOSSLCertificate], into box: PeerIdentityBox, closed: EventLoopFuture<Void>, promise: EventLoopPromise<NIOSSLVerificationResult>
+        _ chain: [NIOSSLCertificate], into box: PeerIdentityBox, closed: EventLoopFuture<Void>, work: ConnectionWork,
+        promise: EventLoopPromise<NIOSSLVerificationResult>
     ) {
         let certificates: [Certificate]
         do {
@@ -68,7 +71,7 @@ struct PeerVerifier: Sendable {
             promise.succeed(.failed)
             return
         }
-        Task {
+        work.start {
             var verifier = Verifier(rootCertificates: CertificateStore([authority])) { RFC5280Policy() }
             let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore(certificates.dropFirst()))
             guard case .validCertificate = result else {

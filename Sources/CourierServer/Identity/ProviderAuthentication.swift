@@ -119,16 +119,21 @@ final class TokenTrust: Sendable {
         case rejected(Reason)
     }
 
-    func authenticate(_ authorization: String?, now: Date, keys: ProviderKeys) async -> Outcome {
+    /// The outcome when it is known without the store: no header, or the
+    /// header already verified on this connection (only its age and its
+    /// key matter then). Nil otherwise; nothing was done.
+    func authenticateAtOnce(_ authorization: String?, now: Date, keys: ProviderKeys) -> Outcome? {
         guard let authorization else { return .rejected(.missingProviderToken) }
+        guard let current = state.withLock({ $0.current }), current.header == authorization else { return nil }
+        if keys.isRevoked(current.token.keyID) { return .rejected(.invalidProviderToken) }
+        if keys.isRemoved(team: current.token.teamID) { return .rejected(.forbidden) }
+        if now.timeIntervalSince(current.token.issuedAt) > Self.lifetime { return .rejected(.expiredProviderToken) }
+        return .valid(current.identity, first: false)
+    }
 
-        // The header already verified on this connection: only its age and its key matter.
-        if let current = state.withLock({ $0.current }), current.header == authorization {
-            if keys.isRevoked(current.token.keyID) { return .rejected(.invalidProviderToken) }
-            if keys.isRemoved(team: current.token.teamID) { return .rejected(.forbidden) }
-            if now.timeIntervalSince(current.token.issuedAt) > Self.lifetime { return .rejected(.expiredProviderToken) }
-            return .valid(current.identity, first: false)
-        }
+    func authenticate(_ authorization: String?, now: Date, keys: ProviderKeys) async -> Outcome {
+        if let outcome = authenticateAtOnce(authorization, now: now, keys: keys) { return outcome }
+        guard let authorization else { return .rejected(.missingProviderToken) }
         guard let compact = Self.bearerToken(authorization) else { return .rejected(.invalidProviderToken) }
         guard !compact.isEmpty else { return .rejected(.missingProviderToken) }
 

@@ -20,14 +20,15 @@ protocol ListenerInterface: Sendable {
     func configure(_ bootstrap: ServerBootstrap) -> ServerBootstrap
 
     /// Adds a new connection's handlers after TLS, on its event loop (the
-    /// peer's identity goes into `peer` during the handshake). Returns
+    /// peer's identity goes into `peer` during the handshake); what they
+    /// must wait for runs as the listener's `work`. Returns
     /// what `serve` needs if the connection needs a task of its own; nil
     /// when its handlers do all the work (a connection costs no task).
     /// `release` says the connection has ended, for shutdown to wait for
     /// it: the listener calls it when the channel closes, unless
     /// `releasesItself` (then the interface calls it, once the
     /// connection's last work is done).
-    func setUp(_ channel: any Channel, peer: PeerIdentityBox, release: @escaping @Sendable () -> Void) throws -> Connection?
+    func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: @escaping @Sendable () -> Void) throws -> Connection?
 
     /// A connection's work in a task of its own (one of the listener's
     /// child tasks).
@@ -115,11 +116,12 @@ struct PortBasics: Sendable {
 /// `Server`: it binds the port, admits each connection through the
 /// port's `ListenerGuard` (limits, unread bytes), adds TLS with the
 /// interface's peer check and handshake timeout, then the interface's
-/// handlers. Connections that need a task run in the listener's task
-/// group. Graceful shutdown is one path for every port: the listening
+/// handlers. Connections that need a task, and the work connections start
+/// (`ConnectionWork`), run in the listener's task group. Graceful shutdown is one path for every port: the listening
 /// socket closes, each open connection gets the interface's farewell
 /// (binary status 10, HTTP/2 GOAWAY, a device's close), and `run` returns
-/// once all of them have ended. Cancellation closes them at once.
+/// once all of them and their work have ended. Cancellation closes them at
+/// once.
 struct PortListener<Interface: ListenerInterface>: Service {
     let interface: Interface
     let network: CourierConfiguration.Network
@@ -143,6 +145,7 @@ struct PortListener<Interface: ListenerInterface>: Service {
         let timeout = handshakeTimeout
         let failed: @Sendable () -> Void = { [metrics] in metrics.handshakeFailed(interface.listener.rawValue, interface.environment) }
         let open = OpenConnections()
+        let (work, runner) = ConnectionWork.make()
         let server = try await bindListener(interface.listener, interface.environment, network) { host, port in
             try await interface.configure(listenerBootstrap())
                 .bind(host: host, port: port) { channel in
@@ -160,8 +163,9 @@ struct PortListener<Interface: ListenerInterface>: Service {
                             if !Interface.releasesItself { channel.closeFuture.whenComplete { _ in release() } }
                             let peer = PeerIdentityBox()
                             try channel.pipeline.syncOperations.addHandlers(
-                                interface.verifier.tlsHandlers(channel, context: interface.tlsContext, box: peer, handshakeTimeout: timeout, failed: failed))
-                            return try interface.setUp(channel, peer: peer, release: release)
+                                interface.verifier.tlsHandlers(
+                                    channel, context: interface.tlsContext, box: peer, work: work, handshakeTimeout: timeout, failed: failed))
+                            return try interface.setUp(channel, peer: peer, work: work, release: release)
                         } catch {
                             // Whatever the interface took on ends with the channel.
                             if added, Interface.releasesItself { release() }
@@ -174,6 +178,7 @@ struct PortListener<Interface: ListenerInterface>: Service {
         }
         ports.listening(interface.listener, interface.environment, on: server.channel, logger: interface.logger)
         await withDiscardingTaskGroup { tasks in
+            tasks.addTask { await runner.run() }
             await withGracefulShutdownHandler {
                 await withTaskCancellationHandler {
                     do {
@@ -199,6 +204,8 @@ struct PortListener<Interface: ListenerInterface>: Service {
                 open.closeAll(interface.farewell)
             }
             await open.waitUntilEmpty()
+            // No connection is left to start work: what runs ends the group.
+            work.finish()
         }
     }
 }
