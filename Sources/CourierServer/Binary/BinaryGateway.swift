@@ -164,8 +164,9 @@ final class BinaryGateway: ListenerInterface {
     /// the store before it can decide.
     fileprivate enum Admission {
         case decided(Result<Pending<Void>?, Refusal>)
-        /// Decided in a task, after `delay` if a fault rule (`fault`) gave one.
-        case waits(PushNotification, delay: Duration?, fault: String?)
+        /// Decided in a task: by `decide` (the dispatcher's), or after
+        /// `delay` if a fault rule (`fault`) gave one.
+        case waits(PushNotification, delay: Duration?, fault: String?, decide: (@Sendable () async -> (result: AcceptResult, durable: Pending<Void>?))?)
         /// A fault rule ends the connection: status 10 Shutdown.
         case closes
     }
@@ -193,13 +194,15 @@ final class BinaryGateway: ListenerInterface {
         {
             return fault(rule, frame: frame, notification: notification, sender: sender, now: now, read: &read)
         }
-        guard let decided = dispatcher.admitAtOnce(notification, environment: environment, grant: grant, now: now) else {
-            return .waits(notification, delay: nil, fault: nil)
+        switch dispatcher.admit(notification, environment: environment, grant: grant, now: now) {
+        case .waits(let decide):
+            return .waits(notification, delay: nil, fault: nil, decide: decide)
+        case .decided(let result, let durable):
+            received(Self.outcome(of: result), into: &read) {
+                entry(BinaryFrameFields(frame), notification, sender: sender, outcome: $0, now: now)
+            }
+            return .decided(outcome((result, durable)))
         }
-        received(Self.outcome(of: decided.result), into: &read) {
-            entry(BinaryFrameFields(frame), notification, sender: sender, outcome: $0, now: now)
-        }
-        return .decided(outcome(decided))
     }
 
     /// What a fault rule makes of a notification: a refusal (its binary
@@ -226,7 +229,7 @@ final class BinaryGateway: ListenerInterface {
             return .decided(.failure(Refusal(status: status)))
         case .delay(let milliseconds):
             // Recorded with its outcome once decided.
-            return .waits(notification, delay: .milliseconds(milliseconds), fault: rule.id)
+            return .waits(notification, delay: .milliseconds(milliseconds), fault: rule.id, decide: nil)
         case .close:
             record(.refused(status: Int(BinaryStatus.shutdown.rawValue), reason: BinaryStatus.shutdown.meaning))
             return .closes
@@ -465,7 +468,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
                 settle(outcome, command: frame.command, identifier: frame.identifier, context: context)
             case .closes:
                 context.pipeline.fireUserInboundEventTriggered(ShuttingDown())
-            case .waits(let notification, let delay, let fault):
+            case .waits(let notification, let delay, let fault, let decide):
                 machine.waitForDispatcher()
                 // The frames before it are in the inbox before it.
                 recordEntries()
@@ -475,7 +478,10 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
                 let bound = NIOLoopBound((self, context), eventLoop: loop)
                 work.start {
                     if let delay { try? await Task.sleep(for: delay) }
-                    let decided = await gateway.dispatcher.admitAfterWaiting(notification, environment: gateway.environment, grant: grant)
+                    let dispatcher = gateway.dispatcher
+                    let admission = decide.map { Dispatcher.Admission.waits(decide: $0) }
+                        ?? dispatcher.admit(notification, environment: gateway.environment, grant: grant, now: dispatcher.clock.now())
+                    let decided = await admission.decided()
                     var late = BinaryGateway.ReadOutcomes()
                     gateway.received(BinaryGateway.outcome(of: decided.result), into: &late) {
                         gateway.entry(fields, notification, sender: sender, outcome: $0, now: gateway.dispatcher.clock.now(), fault: fault)

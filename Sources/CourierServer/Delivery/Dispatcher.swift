@@ -106,22 +106,55 @@ public final class Dispatcher: Sendable {
 
     // MARK: Accepting notifications
 
+    /// What `admit` made of a notification.
+    enum Admission: Sendable {
+        /// The decision, waiting for it if it has to.
+        func decided() async -> (result: AcceptResult, durable: Pending<Void>?) {
+            switch self {
+            case .decided(let result, let durable): (result, durable)
+            case .waits(let decide): await decide()
+            }
+        }
+
+        /// Decided: `durable` completes once the notification is committed
+        /// (or fails), when it is stored.
+        case decided(AcceptResult, durable: Pending<Void>?)
+        /// Has to wait — for room in the delivery log, or for the store (a
+        /// registration not known yet, a feedback entry to write) —
+        /// before it can be decided; nothing was done yet. `decide` waits
+        /// and decides.
+        case waits(decide: @Sendable () async -> (result: AcceptResult, durable: Pending<Void>?))
+    }
+
     /// Takes a notification for `environment` from an authenticated
     /// provider with its right to the topic (`grant`, for the
-    /// notification's topic). Returns once the notification is durable
-    /// when it may be stored.
-    ///
-    /// The binary gateway calls its two halves itself (`admitAtOnce` on
-    /// the event loop, then `admitAfterWaiting` only if that declined),
-    /// which do not wait for the store: a notification that may be stored
+    /// notification's topic), at `now` (the binary gateway reads the clock
+    /// once for the frames of one read). Decides at once, without waiting
+    /// for the store, when it can: the delivery log has room and the app's
+    /// registration is known and active. A notification that may be stored
     /// is queued for the next group commit (its place in the order fixed
-    /// then) and `durable` completes once it is committed (or fails), so
-    /// one connection's notifications keep flowing while earlier ones are
-    /// committed; it counts a notification as accepted (status 10) only
-    /// once it is durable.
+    /// then) and `durable` completes once it is committed, so one
+    /// connection's notifications keep flowing while earlier ones are
+    /// committed; an interface answers "accepted" only once it is durable.
+    func admit(_ notification: PushNotification, environment: Environment, grant: TopicGrant, now: Date) -> Admission {
+        if let (result, durable) = admitAtOnce(notification, environment: environment, grant: grant, now: now) {
+            return .decided(result, durable: durable)
+        }
+        return .waits { await self.admitAfterWaiting(notification, environment: environment, grant: grant) }
+    }
+
+    /// `admit`, waiting for what it has to and for the commit: returns once
+    /// the notification is durable when it may be stored (for callers that
+    /// hold no connection: the demo's, tests').
     public func accept(_ notification: PushNotification, environment: Environment, grant: TopicGrant) async -> AcceptResult {
-        let decided = admitAtOnce(notification, environment: environment, grant: grant, now: clock.now())
-        let (result, durable) = if let decided { decided } else { await admitAfterWaiting(notification, environment: environment, grant: grant) }
+        await settled(admit(notification, environment: environment, grant: grant, now: clock.now()))
+    }
+
+    /// The result of an admission once it is decided and, when the
+    /// notification is stored, committed (an internal error if the commit
+    /// failed).
+    func settled(_ admission: Admission) async -> AcceptResult {
+        let (result, durable) = await admission.decided()
         guard let durable else { return result }
         do {
             try await durable.value
@@ -133,11 +166,8 @@ public final class Dispatcher: Sendable {
 
     /// `admit` when nothing has to wait: the delivery log has room and the
     /// app's registration is known and active (no feedback entry to write).
-    /// Nil when something has to wait; nothing was done then. The
-    /// provider's right to the topic comes found (`grant.topic` is the
-    /// notification's topic), and the time too (the binary gateway reads
-    /// the clock once for the frames of one read).
-    func admitAtOnce(_ notification: PushNotification, environment: Environment, grant: TopicGrant, now: Date)
+    /// Nil when something has to wait; nothing was done then.
+    private func admitAtOnce(_ notification: PushNotification, environment: Environment, grant: TopicGrant, now: Date)
         -> (result: AcceptResult, durable: Pending<Void>?)?
     {
         assert(grant.topic == notification.topic, "a grant for another topic")
@@ -148,7 +178,7 @@ public final class Dispatcher: Sendable {
         let key = TokenKey(environment: environment, bytes: notification.token)
         if let (token, refusal) = registrations.takeKnown(key, bundleID: grant.bundleID, now: now) {
             if let refusal { return reject(notification, refusal, now: now) }
-            return admit(notification, token, now: now)
+            return carryOut(notification, token, now: now)
         }
         let token: CheckedToken
         switch registrations.check(key, bundleID: grant.bundleID, now: now) {
@@ -162,12 +192,12 @@ public final class Dispatcher: Sendable {
             return reject(notification, rules.refusal(problem), now: now)
         }
         if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, refusal, now: now) }
-        return admit(notification, token, now: now)
+        return carryOut(notification, token, now: now)
     }
 
     /// `admitAtOnce` once it declined: waits for room in the delivery log
     /// and for the store, then decides.
-    func admitAfterWaiting(_ notification: PushNotification, environment: Environment, grant: TopicGrant) async
+    private func admitAfterWaiting(_ notification: PushNotification, environment: Environment, grant: TopicGrant) async
         -> (result: AcceptResult, durable: Pending<Void>?)
     {
         assert(grant.topic == notification.topic, "a grant for another topic")
@@ -202,7 +232,7 @@ public final class Dispatcher: Sendable {
             return reject(notification, refusal, now: now)
         }
         if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, refusal, now: now) }
-        return admit(notification, token, now: now)
+        return carryOut(notification, token, now: now)
     }
 
     /// Logs a refusal.
@@ -215,7 +245,7 @@ public final class Dispatcher: Sendable {
     /// window took the notification: carries out what the rules decide
     /// with the device's presence and silent budget (store, deliver now,
     /// queue for the burst, or drop).
-    private func admit(_ notification: PushNotification, _ token: CheckedToken, now: Date) -> (result: AcceptResult, durable: Pending<Void>?) {
+    private func carryOut(_ notification: PushNotification, _ token: CheckedToken, now: Date) -> (result: AcceptResult, durable: Pending<Void>?) {
         let environment = token.key.environment
         let bundleID = token.key.bundleID
         // Room for every event one notification can get, in one allocation.

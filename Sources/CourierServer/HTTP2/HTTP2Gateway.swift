@@ -319,16 +319,18 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         case .notification(let n, let g): (notification, grant) = (n, g)
         }
         let first = provider.first
-        guard !faults.isActive, let decided = dispatcher.admitAtOnce(notification, environment: environment, grant: grant, now: clock.now()) else {
+        let admission = faults.isActive ? nil : dispatcher.admit(notification, environment: environment, grant: grant, now: clock.now())
+        guard case .decided(let result, let decidedDurable) = admission else {
             let waiting = seen
             return .waits {
                 await self.dispatchAfterWaiting(
-                    notification, grant: grant, first: first, apnsID: apnsID, headers: headers, body: body, connection: connection, seen: waiting)
+                    notification, grant: grant, admission: admission, first: first, apnsID: apnsID, headers: headers, body: body, connection: connection,
+                    seen: waiting)
             }
         }
-        var answer = Self.answer(decided.result, apnsID: apnsID)
+        var answer = Self.answer(result, apnsID: apnsID)
         answer.liftStreamLimit = first
-        guard let durable = decided.durable else { return .answered(recorded(answer, headers, body, connection, seen)) }
+        guard let durable = decidedDurable else { return .answered(recorded(answer, headers, body, connection, seen)) }
         let (accepted, committed) = (answer, seen)
         return .committing(durable) { done in
             self.recorded(done ? accepted : .failure(.internalServerError, apnsID: apnsID), headers, body, connection, committed)
@@ -373,20 +375,21 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
             return recorded(.failure(.topicDisallowed, apnsID: apnsID), headers, body, connection, seen)
         case .notification(let notification, let grant):
             return await dispatchAfterWaiting(
-                notification, grant: grant, first: provider.first, apnsID: apnsID, headers: headers, body: body, connection: connection, seen: seen)
+                notification, grant: grant, admission: nil, first: provider.first, apnsID: apnsID, headers: headers, body: body, connection: connection,
+                seen: seen)
         }
     }
 
-    /// The rest of `decide` for a notification: a fault rule that matches
-    /// it (a delay waits here), then the dispatcher, waiting for the store
-    /// if it has to.
+    /// The rest of `decide` for a notification: the dispatcher's
+    /// `admission` that has to wait; without one, a fault rule that matches
+    /// it (a delay waits here), then the dispatcher.
     private func dispatchAfterWaiting(
-        _ notification: PushNotification, grant: TopicGrant, first: Bool, apnsID: String, headers: HPACKHeaders, body: ByteBuffer,
-        connection: HTTP2ConnectionHandle, seen: Seen
+        _ notification: PushNotification, grant: TopicGrant, admission: Dispatcher.Admission?, first: Bool, apnsID: String, headers: HPACKHeaders,
+        body: ByteBuffer, connection: HTTP2ConnectionHandle, seen: Seen
     ) async -> HTTP2Answer {
         var seen = seen
         var answer: HTTP2Answer
-        if faults.isActive,
+        if admission == nil, faults.isActive,
             let rule = faults.take(
                 FaultRequest(interface: .http2, environment: environment, token: notification.token, topic: grant.topic, identity: seen.identity),
                 now: clock.now())
@@ -407,7 +410,9 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
                 return recorded(answer, headers, body, connection, seen)
             }
         }
-        answer = Self.answer(await dispatcher.accept(notification, environment: environment, grant: grant), apnsID: apnsID)
+        let result =
+            if let admission { await dispatcher.settled(admission) } else { await dispatcher.accept(notification, environment: environment, grant: grant) }
+        answer = Self.answer(result, apnsID: apnsID)
         answer.liftStreamLimit = first
         return recorded(answer, headers, body, connection, seen)
     }
