@@ -75,6 +75,8 @@ extension TestServer {
             #expect(try await http2.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo")).status == 429)
             await server.application.dispatcher.log.flush()
 
+            // The held count is read again once a second has passed (`HeldCount`).
+            server.clock.advance(by: 1)
             let after = try await server.metrics()
             let h2 = #"interface="http2",environment="production""#
             #expect(after["courier_notifications_received_total{\(h2)}"] == 4)

@@ -67,10 +67,11 @@ public struct AdminServer: Service {
             guard await ready() else { throw HTTPError(.serviceUnavailable, message: "not ready: a listener is not bound or the store does not answer") }
             return Status(status: "ready")
         }
+        let held = HeldCount { [dispatcher] in try await dispatcher.heldCount() }
         router.get("/metrics") { [dispatcher, connections, inbox] _, _ in
             let snapshot = ServerMetrics.Snapshot(
                 connections: connections.counts(), devicesOnline: dispatcher.sessions.online, deliveryLogBacklog: dispatcher.log.backlog,
-                notificationsHeld: try? await dispatcher.heldCount(), inboxEntries: inbox.count)
+                notificationsHeld: await held.value(now: dispatcher.clock.now()), inboxEntries: inbox.count)
             return Response(
                 status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                 body: ResponseBody(byteBuffer: ByteBuffer(bytes: dispatcher.metrics.page(snapshot))))
