@@ -21,10 +21,11 @@ public final class ServerMetrics: Sendable {
     private let received: [CoreMetrics.Counter]
     private let accepted: [CoreMetrics.Counter]
     /// By interface, environment and reason; made as reasons are met.
-    private let rejected = Mutex<[RejectionKey: CoreMetrics.Counter]>([:])
+    private let rejected = LabelledCounters<RejectionKey>(limit: reasonLimit)
     /// The delivery log's events that are counted, by kind (`DeliveryEvent.Kind.code`).
     private let events: [CoreMetrics.Counter?]
-    private let handshakeFailures = Mutex<[String: CoreMetrics.Counter]>([:])
+    /// By listener ("binary.production", ...): a closed set.
+    private let handshakeFailures = LabelledCounters<String>()
     private let deliveryLatency: CoreMetrics.Timer
     private let commitLatency: [StoreWriter: CoreMetrics.Timer]
 
@@ -120,16 +121,10 @@ public final class ServerMetrics: Sendable {
     }
 
     private func rejectedCounter(_ slot: Int, _ interface: ProviderInterface, _ environment: Environment, _ reason: String) -> CoreMetrics.Counter {
-        rejected.withLock { counters in
-            var key = RejectionKey(slot: slot, reason: reason)
-            if let counter = counters[key] { return counter }
-            if counters.count >= Self.reasonLimit { key.reason = "other" }
-            if let counter = counters[key] { return counter }
-            let counter = CoreMetrics.Counter(
+        rejected.counter(RejectionKey(slot: slot, reason: reason), overflow: { RejectionKey(slot: $0.slot, reason: "other") }) { [factory] key in
+            CoreMetrics.Counter(
                 label: "courier_notifications_rejected_total",
                 dimensions: [("interface", interface.rawValue), ("environment", environment.rawValue), ("reason", key.reason)], factory: factory)
-            counters[key] = counter
-            return counter
         }
     }
 
@@ -154,14 +149,10 @@ public final class ServerMetrics: Sendable {
 
     /// A TLS handshake failed on `listener` ("binary.production", ...).
     func handshakeFailed(_ interface: String, _ environment: Environment) {
-        handshakeFailures.withLock { counters in
-            let key = interface + "." + environment.rawValue
-            if let counter = counters[key] { return counter }
-            let counter = CoreMetrics.Counter(
+        handshakeFailures.counter(interface + "." + environment.rawValue) { [factory] _ in
+            CoreMetrics.Counter(
                 label: "courier_tls_handshake_failures_total", dimensions: [("interface", interface), ("environment", environment.rawValue)],
                 factory: factory)
-            counters[key] = counter
-            return counter
         }.increment()
     }
 
@@ -195,5 +186,28 @@ public final class ServerMetrics: Sendable {
     /// The registry keeps one gauge a name and label set: this finds it again.
     private func gauge(_ name: String, _ labels: [(String, String)] = []) -> CoreMetrics.Gauge {
         CoreMetrics.Gauge(label: name, dimensions: labels, factory: factory)
+    }
+}
+
+/// Counters made the first time their labels (`Key`) are met. Past
+/// `limit` label sets a new key counts under `overflow(key)`, so that no
+/// input can grow the page without bound.
+final class LabelledCounters<Key: Hashable & Sendable>: Sendable {
+    private let counters = Mutex<[Key: CoreMetrics.Counter]>([:])
+    private let limit: Int
+
+    init(limit: Int = .max) {
+        self.limit = limit
+    }
+
+    func counter(_ key: Key, overflow: (Key) -> Key = { $0 }, make: (Key) -> CoreMetrics.Counter) -> CoreMetrics.Counter {
+        counters.withLock { counters in
+            if let counter = counters[key] { return counter }
+            let key = counters.count >= limit ? overflow(key) : key
+            if let counter = counters[key] { return counter }
+            let counter = make(key)
+            counters[key] = counter
+            return counter
+        }
     }
 }
