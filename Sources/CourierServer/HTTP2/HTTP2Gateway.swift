@@ -257,7 +257,7 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         /// the commit fails (`answer` makes either, with its entry).
         case committing(Pending<Void>, answer: @Sendable (_ committed: Bool) -> HTTP2Answer)
         /// Has to wait (a key or a registration from the store, room in the
-        /// delivery log, a fault rule): `answer` decides it, as the
+        /// delivery log, a fault rule's delay): `answer` decides it, as the
         /// listener's work.
         case waits(answer: @Sendable () async -> HTTP2Answer)
     }
@@ -286,7 +286,8 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
     /// nothing has to (docs/protocol.md §2): trust, topic, header values,
     /// payload, fault rules, then the dispatcher. What does have to wait
     /// starts over in `answerAfterWaiting` (nothing was done yet), or
-    /// goes on from the notification (`dispatchAfterWaiting`).
+    /// goes on from the notification (`dispatchAfterWaiting`: a fault's
+    /// delay, the store).
     func decide(_ head: HTTP2RequestHead, headers: HPACKHeaders, body: ByteBuffer, connection: HTTP2ConnectionHandle) -> Decision {
         let id = UUID.notificationID()
         let apnsID = head.apnsID ?? id.lowercasedString
@@ -319,13 +320,19 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         case .notification(let n, let g): (notification, grant) = (n, g)
         }
         let first = provider.first
-        let admission = faults.isActive ? nil : dispatcher.admit(notification, environment: environment, grant: grant, now: clock.now())
+        var delay: Duration?
+        switch fault(notification, grant: grant, first: first, apnsID: apnsID, connection: connection, seen: &seen) {
+        case .answered(let answer): return .answered(recorded(answer, headers, body, connection, seen))
+        case .delay(let duration): delay = duration
+        case .none: break
+        }
+        let admission = delay == nil ? dispatcher.admit(notification, environment: environment, grant: grant, now: clock.now()) : nil
         guard case .decided(let result, let decidedDurable) = admission else {
-            let waiting = seen
+            let (waiting, delayed) = (seen, delay)
             return .waits {
                 await self.dispatchAfterWaiting(
-                    notification, grant: grant, admission: admission, first: first, apnsID: apnsID, headers: headers, body: body, connection: connection,
-                    seen: waiting)
+                    notification, grant: grant, delay: delayed, admission: admission, first: first, apnsID: apnsID, headers: headers, body: body,
+                    connection: connection, seen: waiting)
             }
         }
         var answer = Self.answer(result, apnsID: apnsID)
@@ -374,45 +381,63 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         case .refreshTopics:
             return recorded(.failure(.topicDisallowed, apnsID: apnsID), headers, body, connection, seen)
         case .notification(let notification, let grant):
+            var delay: Duration?
+            switch fault(notification, grant: grant, first: provider.first, apnsID: apnsID, connection: connection, seen: &seen) {
+            case .answered(let answer): return recorded(answer, headers, body, connection, seen)
+            case .delay(let duration): delay = duration
+            case .none: break
+            }
             return await dispatchAfterWaiting(
-                notification, grant: grant, admission: nil, first: provider.first, apnsID: apnsID, headers: headers, body: body, connection: connection,
-                seen: seen)
+                notification, grant: grant, delay: delay, admission: nil, first: provider.first, apnsID: apnsID, headers: headers, body: body,
+                connection: connection, seen: seen)
         }
     }
 
-    /// The rest of `decide` for a notification: the dispatcher's
-    /// `admission` that has to wait; without one, a fault rule that matches
-    /// it (a delay waits here), then the dispatcher.
-    private func dispatchAfterWaiting(
-        _ notification: PushNotification, grant: TopicGrant, admission: Dispatcher.Admission?, first: Bool, apnsID: String, headers: HPACKHeaders,
-        body: ByteBuffer, connection: HTTP2ConnectionHandle, seen: Seen
-    ) async -> HTTP2Answer {
-        var seen = seen
-        var answer: HTTP2Answer
-        if admission == nil, faults.isActive,
+    /// What a fault rule that matches a notification does to its request.
+    private enum FaultStep {
+        case none
+        /// Refused, or the connection ends (GOAWAY asked for).
+        case answered(HTTP2Answer)
+        /// Decided after this long.
+        case delay(Duration)
+    }
+
+    /// Takes the first fault rule that matches the notification, as the
+    /// binary API does once a frame's payload passed its checks.
+    private func fault(
+        _ notification: PushNotification, grant: TopicGrant, first: Bool, apnsID: String, connection: HTTP2ConnectionHandle, seen: inout Seen
+    ) -> FaultStep {
+        guard faults.isActive,
             let rule = faults.take(
                 FaultRequest(interface: .http2, environment: environment, token: notification.token, topic: grant.topic, identity: seen.identity),
                 now: clock.now())
-        {
-            seen.fault = rule.id
-            dispatcher.logFault(rule, notificationID: notification.id)
-            switch rule.action {
-            case .reject(let reason, let timestamp, _):
-                answer = .failure(reason, apnsID: apnsID, timestamp: reason == .unregistered ? timestamp ?? clock.now() : nil)
-                answer.liftStreamLimit = first
-                return recorded(answer, headers, body, connection, seen)
-            case .delay(let milliseconds):
-                try? await Task.sleep(for: .milliseconds(milliseconds))
-            case .close(let reason):
-                connection.goAway(reason)
-                answer = .failure(reason, apnsID: apnsID)
-                answer.liftStreamLimit = first
-                return recorded(answer, headers, body, connection, seen)
-            }
+        else { return .none }
+        seen.fault = rule.id
+        dispatcher.logFault(rule, notificationID: notification.id)
+        var answer: HTTP2Answer
+        switch rule.action {
+        case .reject(let reason, let timestamp, _):
+            answer = .failure(reason, apnsID: apnsID, timestamp: reason == .unregistered ? timestamp ?? clock.now() : nil)
+        case .delay(let milliseconds):
+            return .delay(.milliseconds(milliseconds))
+        case .close(let reason):
+            connection.goAway(reason)
+            answer = .failure(reason, apnsID: apnsID)
         }
-        let result =
-            if let admission { await dispatcher.settled(admission) } else { await dispatcher.accept(notification, environment: environment, grant: grant) }
-        answer = Self.answer(result, apnsID: apnsID)
+        answer.liftStreamLimit = first
+        return .answered(answer)
+    }
+
+    /// The rest of `decide` for a notification that waits: a fault rule's
+    /// `delay`, then the dispatcher's `admission` (made here after a
+    /// delay), and its commit.
+    private func dispatchAfterWaiting(
+        _ notification: PushNotification, grant: TopicGrant, delay: Duration?, admission: Dispatcher.Admission?, first: Bool, apnsID: String,
+        headers: HPACKHeaders, body: ByteBuffer, connection: HTTP2ConnectionHandle, seen: Seen
+    ) async -> HTTP2Answer {
+        if let delay { try? await Task.sleep(for: delay) }
+        let admission = admission ?? dispatcher.admit(notification, environment: environment, grant: grant, now: clock.now())
+        var answer = Self.answer(await dispatcher.settled(admission), apnsID: apnsID)
         answer.liftStreamLimit = first
         return recorded(answer, headers, body, connection, seen)
     }
