@@ -164,9 +164,9 @@ final class BinaryGateway: ListenerInterface {
     /// the store before it can decide.
     fileprivate enum Admission {
         case decided(Result<Pending<Void>?, Refusal>)
-        /// Decided in a task: by `decide` (the dispatcher's), or after
-        /// `delay` if a fault rule (`fault`) gave one.
-        case waits(PushNotification, delay: Duration?, fault: String?, decide: (@Sendable () async -> (result: AcceptResult, durable: Pending<Void>?))?)
+        /// Decided in a task: the dispatcher's `admission` that waits, or,
+        /// after a fault rule's (`fault`) `delay`, one made then.
+        case waits(PushNotification, delay: Duration?, fault: String?, admission: Dispatcher.Admission?)
         /// A fault rule ends the connection: status 10 Shutdown.
         case closes
     }
@@ -196,7 +196,7 @@ final class BinaryGateway: ListenerInterface {
         }
         switch dispatcher.admit(notification, environment: environment, grant: grant, now: now) {
         case .waits(let decide):
-            return .waits(notification, delay: nil, fault: nil, decide: decide)
+            return .waits(notification, delay: nil, fault: nil, admission: .waits(decide: decide))
         case .decided(let result, let durable):
             received(Self.outcome(of: result), into: &read) {
                 entry(BinaryFrameFields(frame), notification, sender: sender, outcome: $0, now: now)
@@ -229,7 +229,7 @@ final class BinaryGateway: ListenerInterface {
             return .decided(.failure(Refusal(status: status)))
         case .delay(let milliseconds):
             // Recorded with its outcome once decided.
-            return .waits(notification, delay: .milliseconds(milliseconds), fault: rule.id, decide: nil)
+            return .waits(notification, delay: .milliseconds(milliseconds), fault: rule.id, admission: nil)
         case .close:
             record(.refused(status: Int(BinaryStatus.shutdown.rawValue), reason: BinaryStatus.shutdown.meaning))
             return .closes
@@ -468,7 +468,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
                 settle(outcome, command: frame.command, identifier: frame.identifier, context: context)
             case .closes:
                 context.pipeline.fireUserInboundEventTriggered(ShuttingDown())
-            case .waits(let notification, let delay, let fault, let decide):
+            case .waits(let notification, let delay, let fault, let admission):
                 machine.waitForDispatcher()
                 // The frames before it are in the inbox before it.
                 recordEntries()
@@ -479,9 +479,8 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
                 work.start {
                     if let delay { try? await Task.sleep(for: delay) }
                     let dispatcher = gateway.dispatcher
-                    let admission = decide.map { Dispatcher.Admission.waits(decide: $0) }
-                        ?? dispatcher.admit(notification, environment: gateway.environment, grant: grant, now: dispatcher.clock.now())
-                    let decided = await admission.decided()
+                    let deciding = admission ?? dispatcher.admit(notification, environment: gateway.environment, grant: grant, now: dispatcher.clock.now())
+                    let decided = await deciding.decided()
                     var late = BinaryGateway.ReadOutcomes()
                     gateway.received(BinaryGateway.outcome(of: decided.result), into: &late) {
                         gateway.entry(fields, notification, sender: sender, outcome: $0, now: gateway.dispatcher.clock.now(), fault: fault)

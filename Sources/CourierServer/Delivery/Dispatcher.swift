@@ -108,14 +108,6 @@ public final class Dispatcher: Sendable {
 
     /// What `admit` made of a notification.
     enum Admission: Sendable {
-        /// The decision, waiting for it if it has to.
-        func decided() async -> (result: AcceptResult, durable: Pending<Void>?) {
-            switch self {
-            case .decided(let result, let durable): (result, durable)
-            case .waits(let decide): await decide()
-            }
-        }
-
         /// Decided: `durable` completes once the notification is committed
         /// (or fails), when it is stored.
         case decided(AcceptResult, durable: Pending<Void>?)
@@ -124,6 +116,14 @@ public final class Dispatcher: Sendable {
         /// before it can be decided; nothing was done yet. `decide` waits
         /// and decides.
         case waits(decide: @Sendable () async -> (result: AcceptResult, durable: Pending<Void>?))
+
+        /// The decision, waiting for it if it has to.
+        func decided() async -> (result: AcceptResult, durable: Pending<Void>?) {
+            switch self {
+            case .decided(let result, let durable): (result, durable)
+            case .waits(let decide): await decide()
+            }
+        }
     }
 
     /// Takes a notification for `environment` from an authenticated
