@@ -10,6 +10,8 @@ public enum PayloadChannel: Sendable, Hashable, CaseIterable {
     case http2
     /// HTTP/2 provider API to a `.voip` topic.
     case http2VoIP
+
+    public var isBinary: Bool { self == .binaryLegacy || self == .binaryCommand2 }
 }
 
 /// Payload size limits in bytes. The defaults are the seeds' numbers.
@@ -36,18 +38,21 @@ public struct PayloadLimits: Sendable, Hashable, Codable {
     }
 }
 
-/// Notification priority: 10 (now) or 5 (power-conscious, may be bursted).
+/// Notification priority: 10 (now), 5 (power-conscious, may be bursted)
+/// or 1 (the HTTP/2 API only: power first, never wakes the device;
+/// delivered as 5 is).
 public struct Priority: Sendable, Hashable, Codable, CustomStringConvertible {
     public let rawValue: UInt8
 
-    /// Nil for values other than 5 and 10.
+    /// Nil for values other than 1, 5 and 10.
     public init?(rawValue: UInt8) {
-        guard rawValue == 5 || rawValue == 10 else { return nil }
+        guard rawValue == 1 || rawValue == 5 || rawValue == 10 else { return nil }
         self.rawValue = rawValue
     }
 
     public static let immediate = Priority(rawValue: 10)!
     public static let conservePower = Priority(rawValue: 5)!
+    public static let lowest = Priority(rawValue: 1)!
 
     public var description: String { String(rawValue) }
 }
@@ -65,7 +70,7 @@ public enum PayloadError: Error, Sendable, Hashable, CaseIterable {
     /// Priority 10 on a push whose `aps` dictionary holds only
     /// `content-available`: the seeds call that an error.
     case priorityTenSilent
-    /// A priority other than 5 or 10.
+    /// A priority other than 1, 5 or 10 (5 or 10 on the binary API).
     case unknownPriority
 
     /// The binary provider API's answer.
@@ -128,7 +133,8 @@ public enum PayloadRules {
         // is then taken as 5 (docs/protocol.md, "Priorities").
         var explicitPriority: Priority?
         if let rawPriority {
-            guard let known = Priority(rawValue: rawPriority) else { return .failure(.unknownPriority) }
+            // Priority 1 came with the HTTP/2 API; the binary API has 5 and 10.
+            guard let known = Priority(rawValue: rawPriority), known != .lowest || !channel.isBinary else { return .failure(.unknownPriority) }
             explicitPriority = known
         }
         let limit = limits.limit(for: channel)

@@ -1,10 +1,17 @@
-/// What a push topic addresses: the app itself, its VoIP service or its
-/// watch complication. Topics are `<bundle>`, `<bundle>.voip` and
-/// `<bundle>.complication`.
+/// What a push topic addresses: the app itself or one of the services
+/// Apple gives a topic of its own, each named by a suffix of the bundle id
+/// and taking the push types of `pushTypes` (docs/protocol.md, "Push types
+/// and topics").
 public enum TopicKind: String, Sendable, Hashable, Codable, CaseIterable {
     case app
     case voip
     case complication
+    case fileprovider
+    case location
+    case liveactivity
+    case pushtotalk
+    case widgets
+    case controls
 
     /// The suffix this kind adds to the bundle id.
     public var suffix: String {
@@ -12,8 +19,48 @@ public enum TopicKind: String, Sendable, Hashable, Codable, CaseIterable {
         case .app: ""
         case .voip: ".voip"
         case .complication: ".complication"
+        case .fileprovider: ".pushkit.fileprovider"
+        case .location: ".location-query"
+        case .liveactivity: ".push-type.liveactivity"
+        case .pushtotalk: ".voip-ptt"
+        case .widgets: ".push-type.widgets"
+        case .controls: ".push-type.controls"
         }
     }
+
+    /// The `apns-push-type` values a topic of this kind takes.
+    public var pushTypes: [PushType] {
+        switch self {
+        case .app: [.alert, .background, .mdm]
+        case .voip: [.voip]
+        case .complication: [.complication]
+        case .fileprovider: [.fileprovider]
+        case .location: [.location]
+        case .liveactivity: [.liveactivity]
+        case .pushtotalk: [.pushtotalk]
+        case .widgets: [.widgets]
+        case .controls: [.controls]
+        }
+    }
+
+    /// False for the kinds Apple serves only to token (JWT) trust:
+    /// provider certificates do not carry their topics, and a certificate
+    /// connection is refused them (`TopicDisallowed`) whatever its
+    /// certificate lists.
+    public var allowsCertificates: Bool {
+        switch self {
+        case .app, .voip, .complication, .fileprovider, .pushtotalk: true
+        case .location, .liveactivity, .widgets, .controls: false
+        }
+    }
+
+    /// What a command or the admin API says of a kind it does not know.
+    public static func unknown(_ name: String) -> String {
+        "unknown topic kind '\(name)': use one of \(allCases.map(\.rawValue).joined(separator: ", "))"
+    }
+
+    /// The kinds a topic string may end in, longest suffix first.
+    static let suffixed = allCases.filter { $0 != .app }.sorted { $0.suffix.utf8.count > $1.suffix.utf8.count }
 }
 
 /// A push topic split into the bundle id it belongs to and its kind.
@@ -28,7 +75,7 @@ public struct Topic: Sendable, Hashable, CustomStringConvertible {
 
     /// Splits a topic string; `com.a.b.voip` is the VoIP topic of `com.a.b`.
     public init(_ topic: String) {
-        for kind in [TopicKind.voip, .complication] where topic.hasSuffix(kind.suffix) && topic.count > kind.suffix.count {
+        for kind in TopicKind.suffixed where topic.hasSuffix(kind.suffix) && topic.count > kind.suffix.count {
             self.init(bundleID: String(topic.dropLast(kind.suffix.count)), kind: kind)
             return
         }
@@ -37,7 +84,7 @@ public struct Topic: Sendable, Hashable, CustomStringConvertible {
 
     public var description: String { bundleID + kind.suffix }
 
-    /// The three topics of an app.
+    /// Every topic of a bundle id, one per kind.
     public static func all(of bundleID: String) -> [Topic] {
         TopicKind.allCases.map { Topic(bundleID: bundleID, kind: $0) }
     }

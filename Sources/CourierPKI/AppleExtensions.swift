@@ -21,7 +21,7 @@ extension ASN1ObjectIdentifier {
 ///
 /// Written the way Apple writes it, a SEQUENCE alternating each topic (a
 /// UTF8String) with a SEQUENCE holding its kind (`app`, `voip`,
-/// `complication`). Read in that layout and in the plain SEQUENCE of
+/// `complication`; Courier names its other kinds as `TopicKind` does). Read in that layout and in the plain SEQUENCE of
 /// UTF8Strings that other tools write.
 public struct PushTopicsExtension: Sendable, Hashable, CertificateExtensionConvertible {
     public var topics: [Topic]
@@ -46,8 +46,9 @@ public struct PushTopicsExtension: Sendable, Hashable, CertificateExtensionConve
                 guard let last = topics.last, case .constructed(let kinds) = child.content, let kindNode = kinds.first(where: { _ in true }) else {
                     throw PKIError(.badCertificate, "a topic kind without a topic in the topics extension")
                 }
+                // A kind Courier does not name is left to the topic's suffix.
                 let kind = String(try ASN1UTF8String(derEncoded: kindNode))
-                guard TopicKind(rawValue: kind) == last.kind else {
+                guard TopicKind(rawValue: kind).map({ $0 == last.kind }) ?? true else {
                     throw PKIError(.badCertificate, "topic \(last) is marked as kind \(kind)")
                 }
             } else {

@@ -1,3 +1,4 @@
+import CourierCore
 import Crypto
 import Foundation
 import NIOCore
@@ -81,7 +82,7 @@ public struct DeviceNotification: Sendable, Hashable {
     public func problem(tokenLength: Int) -> String? {
         if token.count != tokenLength { return "token is \(token.count) bytes, not \(tokenLength)" }
         if !Self.payloadSizes.contains(payload.count) { return "payload is \(payload.count) bytes" }
-        if priority != 5 && priority != 10 { return "priority \(priority)" }
+        if Priority(rawValue: priority) == nil { return "priority \(priority)" }
         if !Self.topicSizes.contains(topic.utf8.count) { return "topic is \(topic.utf8.count) bytes" }
         if let collapseID, !Self.collapseIDSizes.contains(collapseID.utf8.count) { return "collapse id is \(collapseID.utf8.count) bytes" }
         if let pushType, !Self.pushTypeSizes.contains(pushType.utf8.count) { return "push type is \(pushType.utf8.count) bytes" }
@@ -138,7 +139,7 @@ public enum DeviceMessage: Sendable, Hashable {
         case DeviceCommand.notification:
             let items = try ItemSet(frame, repeatable: [], known: [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09])
             let priority = try items.integer(0x05, UInt8.self, "priority")
-            guard priority == 5 || priority == 10 else { throw DeviceProtocolError(.badItemValue, "priority \(priority)") }
+            guard Priority(rawValue: priority) != nil else { throw DeviceProtocolError(.badItemValue, "priority \(priority)") }
             self = .notification(
                 DeviceNotification(
                     token: try items.bytes(0x01, size: tokenLength, "token"),

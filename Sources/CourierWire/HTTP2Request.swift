@@ -98,7 +98,7 @@ public struct HTTP2RequestHead: Sendable, Hashable {
         }
         var priorityValue: UInt8?
         if let priority {
-            guard priority == "5" || priority == "10" else { return .failure(.badPriority) }
+            guard priority == "1" || priority == "5" || priority == "10" else { return .failure(.badPriority) }
             priorityValue = UInt8(priority)
         }
         if let collapseID, collapseID.utf8.count > 64 { return .failure(.badCollapseId) }

@@ -103,18 +103,19 @@ extension PKI {
 
     struct AppCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            commandName: "app", abstract: "Create an app (bundle id) of a team, with its topics <bundle>, <bundle>.voip, <bundle>.complication.")
+            commandName: "app",
+            abstract: "Create an app (bundle id) of a team, with its topics: <bundle>, <bundle>.voip, <bundle>.complication and the others of docs/protocol.md.")
 
         @OptionGroup var options: DataOptions
         @Option(help: "The bundle id, e.g. com.example.app.") var bundle: String
         @Option(help: "The team id.") var team: String
-        @Option(name: .customLong("topic-kind"), help: "A topic kind: app, voip or complication (repeat; default: all three).")
+        @Option(name: .customLong("topic-kind"), help: "A topic kind: app, voip, complication, fileprovider, location, liveactivity, pushtotalk, widgets or controls (repeat; default: all).")
         var kinds: [String] = []
 
         func run() async throws {
             var parsed = Set<TopicKind>()
             for kind in kinds {
-                guard let value = TopicKind(rawValue: kind) else { throw ValidationError("unknown topic kind '\(kind)': use app, voip or complication") }
+                guard let value = TopicKind(rawValue: kind) else { throw ValidationError(TopicKind.unknown(kind)) }
                 parsed.insert(value)
             }
             let topicKinds = parsed.isEmpty ? Set(TopicKind.allCases) : parsed

@@ -53,7 +53,7 @@ struct PushCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The payload: JSON, @file or - for standard input.", valueName: "json")) var payload: String
     @Option(name: [.customLong("expiration"), .customLong("expiry")], help: "Expiration, seconds since 1970 (0: do not store).")
     var expiration: UInt32?
-    @Option(help: "Priority, 10 or 5.") var priority: UInt8?
+    @Option(help: "Priority: 10, 5, or 1 (HTTP/2 only).") var priority: UInt8?
     @Option(name: .customLong("collapse-id"), help: "Collapse identifier (HTTP/2).") var collapseID: String?
     @Option(name: .customLong("push-type"), help: "apns-push-type (HTTP/2), e.g. alert or background.") var pushType: String?
     @Option(help: "The notification id: a UUID for HTTP/2 (apns-id), a number for the binary API.") var id: String?
@@ -66,7 +66,8 @@ struct PushCommand: AsyncParsableCommand {
 
     func validate() throws {
         guard let bytes = Hex.decode(token), !bytes.isEmpty else { throw ValidationError("--token '\(token)' is not hexadecimal") }
-        if let priority, priority != 5, priority != 10 { throw ValidationError("--priority must be 5 or 10") }
+        if let priority, Priority(rawValue: priority) == nil { throw ValidationError("--priority must be 10, 5 or 1") }
+        if priority == 1, binary { throw ValidationError("--priority 1 is the HTTP/2 API's: the binary API takes 5 or 10") }
         for path in [p8, cert, key, ca].compactMap({ $0 }) where !FileManager.default.fileExists(atPath: path) {
             throw ValidationError("no file \(path)")
         }

@@ -16,7 +16,34 @@ import Testing
         #expect(Topic("com.example.app") == Topic(bundleID: "com.example.app", kind: .app))
         #expect(Topic("com.example.app.voip") == Topic(bundleID: "com.example.app", kind: .voip))
         #expect(Topic("com.example.app.complication") == Topic(bundleID: "com.example.app", kind: .complication))
-        #expect(Topic.all(of: "com.a.b").map(\.description) == ["com.a.b", "com.a.b.voip", "com.a.b.complication"])
+        #expect(Topic("com.example.app.voip-ptt") == Topic(bundleID: "com.example.app", kind: .pushtotalk))
+        #expect(Topic("com.example.app.push-type.liveactivity") == Topic(bundleID: "com.example.app", kind: .liveactivity))
+        #expect(Topic("com.example.app.push-type.widgets") == Topic(bundleID: "com.example.app", kind: .widgets))
+        #expect(Topic("com.example.app.push-type.controls") == Topic(bundleID: "com.example.app", kind: .controls))
+        #expect(Topic("com.example.app.pushkit.fileprovider") == Topic(bundleID: "com.example.app", kind: .fileprovider))
+        #expect(Topic("com.example.app.location-query") == Topic(bundleID: "com.example.app", kind: .location))
+        // A suffix alone is a bundle id, not a kind of nothing.
+        #expect(Topic(".voip") == Topic(bundleID: ".voip", kind: .app))
+        #expect(
+            Topic.all(of: "com.a.b").map(\.description) == [
+                "com.a.b", "com.a.b.voip", "com.a.b.complication", "com.a.b.pushkit.fileprovider", "com.a.b.location-query",
+                "com.a.b.push-type.liveactivity", "com.a.b.voip-ptt", "com.a.b.push-type.widgets", "com.a.b.push-type.controls",
+            ])
+        // Every kind's string splits back into it.
+        for topic in Topic.all(of: "com.a.b") { #expect(Topic(topic.description) == topic) }
+    }
+
+    @Test func pushTypeRules() {
+        for type in PushType.allCases {
+            #expect(PushTypeRules.refusal(pushType: type, kind: type.topicKind, priority: nil) == nil)
+            #expect(type.topicKind.pushTypes.contains(type))
+        }
+        #expect(PushTypeRules.refusal(pushType: .voip, kind: .app, priority: nil) == .invalidPushType)
+        #expect(PushTypeRules.refusal(pushType: .background, kind: .app, priority: .immediate) == .badPriority)
+        #expect(PushTypeRules.refusal(pushType: .background, kind: .app, priority: .conservePower) == nil)
+        #expect(PushTypeRules.refusal(pushType: nil, kind: .app, priority: .lowest) == nil)
+        #expect(PushTypeRules.refusal(pushType: nil, kind: .pushtotalk, priority: .conservePower) == .badPriority)
+        #expect(PushTypeRules.refusal(pushType: .liveactivity, kind: .liveactivity, priority: .lowest) == .badPriority)
     }
 
     @Test func identifierRules() {

@@ -78,7 +78,13 @@ import Testing
         #expect(check(withSound, priority: 10) == .success(PayloadSummary(isSilent: false)))
     }
 
-    @Test(arguments: [UInt8(0), 1, 4, 6, 9, 11, 255])
+    /// Priority 1 is the HTTP/2 API's.
+    @Test func priorityOneOnHTTP2Only() {
+        #expect(PayloadRules.check(alert, priority: 1, channel: .http2) == .success(PayloadSummary(isSilent: false)))
+        #expect(PayloadRules.check(alert, priority: 1, channel: .binaryCommand2) == .failure(.unknownPriority))
+    }
+
+    @Test(arguments: [UInt8(0), 4, 6, 9, 11, 255])
     func unknownPriorities(_ priority: UInt8) {
         #expect(check(alert, priority: priority) == .failure(.unknownPriority))
         #expect(Priority(rawValue: priority) == nil)

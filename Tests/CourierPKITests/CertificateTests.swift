@@ -112,7 +112,7 @@ import X509
             return
         }
         let nodes = Array(children)
-        #expect(nodes.count == 6)
+        #expect(nodes.count == topics.count * 2)
         #expect(nodes[0].identifier == .utf8String)
         #expect(nodes[1].identifier == .sequence)
         // A kind that disagrees with the topic is refused.
@@ -123,6 +123,14 @@ import X509
         }
         let wrong = Certificate.Extension(oid: .Courier.topics, critical: false, value: serializer.serializedBytes[...])
         #expect(throws: PKIError.self) { try PushTopicsExtension(wrong) }
+        // A kind Courier does not name is left to the topic's suffix.
+        var other = DER.Serializer()
+        try other.appendConstructedNode(identifier: .sequence) { sequence in
+            try sequence.serialize(ASN1UTF8String("com.example.demo.voip"))
+            try sequence.appendConstructedNode(identifier: .sequence) { try $0.serialize(ASN1UTF8String("some-new-kind")) }
+        }
+        let unnamed = Certificate.Extension(oid: .Courier.topics, critical: false, value: other.serializedBytes[...])
+        #expect(try PushTopicsExtension(unnamed).topics == [Topic(bundleID: "com.example.demo", kind: .voip)])
     }
 
     @Test(arguments: [false, true])

@@ -46,7 +46,10 @@ func testConfiguration(_ directory: String) -> CourierConfiguration {
         let info = try ProviderCertificateInfo(certificate: Certificate(pemEncoded: pem))
         #expect(info.bundleID == "com.example.demo")
         #expect(info.environments == [.production, .sandbox])
-        #expect(info.topics.map(\.description) == ["com.example.demo", "com.example.demo.voip", "com.example.demo.complication"])
+        #expect(
+            info.topics.map(\.description) == [
+                "com.example.demo", "com.example.demo.voip", "com.example.demo.complication", "com.example.demo.pushkit.fileprovider", "com.example.demo.voip-ptt",
+            ])
 
         // The server certificate names localhost, 127.0.0.1 and ::1.
         // server.pem holds the server certificate, then the CA.

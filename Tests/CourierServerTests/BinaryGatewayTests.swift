@@ -130,6 +130,7 @@ func nextFailure(_ client: BinaryProviderClient) async -> BinaryPushFailure? {
                 ("sandbox token in production", frame { $0.writeFrameItem(id: 1, sandboxToken); $0.writeFrameItem(id: 2, payload); $0.writeFrameItem(id: 3, integer: UInt32(7)) }, 8),
                 ("another app's token", frame { $0.writeFrameItem(id: 1, otherToken); $0.writeFrameItem(id: 2, payload); $0.writeFrameItem(id: 3, integer: UInt32(7)) }, 8),
                 ("bad priority", frame { $0.writeFrameItem(id: 1, token); $0.writeFrameItem(id: 2, payload); $0.writeFrameItem(id: 3, integer: UInt32(7)); $0.writeFrameItem(id: 5, [3]) }, 128),
+                ("priority 1 (the HTTP/2 API's)", frame { $0.writeFrameItem(id: 1, token); $0.writeFrameItem(id: 2, payload); $0.writeFrameItem(id: 3, integer: UInt32(7)); $0.writeFrameItem(id: 5, [1]) }, 128),
                 ("duplicate item", frame { $0.writeFrameItem(id: 3, integer: UInt32(7)); $0.writeFrameItem(id: 1, token); $0.writeFrameItem(id: 1, token); $0.writeFrameItem(id: 2, payload) }, 128),
                 ("silent with priority 10", frame { $0.writeFrameItem(id: 1, token); $0.writeFrameItem(id: 2, Array(#"{"aps":{"content-available":1}}"#.utf8)); $0.writeFrameItem(id: 3, integer: UInt32(7)); $0.writeFrameItem(id: 5, [10]) }, 128),
                 ("unknown command", ByteBuffer(bytes: [9, 0, 0, 0, 0]), 128),

@@ -42,7 +42,8 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         (["push", "--token", "00ff", "--payload", "{}"], "give --p8 with --team-id (token trust) or --cert with --key (certificate trust)"),
         (["push", "--token", "00ff", "--payload", "{}", "--p8", "AuthKey_ABCDE12345.p8", "--team-id", "T"], "no file AuthKey_ABCDE12345.p8"),
         (["push", "--token", "00ff", "--payload", "{}", "--binary"], "--binary needs --cert and --key"),
-        (["push", "--token", "00ff", "--payload", "{}", "--priority", "7", "--p8", "k.p8"], "--priority must be 5 or 10"),
+        (["push", "--token", "00ff", "--payload", "{}", "--priority", "7", "--p8", "k.p8"], "--priority must be 10, 5 or 1"),
+        (["push", "--token", "00ff", "--payload", "{}", "--priority", "1", "--binary", "--cert", "c", "--key", "k"], "--priority 1 is the HTTP/2 API's: the binary API takes 5 or 10"),
         (["push", "--token", "00ff", "--payload", "{}", "--id", "12", "--p8", "k.p8"], "no file k.p8"),
         (["feedback", "--cert", "c.pem", "--key", "k.pem"], "no file c.pem"),
     ])

@@ -11,6 +11,7 @@ import NIOHTTP2
 import Synchronization
 import NIOSSL
 import Testing
+import X509
 
 extension TestServer {
     var demoDirectory: String { directory + "/demo" }
@@ -166,7 +167,9 @@ func jwt(key: AuthKey, team: String = "DEMOTEAM01", issuedAt: Date) -> String {
         #expect(try await answer { $0.headers.append(("apns-push-type", String(repeating: "a", count: 300))) } == (400, "InvalidPushType"))
         #expect(try await answer { $0.headers.append(("apns-push-type", "")) } == (400, "InvalidPushType"))
         #expect(try await answer { $0.headers.append(("apns-push-type", "Alert")) } == (400, "InvalidPushType"))
-        #expect(try await answer { $0.headers.append(("apns-push-type", "liveactivity")) } == (200, nil))
+        // A type of another topic kind (docs/protocol.md, "Push types and topics").
+        #expect(try await answer { $0.headers.append(("apns-push-type", "liveactivity")) } == (400, "InvalidPushType"))
+        #expect(try await answer { $0.headers.append(("apns-priority", "1")) } == (200, nil))
         #expect(try await answer { $0.headers = [("authorization", "bearer " + authorization), ("apns-topic", "not a topic")] } == (400, "BadTopic"))
         #expect(try await answer { $0.headers = [("authorization", "bearer " + authorization), ("apns-topic", "")] } == (400, "BadTopic"))
         #expect(try await answer { $0.headers = [("authorization", "bearer " + authorization)] } == (400, "MissingTopic"))
@@ -367,6 +370,93 @@ extension HTTP2ProtocolTableTests {
             let bad = try await RawPush(token: token).send(on: noTopics)
             #expect((bad.status, bad.reason) == (403, "BadCertificate"))
             await noTopics.close()
+            await server.disconnect(device)
+        }
+    }
+
+    /// Every push type to its topic kind, with the priorities it takes and
+    /// the trust it needs (docs/protocol.md, "Push types and topics").
+    @Test func pushTypeRows() async throws {
+        try await withTestServer(qos: QoSConfiguration(burstWindow: 1)) { server in
+            /// What goes out with the device's next burst (priorities 5 and 1).
+            func burst() async throws -> DeviceNotification {
+                server.clock.advance(by: 1)
+                await server.dispatcher.tick()
+                return try #require(await device.next())
+            }
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let authorization = jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now())
+            let byToken = try await server.http2Connection()
+            func answer(
+                _ type: String?, topic: String, priority: String? = nil, on connection: HTTP2Connection, authorized: Bool = true,
+                body: String = #"{"aps":{"alert":"typed"}}"#
+            ) async throws -> (Int, String?) {
+                var push = RawPush(token: token, topic: topic, authorization: authorized ? authorization : nil)
+                if let type { push.headers.append(("apns-push-type", type)) }
+                if let priority { push.headers.append(("apns-priority", priority)) }
+                push.body = Array(body.utf8)
+                let (status, reason, _) = try await push.send(on: connection)
+                return (status, reason)
+            }
+            let bundle = "com.example.demo"
+            let topics: [(PushType, String)] = [
+                (.alert, bundle), (.mdm, bundle), (.voip, bundle + ".voip"), (.complication, bundle + ".complication"),
+                (.fileprovider, bundle + ".pushkit.fileprovider"), (.location, bundle + ".location-query"),
+                (.liveactivity, bundle + ".push-type.liveactivity"), (.pushtotalk, bundle + ".voip-ptt"),
+                (.widgets, bundle + ".push-type.widgets"), (.controls, bundle + ".push-type.controls"),
+            ]
+            for (type, topic) in topics {
+                #expect(try await answer(type.rawValue, topic: topic, on: byToken) == (200, nil), "\(type)")
+                let received = try #require(await device.next())
+                #expect(received.topic == topic)
+                #expect(received.pushType == type.rawValue)
+                // The type of another kind's topic.
+                let other = type == .voip ? bundle : bundle + ".voip"
+                #expect(try await answer(type.rawValue, topic: other, on: byToken) == (400, "InvalidPushType"), "\(type) to \(other)")
+            }
+            // Background: 5 only, and 5 when none is given.
+            let silent = #"{"aps":{"content-available":1},"k":1}"#
+            #expect(try await answer("background", topic: bundle, on: byToken, body: silent) == (200, nil))
+            #expect(try await burst().priority == 5)
+            #expect(try await answer("background", topic: bundle, priority: "10", on: byToken, body: silent) == (400, "BadPriority"))
+            #expect(try await answer("background", topic: bundle, priority: "1", on: byToken, body: silent) == (400, "BadPriority"))
+            // Push-to-talk: 10 only; without a type its topic's rule applies.
+            #expect(try await answer("pushtotalk", topic: bundle + ".voip-ptt", priority: "5", on: byToken) == (400, "BadPriority"))
+            #expect(try await answer(nil, topic: bundle + ".voip-ptt", priority: "5", on: byToken) == (400, "BadPriority"))
+            #expect(try await answer(nil, topic: bundle + ".voip-ptt", priority: "10", on: byToken) == (200, nil))
+            _ = try #require(await device.next())
+            // Live Activities and location queries: 5 or 10.
+            #expect(try await answer("liveactivity", topic: bundle + ".push-type.liveactivity", priority: "1", on: byToken) == (400, "BadPriority"))
+            #expect(try await answer("location", topic: bundle + ".location-query", priority: "1", on: byToken) == (400, "BadPriority"))
+            #expect(try await answer("liveactivity", topic: bundle + ".push-type.liveactivity", priority: "5", on: byToken) == (200, nil))
+            #expect(try await burst().priority == 5)
+            // Priority 1 where the type takes it.
+            #expect(try await answer("alert", topic: bundle, priority: "1", on: byToken) == (200, nil))
+            #expect(try await burst().priority == 1)
+            await byToken.close()
+
+            // Certificate trust: the certificate lists no token-only topic,
+            // and a certificate connection is refused them.
+            let certificate = try Certificate(pemEncoded: String(contentsOfFile: server.demoDirectory + "/com.example.demo.pem", encoding: .utf8))
+            let listed = try ProviderCertificateInfo(certificate: certificate).topics.map(\.kind)
+            #expect(Set(listed) == Set(TopicKind.allCases.filter(\.allowsCertificates)))
+            let byCertificate = try await server.http2Connection(certificate: (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem"))
+            for (type, topic) in topics {
+                let expected: (Int, String?) = type.topicKind.allowsCertificates ? (200, nil) : (400, "TopicDisallowed")
+                #expect(try await answer(type.rawValue, topic: topic, on: byCertificate, authorized: false) == expected, "\(type)")
+                if expected.0 == 200 { _ = try #require(await device.next()) }
+            }
+            await byCertificate.close()
+
+            // An app without a kind: that kind's topic is not one of its topics.
+            _ = try await server.application.provisioner.createApp(bundleID: "com.example.plain", teamID: "DEMOTEAM01", kinds: [.app, .voip])
+            let plainToken = try await device.client.register("com.example.plain")
+            let fresh = try await server.http2Connection()
+            var push = RawPush(token: plainToken, topic: "com.example.plain.push-type.widgets", authorization: authorization)
+            push.headers.append(("apns-push-type", "widgets"))
+            #expect(try await push.send(on: fresh).reason == "TopicDisallowed")
+            await fresh.close()
             await server.disconnect(device)
         }
     }

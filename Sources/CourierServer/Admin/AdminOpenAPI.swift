@@ -458,8 +458,8 @@ enum AdminOpenAPI {
                     "bundleID": {"type": "string", "pattern": "^[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)+$", "maxLength": 155},
                     "teamID": {"type": "string", "pattern": "^[A-Z0-9]{10}$"},
                     "topicKinds": {
-                      "type": "array", "nullable": true, "minItems": 1, "description": "default (absent or null) all three",
-                      "items": {"type": "string", "enum": ["app", "voip", "complication"]}
+                      "type": "array", "nullable": true, "minItems": 1, "description": "default (absent or null) all",
+                      "items": {"type": "string", "enum": ["app", "voip", "complication", "fileprovider", "location", "liveactivity", "pushtotalk", "widgets", "controls"]}
                     }
                   }
                 }}}},

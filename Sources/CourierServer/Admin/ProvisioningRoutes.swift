@@ -29,7 +29,7 @@ struct ProvisioningRoutes {
                 kinds = Set(
                     try names.map { name in
                         guard let kind = TopicKind(rawValue: name) else {
-                            throw HTTPError(.unprocessableContent, message: "unknown topic kind '\(name)': use app, voip or complication")
+                            throw HTTPError(.unprocessableContent, message: TopicKind.unknown(name))
                         }
                         return kind
                     })
@@ -115,7 +115,7 @@ struct NewTeam: Decodable {
 struct NewApp: Decodable {
     var bundleID: String
     var teamID: String
-    /// app, voip, complication; default all three.
+    /// `TopicKind` names; default all.
     var topicKinds: [String]?
 }
 

@@ -489,10 +489,17 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         guard HTTP2RequestHead.isTopic(topic) else { return .refused(.failure(.badTopic, apnsID: apnsID)) }
         let grant = TopicGrant(topic, for: provider.identity)
         guard grant.allowed else { return provider.tokenTrust == nil ? .refused(.failure(.topicDisallowed, apnsID: apnsID)) : .refreshTopics }
+        // Token-only kinds (location, Live Activities, widgets, controls),
+        // whatever a certificate lists.
+        guard provider.tokenTrust != nil || grant.kind.allowsCertificates else { return .refused(.failure(.topicDisallowed, apnsID: apnsID)) }
         let fields: HTTP2RequestHead.Fields
         switch head.fields(tokenLength: configuration.limits.tokenLength, newID: id) {
         case .failure(let reason): return .refused(.failure(reason, apnsID: apnsID))
         case .success(let checked): fields = checked
+        }
+        let pushType = fields.pushType.flatMap(PushType.init(rawValue:))
+        if let reason = PushTypeRules.refusal(pushType: pushType, kind: grant.kind, priority: fields.priority.flatMap(Priority.init(rawValue:))) {
+            return .refused(.failure(reason, apnsID: apnsID))
         }
         seen.token = fields.token
         let channel: PayloadChannel = grant.kind == .voip ? .http2VoIP : .http2
@@ -501,7 +508,9 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         case .failure(let error): return .refused(.failure(error.reason, apnsID: apnsID))
         case .success(let result): summary = result
         }
-        let priority = fields.priority.flatMap(Priority.init(rawValue:)) ?? (summary.isSilent ? .conservePower : .immediate)
+        // Without a priority: 5 for a background push (silent, or of type
+        // background), else 10.
+        let priority = fields.priority.flatMap(Priority.init(rawValue:)) ?? (summary.isSilent || pushType == .background ? .conservePower : .immediate)
         let notification = PushNotification(
             id: fields.id, token: fields.token, topic: topic, payload: Array(buffer: body), expiration: fields.expiration, priority: priority,
             collapseID: fields.collapseID, pushType: fields.pushType, isSilent: summary.isSilent)

@@ -179,7 +179,7 @@ public final class Provisioner: Sendable {
         }
         guard let team = try await store.team(id: app.teamID) else { throw PKIError(.notFound, "team \(app.teamID) does not exist") }
         let issued = try authority().issueProviderCertificate(
-            bundleID: bundleID, teamID: team.id, teamName: team.name, topics: app.topics, environments: environments,
+            bundleID: bundleID, teamID: team.id, teamName: team.name, topics: app.topics.filter(\.kind.allowsCertificates), environments: environments,
             now: clock.now(), plainTopicsLayout: plainTopicsLayout)
         let record = try record(issued, kind: .provider, teamID: team.id, bundleID: bundleID, environments: environments)
         try await store.addCertificate(record)
