@@ -34,6 +34,11 @@ public struct App: Sendable, Hashable, Codable {
 }
 
 /// A provider auth key (ES256). Courier keeps only the public key.
+///
+/// Its scope, as Apple's keys have since 2025: the environments its tokens
+/// are good for (a team-scoped key is one environment's; keys made before
+/// are both), and for a topic-specific key the apps it may push to
+/// (docs/protocol.md, "Key scoping").
 public struct AuthKeyRecord: Sendable, Hashable, Codable {
     public var keyID: String
     public var teamID: String
@@ -41,13 +46,27 @@ public struct AuthKeyRecord: Sendable, Hashable, Codable {
     public var publicKey: [UInt8]
     public var createdAt: Date
     public var revokedAt: Date?
+    public var environments: Set<Environment>
+    /// A topic-specific key's bundle ids (every topic of each); nil for a
+    /// team-scoped key, which pushes to all of its team's apps.
+    public var bundleIDs: Set<String>?
 
-    public init(keyID: String, teamID: String, publicKey: [UInt8], createdAt: Date, revokedAt: Date? = nil) {
+    public init(
+        keyID: String, teamID: String, publicKey: [UInt8], createdAt: Date, revokedAt: Date? = nil,
+        environments: Set<Environment> = Set(Environment.allCases), bundleIDs: Set<String>? = nil
+    ) {
         self.keyID = keyID
         self.teamID = teamID
         self.publicKey = publicKey
         self.createdAt = createdAt
         self.revokedAt = revokedAt
+        self.environments = environments
+        self.bundleIDs = bundleIDs
+    }
+
+    /// Whether its tokens may push to this topic (of one of its team's apps).
+    public func covers(_ topic: Topic) -> Bool {
+        bundleIDs?.contains(topic.bundleID) ?? true
     }
 }
 

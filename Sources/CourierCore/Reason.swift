@@ -23,6 +23,12 @@ public struct Reason: Error, Sendable, Hashable, CustomStringConvertible {
         case forbidden = "Forbidden"
         case invalidProviderToken = "InvalidProviderToken"
         case missingProviderToken = "MissingProviderToken"
+        case unrelatedKeyIdInToken = "UnrelatedKeyIdInToken"
+        case badEnvironmentKeyIdInToken = "BadEnvironmentKeyIdInToken"
+        /// Never sent by Courier: the spelling live APNs has been seen to
+        /// send for `BadEnvironmentKeyIdInToken`, known so that a client
+        /// reads either.
+        case badEnvironmentKeyInToken = "BadEnvironmentKeyInToken"
         case badPath = "BadPath"
         case methodNotAllowed = "MethodNotAllowed"
         case unregistered = "Unregistered"
@@ -41,7 +47,7 @@ public struct Reason: Error, Sendable, Hashable, CustomStringConvertible {
                 .payloadEmpty, .topicDisallowed:
                 400
             case .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden,
-                .invalidProviderToken, .missingProviderToken:
+                .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken:
                 403
             case .badPath: 404
             case .methodNotAllowed: 405
@@ -109,6 +115,9 @@ extension Reason {
     public static let forbidden = Reason(.forbidden)
     public static let invalidProviderToken = Reason(.invalidProviderToken)
     public static let missingProviderToken = Reason(.missingProviderToken)
+    public static let unrelatedKeyIdInToken = Reason(.unrelatedKeyIdInToken)
+    public static let badEnvironmentKeyIdInToken = Reason(.badEnvironmentKeyIdInToken)
+    public static let badEnvironmentKeyInToken = Reason(.badEnvironmentKeyInToken)
     public static let badPath = Reason(.badPath)
     public static let methodNotAllowed = Reason(.methodNotAllowed)
     public static let unregistered = Reason(.unregistered)

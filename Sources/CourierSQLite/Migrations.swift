@@ -168,5 +168,15 @@ enum SQLiteMigrations {
                 "CREATE INDEX certificates_revoked ON certificates(revoked_at) WHERE revoked_at IS NOT NULL"
             ]
         ),
+        // Auth keys scoped to environments and, topic-specific ones, to
+        // apps; keys made before are good for both environments and every
+        // app of their team.
+        Migration(
+            version: 6,
+            statements: [
+                "ALTER TABLE auth_keys ADD COLUMN environments TEXT NOT NULL DEFAULT 'production,sandbox'",
+                "ALTER TABLE auth_keys ADD COLUMN bundle_ids TEXT",
+            ]
+        ),
     ]
 }

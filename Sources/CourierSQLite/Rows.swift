@@ -130,7 +130,9 @@ extension AuthKeyRecord {
     init(row: SQLiteRow) throws {
         self.init(
             keyID: try row.text("key_id"), teamID: try row.text("team_id"), publicKey: try row.bytes("public_key"),
-            createdAt: try row.date("created_at"), revokedAt: row.optionalDate("revoked_at"))
+            createdAt: try row.date("created_at"), revokedAt: row.optionalDate("revoked_at"),
+            environments: Set<Environment>(encoded: try row.text("environments")),
+            bundleIDs: row.optionalText("bundle_ids").map { Set($0.split(separator: ",").map(String.init)) })
     }
 }
 

@@ -188,8 +188,11 @@ public final class SQLiteStore: Store {
             throw StoreError(.notFound, "team \(key.teamID) does not exist")
         }
         try await insert(
-            "INSERT INTO auth_keys (key_id, team_id, public_key, created_at, revoked_at) VALUES (?, ?, ?, ?, ?)",
-            [.text(key.keyID), .text(key.teamID), .bytes(key.publicKey), .millis(key.createdAt), .millis(key.revokedAt)],
+            "INSERT INTO auth_keys (key_id, team_id, public_key, created_at, revoked_at, environments, bundle_ids) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                .text(key.keyID), .text(key.teamID), .bytes(key.publicKey), .millis(key.createdAt), .millis(key.revokedAt), .text(key.environments.encoded),
+                .optionalText(key.bundleIDs.map { $0.sorted().joined(separator: ",") }),
+            ],
             what: "auth key \(key.keyID)")
     }
 

@@ -109,6 +109,12 @@ public enum StoreConformance {
             report.equal(try await store.revokeAuthKey(id: "KEY0000001", at: at(20)), false, "second revoke")
             report.equal(try await store.revokeAuthKey(id: "NOSUCHKEY1", at: at(20)), false, "revoke of missing key")
             report.equal(try await store.authKey(id: "KEY0000001")?.revokedAt, at(10), "revocation time")
+            report.equal(key.environments, Set(Environment.allCases), "a key's default scope: both environments")
+            let scoped = AuthKeyRecord(
+                keyID: "KEY0000002", teamID: "TEAM000001", publicKey: Array(repeating: 4, count: 65), createdAt: at(6), environments: [.sandbox],
+                bundleIDs: ["com.example.one", "com.example.two"])
+            try await store.addAuthKey(scoped)
+            report.equal(try await store.authKey(id: "KEY0000002"), scoped, "a scoped key")
         },
         StoreConformanceCase(name: "certificates are kept, listed by kind and revoked") { store, report in
             let provider = CertificateRecord(

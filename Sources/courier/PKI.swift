@@ -49,6 +49,16 @@ func report(_ files: [ProvisionedFile]) {
 }
 
 extension PKI {
+    /// `--env`: production, sandbox or both.
+    static func environments(_ env: String) throws -> Set<Environment> {
+        switch env {
+        case "both": Set(Environment.allCases)
+        case "production": [.production]
+        case "sandbox": [.sandbox]
+        default: throw ValidationError("--env must be production, sandbox or both, not '\(env)'")
+        }
+    }
+
     struct CA: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Create the certificate authority (ca.pem, ca-key.pem in the data directory's pki folder).",
@@ -139,13 +149,7 @@ extension PKI {
         @Flag(help: "Write the topics as a plain SEQUENCE of UTF8Strings instead of Apple's layout.") var plainTopics = false
 
         func run() async throws {
-            let environments: Set<Environment>
-            switch env {
-            case "both": environments = Set(Environment.allCases)
-            case "production": environments = [.production]
-            case "sandbox": environments = [.sandbox]
-            default: throw ValidationError("--env must be production, sandbox or both, not '\(env)'")
-            }
+            let environments = try PKI.environments(env)
             try await withProvisioner(options) { provisioner in
                 let (_, files) = try await provisioner.issueProviderCertificate(
                     bundleID: bundle, environments: environments, directory: out, plainTopicsLayout: plainTopics)
@@ -166,6 +170,15 @@ extension PKI {
         @Option(name: .customLong("import"), help: ArgumentHelp("An existing .p8 to take instead of making one.", valueName: "file"))
         var importPath: String?
         @Option(name: .customLong("key-id"), help: "The imported key's id (default: from AuthKey_<KEYID>.p8).") var keyID: String?
+        @Option(help: "The environments its tokens are good for: production, sandbox or both (a team-scoped key is one).") var env: String = "both"
+        @Option(
+            name: .customLong("bundle"),
+            help: "A topic-specific key: an app of the team it may push to (repeat; default: a team-scoped key, every app).")
+        var bundleIDs: [String] = []
+
+        var scope: Provisioner.AuthKeyScope {
+            get throws { Provisioner.AuthKeyScope(environments: try PKI.environments(env), bundleIDs: bundleIDs.isEmpty ? nil : Set(bundleIDs)) }
+        }
 
         /// The key id of an imported key: given, or from Apple's file name.
         func importedKeyID(_ path: String) throws -> String {
@@ -182,14 +195,14 @@ extension PKI {
                 let keyID = try importedKeyID(importPath)
                 guard let p8 = try? String(contentsOfFile: importPath, encoding: .utf8) else { throw ValidationError("cannot read \(importPath)") }
                 try await withProvisioner(options) { provisioner in
-                    let key = try await provisioner.importAuthKey(teamID: team, keyID: keyID, p8: p8)
+                    let key = try await provisioner.importAuthKey(teamID: team, keyID: keyID, p8: p8, scope: try scope)
                     say("imported auth key \(key.keyID) of team \(key.teamID) (Courier keeps its public key; the .p8 stays yours)\n")
                 }
                 return
             }
             if keyID != nil { throw ValidationError("--key-id goes with --import") }
             try await withProvisioner(options) { provisioner in
-                let (key, file) = try await provisioner.createAuthKey(teamID: team, directory: out)
+                let (key, file) = try await provisioner.createAuthKey(teamID: team, scope: try scope, directory: out)
                 report([file])
                 say("key id: \(key.keyID)\nteam id: \(key.teamID)\n")
             }

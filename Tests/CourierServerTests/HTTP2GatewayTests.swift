@@ -286,6 +286,80 @@ extension HTTP2ProtocolTableTests {
         }
     }
 
+    /// Keys scoped to an environment and to apps (docs/protocol.md, "Key
+    /// scoping"), made through the admin API as an operator would.
+    @Test func keyScopingRows() async throws {
+        try await withTestServer { server in
+            let provisioner = server.application.provisioner
+            _ = try await provisioner.createApp(bundleID: "com.example.second", teamID: "DEMOTEAM01")
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let sandboxDevice = try await server.device(.sandbox)
+            let sandboxToken = try await sandboxDevice.client.register("com.example.demo")
+            let now = server.clock.now()
+            /// A new key of the demo team with this scope, through the admin API.
+            func key(_ scope: [String: Any]) async throws -> AuthKey {
+                let body = String(decoding: try JSONSerialization.data(withJSONObject: scope), as: UTF8.self)
+                let created = try await server.admin("POST", "/v1/teams/DEMOTEAM01/keys", body: body)
+                #expect(created.status == 201, "\(created.message ?? "")")
+                #expect(created.object["environments"] as? [String] == (scope["environments"] as? [String])?.sorted() ?? ["production", "sandbox"])
+                #expect(created.object["bundleIDs"] as? [String] == scope["bundleIDs"] as? [String])
+                return try AuthKey(keyID: try #require(created.object["keyID"] as? String), p8PEM: try #require(created.object["p8"] as? String))
+            }
+            func answer(_ key: AuthKey, topic: String = "com.example.demo", token: [UInt8], on connection: HTTP2Connection, at: Date? = nil) async throws
+                -> (Int, String?)
+            {
+                let (status, reason, _) = try await RawPush(token: token, topic: topic, authorization: jwt(key: key, issuedAt: at ?? now)).send(on: connection)
+                return (status, reason)
+            }
+
+            // A team-scoped key of one environment.
+            let sandboxOnly = try await key(["environments": ["sandbox"]])
+            let production = try await server.http2Connection()
+            #expect(try await answer(sandboxOnly, token: token, on: production) == (403, "BadEnvironmentKeyIdInToken"))
+            await production.close()
+            let sandbox = try await server.http2Connection(.sandbox)
+            #expect(try await answer(sandboxOnly, token: sandboxToken, on: sandbox) == (200, nil))
+            _ = try #require(await sandboxDevice.next())
+            // Another team-scoped key of the team may follow it on the connection.
+            #expect(try await answer(try server.demoAuthKey(), token: sandboxToken, on: sandbox, at: now + 1) == (429, "TooManyProviderTokenUpdates"))
+            await sandbox.close()
+
+            // A topic-specific key: its apps' topics only, every kind of them.
+            let topicKey = try await key(["bundleIDs": ["com.example.demo"], "environments": ["production"]])
+            let scoped = try await server.http2Connection()
+            #expect(try await answer(topicKey, topic: "com.example.second", token: token, on: scoped) == (400, "TopicDisallowed"))
+            #expect(try await answer(topicKey, token: token, on: scoped) == (200, nil))
+            _ = try #require(await device.next())
+            #expect(try await answer(topicKey, topic: "com.example.demo.voip", token: token, on: scoped) == (200, nil))
+            _ = try #require(await device.next())
+            // Its connection takes no other key, even once the 20 minutes are over.
+            server.clock.advance(by: 21 * 60)
+            let later = server.clock.now()
+            #expect(try await answer(try server.demoAuthKey(), token: token, on: scoped, at: later) == (403, "UnrelatedKeyIdInToken"))
+            #expect(try await answer(topicKey, token: token, on: scoped, at: later) == (200, nil))
+            _ = try #require(await device.next())
+            await scoped.close()
+            // Nor does a team-scoped key's connection take it.
+            let teamFirst = try await server.http2Connection()
+            #expect(try await answer(try server.demoAuthKey(), token: token, on: teamFirst, at: later) == (200, nil))
+            _ = try #require(await device.next())
+            server.clock.advance(by: 21 * 60)
+            #expect(try await answer(topicKey, token: token, on: teamFirst, at: server.clock.now()) == (403, "UnrelatedKeyIdInToken"))
+            await teamFirst.close()
+
+            // A scope the team cannot have is refused with a message.
+            let foreign = try await server.admin("POST", "/v1/teams/DEMOTEAM01/keys", body: #"{"bundleIDs": ["com.example.nosuch"]}"#)
+            #expect(foreign.status == 404)
+            #expect(foreign.message == "app com.example.nosuch is not an app of team DEMOTEAM01")
+            #expect(try await server.admin("POST", "/v1/teams/DEMOTEAM01/keys", body: #"{"environments": []}"#).status == 422)
+            #expect(try await server.admin("POST", "/v1/teams/DEMOTEAM01/keys", body: #"{"environments": ["staging"]}"#).status == 422)
+            #expect(try await server.admin("POST", "/v1/teams/DEMOTEAM01/keys", body: #"{"keyID": "ABCDE12345"}"#).status == 422)
+            await server.disconnect(device)
+            await server.disconnect(sandboxDevice)
+        }
+    }
+
     /// Only one stream until a valid token is seen (seeds, "APNs allows
     /// multiple concurrent streams…"); a certificate connection has them
     /// all from the start.

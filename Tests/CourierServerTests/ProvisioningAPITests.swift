@@ -116,6 +116,21 @@ import Testing
             let noID = try await runProgram(courier, ["pki", "auth-key", "--data", server.directory, "--team", "DEMOTEAM01", "--import", unnamed])
             #expect(noID.status != 0)
             #expect(noID.stderr.contains("give --key-id"), "\(noID.stderr)")
+            // A scoped key from the command line: kept with its scope.
+            let scoped = AuthKey.generate()
+            let scopedPath = server.directory + "/" + scoped.fileName
+            try scoped.p8PEM.write(toFile: scopedPath, atomically: true, encoding: .utf8)
+            let scopedRun = try await runProgram(
+                courier, ["pki", "auth-key", "--data", server.directory, "--team", "DEMOTEAM01", "--import", scopedPath, "--env", "sandbox", "--bundle", "com.example.demo"])
+            #expect(scopedRun.status == 0, "\(scopedRun.stderr)")
+            let record = try await server.application.provisioner.store.authKey(id: scoped.keyID)
+            #expect(record?.environments == [.sandbox])
+            #expect(record?.bundleIDs == ["com.example.demo"])
+            let badEnv = try await runProgram(courier, ["pki", "auth-key", "--data", server.directory, "--team", "DEMOTEAM01", "--env", "staging"])
+            #expect(badEnv.stderr.contains("--env must be production, sandbox or both, not 'staging'"), "\(badEnv.stderr)")
+            let badApp = try await runProgram(courier, ["pki", "auth-key", "--data", server.directory, "--team", "DEMOTEAM01", "--bundle", "com.example.nosuch"])
+            #expect(badApp.status != 0)
+            #expect(badApp.stderr.contains("app com.example.nosuch is not an app of team DEMOTEAM01"), "\(badApp.stderr)")
             await client.close()
             await second.close()
             await server.disconnect(device)

@@ -52,10 +52,12 @@ enum AdminOpenAPI {
                   "id": {"type": "string"}, "name": {"type": "string"}, "createdAt": {"type": "string", "format": "date-time"},
                   "apps": {"type": "array", "items": {"$ref": "#/components/schemas/App"}},
                   "authKeys": {"type": "array", "items": {
-                    "type": "object", "required": ["keyID", "createdAt"],
+                    "type": "object", "required": ["keyID", "createdAt", "environments"],
                     "properties": {
                       "keyID": {"type": "string"}, "createdAt": {"type": "string", "format": "date-time"},
-                      "revokedAt": {"type": "string", "format": "date-time"}
+                      "revokedAt": {"type": "string", "format": "date-time"},
+                      "environments": {"type": "array", "items": {"type": "string", "enum": ["production", "sandbox"]}},
+                      "bundleIDs": {"type": "array", "items": {"type": "string"}, "description": "a topic-specific key's apps; absent for a team-scoped key"}
                     }
                   }}
                 }
@@ -473,21 +475,25 @@ enum AdminOpenAPI {
             },
             "/v1/teams/{teamID}/keys": {
               "post": {
-                "summary": "Create an auth key for the team (no body: its .p8 is in this answer only), or import one the team has (keyID and p8)",
+                "summary": "Create an auth key for the team (without p8: its .p8 is in this answer only), or import one the team has (keyID and p8); environments and bundleIDs scope it",
                 "parameters": [{"name": "teamID", "in": "path", "required": true, "schema": {"type": "string"}}],
                 "requestBody": {"required": false, "content": {"application/json": {"schema": {
-                  "type": "object", "required": ["keyID", "p8"],
+                  "type": "object",
                   "properties": {
-                    "keyID": {"type": "string", "pattern": "^[A-Z0-9]{10}$"},
-                    "p8": {"type": "string", "description": "the AuthKey_<KEYID>.p8 file's text (PKCS#8 PEM, P-256)"}
+                    "keyID": {"type": "string", "pattern": "^[A-Z0-9]{10}$", "description": "with p8 only"},
+                    "p8": {"type": "string", "description": "the AuthKey_<KEYID>.p8 file's text (PKCS#8 PEM, P-256)"},
+                    "environments": {"type": "array", "minItems": 1, "items": {"type": "string", "enum": ["production", "sandbox"]}, "description": "default both"},
+                    "bundleIDs": {"type": "array", "minItems": 1, "items": {"type": "string"}, "description": "a topic-specific key: apps of the team it may push to; default a team-scoped key"}
                   }
                 }}}},
                 "responses": {
                   "201": {"description": "the key: with its .p8 and file name when Courier made it", "content": {"application/json": {"schema": {
-                    "type": "object", "required": ["keyID", "teamID", "createdAt"],
+                    "type": "object", "required": ["keyID", "teamID", "createdAt", "environments"],
                     "properties": {
                       "keyID": {"type": "string"}, "teamID": {"type": "string"}, "fileName": {"type": "string"}, "p8": {"type": "string"},
-                      "createdAt": {"type": "string", "format": "date-time"}
+                      "createdAt": {"type": "string", "format": "date-time"},
+                      "environments": {"type": "array", "items": {"type": "string", "enum": ["production", "sandbox"]}},
+                      "bundleIDs": {"type": "array", "items": {"type": "string"}}
                     }
                   }}}},
                   "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},

@@ -41,13 +41,17 @@ struct ProvisioningRoutes {
         api.post("teams/:teamID/keys") { [provisioner] request, context in
             let teamID = try decoded(context, "teamID")
             let body = try await request.body.collect(upTo: 64 * 1024)
-            // No body: a new key. A body: a key the team has, imported.
-            guard body.readableBytes > 0 else {
-                let created = try await provisioner.createAuthKey(teamID: teamID)
+            // No body, or one without a .p8: a new key. With a .p8: a key
+            // the team has, imported.
+            let given = body.readableBytes > 0 ? try JSONDecoder().decode(KeyRequest.self, from: body) : KeyRequest()
+            let scope = Provisioner.AuthKeyScope(environments: try environments(given.environments), bundleIDs: given.bundleIDs.map(Set.init))
+            guard let p8 = given.p8 else {
+                guard given.keyID == nil else { throw HTTPError(.unprocessableContent, message: "'keyID' goes with 'p8': a new key gets its own id") }
+                let created = try await provisioner.createAuthKey(teamID: teamID, scope: scope)
                 return EditedResponse(status: .created, response: KeyAnswer.created(NewAuthKeyJSON(created)))
             }
-            let given = try JSONDecoder().decode(ImportedKey.self, from: body)
-            let record = try await provisioner.importAuthKey(teamID: teamID, keyID: given.keyID, p8: given.p8)
+            guard let keyID = given.keyID else { throw HTTPError(.unprocessableContent, message: "'p8' needs 'keyID': the key's id") }
+            let record = try await provisioner.importAuthKey(teamID: teamID, keyID: keyID, p8: p8, scope: scope)
             return EditedResponse(status: .created, response: KeyAnswer.imported(ImportedKeyJSON(record)))
         }
         api.post("keys/:keyID/revoke") { [provisioner, afterRevocation] _, context in
@@ -69,17 +73,7 @@ struct ProvisioningRoutes {
         api.post("apps/:bundleID/certificates") { [provisioner] request, context in
             let bundleID = try decoded(context, "bundleID")
             let body = try await request.decode(as: NewProviderCertificate.self, context: context)
-            var environments = Set(Environment.allCases)
-            if let names = body.environments {
-                environments = Set(
-                    try names.map { name in
-                        guard let environment = Environment(rawValue: name) else {
-                            throw HTTPError(.unprocessableContent, message: "unknown environment '\(name)': use production or sandbox")
-                        }
-                        return environment
-                    })
-            }
-            let issued = try await provisioner.issueProviderCertificate(bundleID: bundleID, environments: environments)
+            let issued = try await provisioner.issueProviderCertificate(bundleID: bundleID, environments: try environments(body.environments))
             return EditedResponse(status: .created, response: IssuedCertificateJSON(issued))
         }
         api.post("certificates/:serial/revoke") { [provisioner, afterRevocation] _, context in
@@ -119,10 +113,27 @@ struct NewApp: Decodable {
     var topicKinds: [String]?
 }
 
-/// A team's existing key: its id and its `.p8`.
-struct ImportedKey: Decodable {
-    var keyID: String
-    var p8: String
+/// The environments a request names; default (none named) both.
+private func environments(_ names: [String]?) throws -> Set<CourierCore.Environment> {
+    guard let names else { return Set(CourierCore.Environment.allCases) }
+    return Set(
+        try names.map { name in
+            guard let environment = CourierCore.Environment(rawValue: name) else {
+                throw HTTPError(.unprocessableContent, message: "unknown environment '\(name)': use production or sandbox")
+            }
+            return environment
+        })
+}
+
+/// A new key's scope, or a team's existing key (its id and its `.p8`)
+/// with its scope.
+struct KeyRequest: Decodable {
+    var keyID: String?
+    var p8: String?
+    /// production, sandbox; default both.
+    var environments: [String]?
+    /// A topic-specific key's apps; default none (team-scoped).
+    var bundleIDs: [String]?
 }
 
 struct NewProviderCertificate: Decodable {
@@ -170,11 +181,16 @@ struct AuthKeyJSON: Codable {
     var keyID: String
     var createdAt: String
     var revokedAt: String?
+    var environments: [String]
+    /// A topic-specific key's apps; nil for a team-scoped key.
+    var bundleIDs: [String]?
 
     init(_ key: AuthKeyRecord) {
         keyID = key.keyID
         createdAt = adminTime(key.createdAt)
         revokedAt = key.revokedAt.map(adminTime)
+        environments = key.environments.map(\.rawValue).sorted()
+        bundleIDs = key.bundleIDs?.sorted()
     }
 }
 
@@ -185,6 +201,8 @@ struct NewAuthKeyJSON: ResponseCodable {
     var fileName: String
     var p8: String
     var createdAt: String
+    var environments: [String]
+    var bundleIDs: [String]?
 
     init(_ created: Provisioner.CreatedAuthKey) {
         keyID = created.record.keyID
@@ -192,6 +210,8 @@ struct NewAuthKeyJSON: ResponseCodable {
         fileName = created.fileName
         p8 = created.p8
         createdAt = adminTime(created.record.createdAt)
+        environments = created.record.environments.map(\.rawValue).sorted()
+        bundleIDs = created.record.bundleIDs?.sorted()
     }
 }
 
@@ -200,11 +220,15 @@ struct ImportedKeyJSON: Codable {
     var keyID: String
     var teamID: String
     var createdAt: String
+    var environments: [String]
+    var bundleIDs: [String]?
 
     init(_ record: AuthKeyRecord) {
         keyID = record.keyID
         teamID = record.teamID
         createdAt = adminTime(record.createdAt)
+        environments = record.environments.map(\.rawValue).sorted()
+        bundleIDs = record.bundleIDs?.sorted()
     }
 }
 

@@ -580,7 +580,7 @@ final class HTTP2ConnectionSetup: ChannelInboundHandler, RemovableChannelHandler
                 trust = .unusableCertificate(record)
             }
         } else {
-            trust = .token(TokenTrust())
+            trust = .token(TokenTrust(environment: gateway.environment))
         }
         let options = gateway.configuration.http2
         let handle = HTTP2ConnectionHandle(channel: context.channel, trust: trust, now: gateway.clock.now())

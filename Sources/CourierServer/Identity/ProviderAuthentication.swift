@@ -43,6 +43,13 @@ final class ProviderKeys: Sendable {
 
     func isRemoved(team: String) -> Bool { state.withLock { $0.removedTeams.contains(team) } }
 
+    /// The topics of the team's apps that `key` may push to (all for a
+    /// team-scoped key); nil when there is no such team.
+    func topics(of key: AuthKeyRecord, refresh: Bool = false) async throws -> Set<String>? {
+        guard let topics = try await topics(team: key.teamID, refresh: refresh) else { return nil }
+        return key.bundleIDs == nil ? topics : topics.filter { key.covers(Topic($0)) }
+    }
+
     /// The topics of the team's apps; nil when there is no such team.
     func topics(team: String, refresh: Bool = false) async throws -> Set<String>? {
         if !refresh, let cached = state.withLock({ $0.topics[team] }) { return cached }
@@ -81,7 +88,9 @@ final class ProviderKeys: Sendable {
 /// Token trust on one connection (the seeds' "Provider Authentication
 /// Tokens"; docs/protocol.md §2): ES256 only, the key by `kid`, `iss` its team, one
 /// team per connection, stale after an hour, replaced at most every 20
-/// minutes. The verified token is kept, so a request that carries it again
+/// minutes; the key's scope (its environments, a topic-specific key's
+/// apps) as Apple's keys have it since 2025, and a topic-specific key's
+/// connection keeps to that key. The verified token is kept, so a request that carries it again
 /// costs a string comparison, not a signature check.
 final class TokenTrust: Sendable {
     /// How long a token is valid after its `iat`.
@@ -95,6 +104,7 @@ final class TokenTrust: Sendable {
         /// The `authorization` header as sent.
         var header: String
         var token: ProviderToken
+        var key: AuthKeyRecord
         var installedAt: Date
         var identity: ProviderIdentity
     }
@@ -105,6 +115,12 @@ final class TokenTrust: Sendable {
     }
 
     private let state = Mutex(State())
+    /// The environment of the connection's port.
+    let environment: Environment
+
+    init(environment: Environment) {
+        self.environment = environment
+    }
 
     /// The key of the token in use on this connection (revoking it closes the connection).
     var keyID: String? { state.withLock { $0.current?.token.keyID } }
@@ -147,7 +163,7 @@ final class TokenTrust: Sendable {
         let topics: Set<String>?
         do {
             key = try await keys.key(token.keyID)
-            topics = key == nil ? nil : try await keys.topics(team: token.teamID)
+            if let key { topics = try await keys.topics(of: key.record) } else { topics = nil }
         } catch {
             return .rejected(.serviceUnavailable)
         }
@@ -156,10 +172,17 @@ final class TokenTrust: Sendable {
         guard age <= Self.lifetime else { return .rejected(.expiredProviderToken) }
         guard age >= -Self.clockSkew else { return .rejected(.invalidProviderToken) }
         guard let topics else { return .rejected(.forbidden) }
+        guard key.record.environments.contains(environment) else { return .rejected(.badEnvironmentKeyIdInToken) }
 
         let identity = ProviderIdentity(name: "key \(token.keyID)", teamID: token.teamID, topics: topics)
         return state.withLock { state -> Outcome in
             if let team = state.team, team != token.teamID { return .rejected(.invalidProviderToken) }
+            // Team-scoped keys of one team may follow each other; a
+            // topic-specific key's connection takes no other key, nor it
+            // another's connection.
+            if let current = state.current, current.key.keyID != key.record.keyID, current.key.bundleIDs != nil || key.record.bundleIDs != nil {
+                return .rejected(.unrelatedKeyIdInToken)
+            }
             var installedAt = now
             if let current = state.current {
                 if current.token.hasSameClaims(as: token) {
@@ -173,7 +196,7 @@ final class TokenTrust: Sendable {
             }
             let first = state.current == nil
             state.team = token.teamID
-            state.current = Current(header: authorization, token: token, installedAt: installedAt, identity: identity)
+            state.current = Current(header: authorization, token: token, key: key.record, installedAt: installedAt, identity: identity)
             return .valid(identity, first: first)
         }
     }
@@ -194,7 +217,7 @@ final class TokenTrust: Sendable {
     /// token was verified).
     func refreshTopics(keys: ProviderKeys) async -> ProviderIdentity? {
         guard let current = state.withLock({ $0.current }),
-            let topics = try? await keys.topics(team: current.token.teamID, refresh: true)
+            let topics = try? await keys.topics(of: current.key, refresh: true)
         else { return nil }
         return state.withLock { state in
             guard state.current?.header == current.header else { return state.current?.identity }

@@ -215,10 +215,13 @@ public final class Provisioner: Sendable {
     }
 
     /// Creates an auth key for a team (`courier pki auth-key` and the admin API).
-    public func createAuthKey(teamID: String) async throws -> CreatedAuthKey {
+    public func createAuthKey(teamID: String, scope: AuthKeyScope = AuthKeyScope()) async throws -> CreatedAuthKey {
         guard try await store.team(id: teamID) != nil else { throw PKIError(.notFound, "team \(teamID) does not exist") }
+        try await check(scope, teamID: teamID)
         let key = AuthKey.generate()
-        let record = AuthKeyRecord(keyID: key.keyID, teamID: teamID, publicKey: key.publicKeyX963, createdAt: clock.now())
+        let record = AuthKeyRecord(
+            keyID: key.keyID, teamID: teamID, publicKey: key.publicKeyX963, createdAt: clock.now(), environments: scope.environments,
+            bundleIDs: scope.bundleIDs)
         try await store.addAuthKey(record)
         return CreatedAuthKey(record: record, p8: key.p8PEM, fileName: key.fileName)
     }
@@ -226,8 +229,9 @@ public final class Provisioner: Sendable {
     /// Takes a team's existing auth key — the `.p8` Apple gave it, with its
     /// key id — so that provider code keeps its key file and key id against
     /// Courier. Only the public key is kept.
-    public func importAuthKey(teamID: String, keyID: String, p8: String) async throws -> AuthKeyRecord {
+    public func importAuthKey(teamID: String, keyID: String, p8: String, scope: AuthKeyScope = AuthKeyScope()) async throws -> AuthKeyRecord {
         guard try await store.team(id: teamID) != nil else { throw PKIError(.notFound, "team \(teamID) does not exist") }
+        try await check(scope, teamID: teamID)
         let key: AuthKey
         do {
             key = try AuthKey(keyID: keyID, p8PEM: p8)
@@ -235,7 +239,9 @@ public final class Provisioner: Sendable {
             throw PKIError(.invalidArgument, "the key is not a .p8 (a PEM P-256 private key)")
         }
         guard try await store.authKey(id: keyID) == nil else { throw PKIError(.alreadyExists, "auth key \(keyID) exists already") }
-        let record = AuthKeyRecord(keyID: key.keyID, teamID: teamID, publicKey: key.publicKeyX963, createdAt: clock.now())
+        let record = AuthKeyRecord(
+            keyID: key.keyID, teamID: teamID, publicKey: key.publicKeyX963, createdAt: clock.now(), environments: scope.environments,
+            bundleIDs: scope.bundleIDs)
         do {
             try await store.addAuthKey(record)
         } catch let error as StoreError where error.code == .duplicate {
@@ -244,10 +250,33 @@ public final class Provisioner: Sendable {
         return record
     }
 
+    /// What an auth key may be used for (docs/protocol.md, "Key
+    /// scoping"): its environments (default both, as keys were before
+    /// Apple's team-scoped keys), and for a topic-specific key the apps of
+    /// its team it pushes to (nil: a team-scoped key, every app).
+    public struct AuthKeyScope: Sendable, Hashable {
+        public var environments: Set<Environment>
+        public var bundleIDs: Set<String>?
+
+        public init(environments: Set<Environment> = Set(Environment.allCases), bundleIDs: Set<String>? = nil) {
+            self.environments = environments
+            self.bundleIDs = bundleIDs
+        }
+    }
+
+    private func check(_ scope: AuthKeyScope, teamID: String) async throws {
+        guard !scope.environments.isEmpty else { throw PKIError(.invalidArgument, "an auth key needs an environment: production, sandbox or both") }
+        guard let bundleIDs = scope.bundleIDs else { return }
+        guard !bundleIDs.isEmpty else { throw PKIError(.invalidArgument, "a topic-specific key needs at least one app") }
+        for bundleID in bundleIDs.sorted() where try await store.app(bundleID: bundleID)?.teamID != teamID {
+            throw PKIError(.notFound, "app \(bundleID) is not an app of team \(teamID)")
+        }
+    }
+
     /// Creates an auth key for a team and writes `AuthKey_<KEYID>.p8` into
     /// `directory`.
-    public func createAuthKey(teamID: String, directory: String) async throws -> (key: AuthKeyRecord, file: ProvisionedFile) {
-        let created = try await createAuthKey(teamID: teamID)
+    public func createAuthKey(teamID: String, scope: AuthKeyScope = AuthKeyScope(), directory: String) async throws -> (key: AuthKeyRecord, file: ProvisionedFile) {
+        let created = try await createAuthKey(teamID: teamID, scope: scope)
         let path = directory + "/" + created.fileName
         try Files.write(created.p8, to: path, secret: true)
         return (created.record, ProvisionedFile(what: "auth key \(created.record.keyID) of team \(teamID)", path: path, created: true))
