@@ -102,12 +102,24 @@ public struct CertificateAuthority: Sendable {
         }
     }
 
+    /// How a provider certificate names its topics.
+    public enum TopicsLayout: String, Sendable, Hashable, CaseIterable {
+        /// Apple's topics extension: each topic, then a SEQUENCE with its kind.
+        case apple
+        /// The topics extension as a plain SEQUENCE of UTF8Strings, as other tools write it.
+        case plain
+        /// No topics extension: the subject's UID (the bundle id) is the
+        /// only topic and the default one, as in Apple's certificates
+        /// before universal ones.
+        case uidOnly = "uid-only"
+    }
+
     /// A provider certificate for an app: subject UID = bundle id, OU =
-    /// team id, the topics extension in Apple's layout and the extension of
+    /// team id, the topics extension (in `layout`) and the extension of
     /// each environment (both = a universal certificate).
     public func issueProviderCertificate(
         bundleID: String, teamID: String, teamName: String, topics: [Topic], environments: Set<Environment>, now: Date,
-        days: Int = 365, plainTopicsLayout: Bool = false
+        days: Int = 365, layout: TopicsLayout = .apple
     ) throws -> IssuedCertificate {
         guard Identifiers.isBundleID(bundleID) else { throw PKIError(.invalidArgument, "'\(bundleID)' is not a bundle id") }
         guard !environments.isEmpty else { throw PKIError(.invalidArgument, "a provider certificate needs at least one environment") }
@@ -127,7 +139,11 @@ public struct CertificateAuthority: Sendable {
                 SubjectKeyIdentifier(hash: publicKey)
                 authorityKeyIdentifier
             }
-            try extensions.append(plainTopicsLayout ? topicsExtension.makePlainCertificateExtension() : topicsExtension.makeCertificateExtension())
+            switch layout {
+            case .apple: try extensions.append(topicsExtension.makeCertificateExtension())
+            case .plain: try extensions.append(topicsExtension.makePlainCertificateExtension())
+            case .uidOnly: break
+            }
             for environment in Environment.allCases where environments.contains(environment) {
                 try extensions.append(PushEnvironmentExtension(environment).makeCertificateExtension())
             }

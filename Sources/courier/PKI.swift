@@ -16,7 +16,7 @@ struct PKI: AsyncParsableCommand {
             """,
         subcommands: [
             CA.self, ServerCert.self, TeamCommand.self, AppCommand.self, ProviderCert.self, AuthKeyCommand.self, DeviceCert.self,
-            Revoke.self, List.self,
+            TrustCA.self, Revoke.self, List.self,
         ]
     )
 }
@@ -147,12 +147,18 @@ extension PKI {
         @Option(help: "production, sandbox or both.") var env: String = "both"
         @Option(help: ArgumentHelp("The folder to write <bundle>.pem and <bundle>-key.pem into.", valueName: "dir")) var out: String = "."
         @Flag(help: "Write the topics as a plain SEQUENCE of UTF8Strings instead of Apple's layout.") var plainTopics = false
+        @Flag(help: "No topics extension: the bundle id (the subject's UID) is the only topic, as in Apple's certificates before universal ones.")
+        var uidOnly = false
+
+        func validate() throws {
+            if plainTopics && uidOnly { throw ValidationError("--plain-topics and --uid-only are two layouts: give one") }
+        }
 
         func run() async throws {
             let environments = try PKI.environments(env)
             try await withProvisioner(options) { provisioner in
                 let (_, files) = try await provisioner.issueProviderCertificate(
-                    bundleID: bundle, environments: environments, directory: out, plainTopicsLayout: plainTopics)
+                    bundleID: bundle, environments: environments, directory: out, layout: uidOnly ? .uidOnly : plainTopics ? .plain : .apple)
                 report(files)
             }
         }
@@ -252,6 +258,27 @@ extension PKI {
         }
     }
 
+    struct TrustCA: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "trust-ca", abstract: "Accept the provider certificates of another authority, such as Apple's WWDR.",
+            discussion: """
+                A certificate of that authority connects unchanged once its team (the subject's OU) and apps exist \
+                here ('courier pki team --id', 'courier pki app'); it is then listed and revoked like Courier's own. \
+                Running servers take the authority at their next handshake. To stop trusting it, remove its file.
+                """)
+
+        @OptionGroup var options: DataOptions
+        @Option(help: ArgumentHelp("The authority's certificate, PEM or DER (.cer).", valueName: "file")) var file: String
+
+        func run() async throws {
+            guard let contents = FileManager.default.contents(atPath: file) else { throw ValidationError("cannot read \(file)") }
+            try await withProvisioner(options) { provisioner in
+                let (_, file) = try provisioner.trustProviderAuthority(Array(contents))
+                report([file])
+            }
+        }
+    }
+
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List teams, apps, auth keys and certificates.")
 
@@ -265,8 +292,13 @@ extension PKI {
                         say("  app \(app.bundleID)  topics \(app.topics.map(\.description).joined(separator: ", "))\n")
                     }
                     for key in keys {
-                        say("  auth key \(key.keyID)\(key.revokedAt == nil ? "" : "  REVOKED")\n")
+                        let scope = key.environments.count == 2 ? "" : "  \(key.environments.map(\.rawValue).sorted().joined(separator: ", ")) only"
+                        let apps = key.bundleIDs.map { "  apps \($0.sorted().joined(separator: ", "))" } ?? ""
+                        say("  auth key \(key.keyID)\(scope)\(apps)\(key.revokedAt == nil ? "" : "  REVOKED")\n")
                     }
+                }
+                for authority in provisioner.providerAuthorities() {
+                    say("trusted provider authority  \(authority.subject)\n")
                 }
                 for certificate in try await provisioner.certificates(kind: nil) {
                     let state = certificate.revokedAt == nil ? "" : "  REVOKED"

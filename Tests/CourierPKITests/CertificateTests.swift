@@ -139,7 +139,7 @@ import X509
         let authority = try CertificateAuthority(certificate: ca.certificate, key: ca.privateKey)
         let issued = try authority.issueProviderCertificate(
             bundleID: "com.example.demo", teamID: "DEMOTEAM01", teamName: "Demo", topics: Topic.all(of: "com.example.demo"),
-            environments: [.sandbox], now: now, plainTopicsLayout: plain)
+            environments: [.sandbox], now: now, layout: plain ? .plain : .apple)
         let reread = try Certificate(pemEncoded: try issued.certificatePEM)
         let info = try ProviderCertificateInfo(certificate: reread)
         #expect(info.bundleID == "com.example.demo")

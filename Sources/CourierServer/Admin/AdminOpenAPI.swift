@@ -532,10 +532,16 @@ enum AdminOpenAPI {
                 "parameters": [{"name": "bundleID", "in": "path", "required": true, "schema": {"type": "string"}}],
                 "requestBody": {"required": true, "content": {"application/json": {"schema": {
                   "type": "object",
-                  "properties": {"environments": {
-                    "type": "array", "nullable": true, "minItems": 1, "description": "default (absent or null) both",
-                    "items": {"type": "string", "enum": ["production", "sandbox"]}
-                  }}
+                  "properties": {
+                    "environments": {
+                      "type": "array", "nullable": true, "minItems": 1, "description": "default (absent or null) both",
+                      "items": {"type": "string", "enum": ["production", "sandbox"]}
+                    },
+                    "topicsLayout": {
+                      "type": "string", "nullable": true, "enum": [null, "apple", "plain", "uid-only"],
+                      "description": "apple (default): Apple's topics extension; plain: a SEQUENCE of strings; uid-only: no topics extension, the bundle id is the only topic"
+                    }
+                  }
                 }}}},
                 "responses": {
                   "201": {"description": "the certificate and its key", "content": {"application/json": {"schema": {

@@ -73,7 +73,14 @@ struct ProvisioningRoutes {
         api.post("apps/:bundleID/certificates") { [provisioner] request, context in
             let bundleID = try decoded(context, "bundleID")
             let body = try await request.decode(as: NewProviderCertificate.self, context: context)
-            let issued = try await provisioner.issueProviderCertificate(bundleID: bundleID, environments: try environments(body.environments))
+            let layout = try body.topicsLayout.map { name in
+                guard let layout = CertificateAuthority.TopicsLayout(rawValue: name) else {
+                    throw HTTPError(.unprocessableContent, message: "unknown topics layout '\(name)': use apple, plain or uid-only")
+                }
+                return layout
+            }
+            let issued = try await provisioner.issueProviderCertificate(
+                bundleID: bundleID, environments: try environments(body.environments), layout: layout ?? .apple)
             return EditedResponse(status: .created, response: IssuedCertificateJSON(issued))
         }
         api.post("certificates/:serial/revoke") { [provisioner, afterRevocation] _, context in
@@ -139,6 +146,8 @@ struct KeyRequest: Decodable {
 struct NewProviderCertificate: Decodable {
     /// production, sandbox; default both.
     var environments: [String]?
+    /// apple (default), plain or uid-only.
+    var topicsLayout: String?
 }
 
 // MARK: Answers

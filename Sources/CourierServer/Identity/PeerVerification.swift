@@ -36,6 +36,8 @@ struct PeerVerifier: Sendable {
     /// Provider certificates that connect too often, or hold too many
     /// connections, are refused.
     var providers: ProviderLimits? = nil
+    /// For provider certificates: the other authorities trusted for them.
+    var authorities: ProviderAuthorities? = nil
 
     /// The handlers every listener's connection starts with: TLS whose
     /// peer certificate this verifier checks (the identity into `box`),
@@ -72,16 +74,38 @@ struct PeerVerifier: Sendable {
             return
         }
         work.start {
-            var verifier = Verifier(rootCertificates: CertificateStore([authority])) { RFC5280Policy() }
+            let others = kind == .provider ? authorities?.current() ?? [] : []
+            var verifier = Verifier(rootCertificates: CertificateStore([authority] + others)) { RFC5280Policy() }
             let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore(certificates.dropFirst()))
-            guard case .validCertificate = result else {
-                logger.info("refused a peer certificate not issued by Courier's CA", metadata: ["courier.subject": "\(leaf.subject)"])
+            guard case .validCertificate(let chain) = result else {
+                logger.info("refused a peer certificate not issued by a trusted CA", metadata: ["courier.subject": "\(leaf.subject)"])
                 promise.succeed(.failed)
                 return
             }
             let serial = Hex.encode(leaf.serialNumber.bytes)
             do {
-                guard let record = try await self.certificates.record(serial: serial), record.kind == kind, record.revokedAt == nil else {
+                var found = try await self.certificates.record(serial: serial)
+                if chain.last != authority, let authorities {
+                    // Another authority's: its serial numbers are not
+                    // Courier's, so the record must hold this very certificate.
+                    if let record = found, (try? Certificate(pemEncoded: record.pem)) != leaf {
+                        logger.warning("refused a certificate whose serial number is another certificate's", metadata: ["courier.serial": "\(serial)"])
+                        promise.succeed(.failed)
+                        return
+                    }
+                    if found == nil {
+                        switch try await authorities.adopt(leaf) {
+                        case .success(let record):
+                            logger.notice("took a provider certificate of a trusted authority", metadata: ["courier.serial": "\(serial)", "courier.subject": "\(leaf.subject)"])
+                            found = record
+                        case .failure(let refusal):
+                            logger.info("refused a provider certificate of a trusted authority", metadata: ["courier.serial": "\(serial)", "courier.why": "\(refusal.why)"])
+                            promise.succeed(.failed)
+                            return
+                        }
+                    }
+                }
+                guard let record = found, record.kind == kind, record.revokedAt == nil else {
                     logger.info("refused an unknown, revoked or wrong-kind certificate", metadata: ["courier.serial": "\(serial)"])
                     promise.succeed(.failed)
                     return
@@ -117,10 +141,13 @@ struct PeerVerifier: Sendable {
 struct ServerTLS: Sendable {
     let context: NIOSSLContext
     let authority: Certificate
+    /// The other authorities trusted for provider certificates.
+    let providerAuthorities: ProviderAuthorities
 
     init(provisioner: Provisioner) throws {
         context = try Self.context(provisioner: provisioner)
         authority = try provisioner.authority().certificate
+        providerAuthorities = ProviderAuthorities(provisioner: provisioner)
     }
 
     /// The admin API's HTTPS (`network.adminUsesTLS`): the server

@@ -20,7 +20,7 @@ public final class Provisioner: Sendable {
     public let configuration: CourierConfiguration
     public let store: any Store
     private let sqlite: SQLiteStore?
-    private let clock: any WallClock
+    let clock: any WallClock
 
     private init(configuration: CourierConfiguration, store: any Store, sqlite: SQLiteStore?, clock: any WallClock) {
         self.configuration = configuration
@@ -171,7 +171,7 @@ public final class Provisioner: Sendable {
     /// Issues a provider certificate for an app (`courier pki provider-cert`
     /// and the admin API).
     public func issueProviderCertificate(
-        bundleID: String, environments: Set<Environment>, plainTopicsLayout: Bool = false
+        bundleID: String, environments: Set<Environment>, layout: CertificateAuthority.TopicsLayout = .apple
     ) async throws -> IssuedProviderCertificate {
         guard !environments.isEmpty else { throw PKIError(.invalidArgument, "a provider certificate needs an environment: production, sandbox or both") }
         guard let app = try await store.app(bundleID: bundleID) else {
@@ -180,7 +180,7 @@ public final class Provisioner: Sendable {
         guard let team = try await store.team(id: app.teamID) else { throw PKIError(.notFound, "team \(app.teamID) does not exist") }
         let issued = try authority().issueProviderCertificate(
             bundleID: bundleID, teamID: team.id, teamName: team.name, topics: app.topics.filter(\.kind.allowsCertificates), environments: environments,
-            now: clock.now(), plainTopicsLayout: plainTopicsLayout)
+            now: clock.now(), layout: layout)
         let record = try record(issued, kind: .provider, teamID: team.id, bundleID: bundleID, environments: environments)
         try await store.addCertificate(record)
         return IssuedProviderCertificate(record: record, certificatePEM: record.pem, keyPEM: issued.privateKeyPEM)
@@ -189,9 +189,9 @@ public final class Provisioner: Sendable {
     /// Issues a provider certificate for an app and writes the certificate
     /// and key into `directory` as `<bundle>.pem` and `<bundle>-key.pem`.
     public func issueProviderCertificate(
-        bundleID: String, environments: Set<Environment>, directory: String, plainTopicsLayout: Bool = false
+        bundleID: String, environments: Set<Environment>, directory: String, layout: CertificateAuthority.TopicsLayout = .apple
     ) async throws -> (info: CertificateRecord, files: [ProvisionedFile]) {
-        let issued = try await issueProviderCertificate(bundleID: bundleID, environments: environments, plainTopicsLayout: plainTopicsLayout)
+        let issued = try await issueProviderCertificate(bundleID: bundleID, environments: environments, layout: layout)
         let certificatePath = directory + "/\(bundleID).pem"
         let keyPath = directory + "/\(bundleID)-key.pem"
         try Files.write(issued.keyPEM, to: keyPath, secret: true)

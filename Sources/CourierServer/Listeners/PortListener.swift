@@ -105,7 +105,7 @@ struct PortBasics: Sendable {
             case .providers(let checkingEnvironment):
                 PeerVerifier(
                     authority: authority.authority, certificates: policy.certificates, kind: .provider, logger: logger,
-                    environment: checkingEnvironment ? environment : nil, providers: policy.providers)
+                    environment: checkingEnvironment ? environment : nil, providers: policy.providers, authorities: authority.providerAuthorities)
             case .devices:
                 PeerVerifier(authority: authority.authority, certificates: policy.certificates, kind: .device, logger: logger)
             }
