@@ -87,8 +87,8 @@ public struct DeliveryRules: Sendable {
 
         public var result: AcceptResult { .rejected(reason, timestamp: timestamp) }
 
-        public func event(for id: UUID, at now: Date) -> DeliveryEvent {
-            DeliveryEvent(notificationID: id, kind: .rejected, at: now, detail: reason.rawValue)
+        public func event(for notification: PushNotification, at now: Date) -> DeliveryEvent {
+            DeliveryEvent(notification, .rejected, at: now, detail: reason.rawValue)
         }
     }
 
@@ -142,10 +142,9 @@ public struct DeliveryRules: Sendable {
     public func admit(
         _ notification: PushNotification, presence: DevicePresence, silentWindow: inout RateWindow?, now: Date, events: inout [DeliveryEvent]
     ) -> Admission {
-        let id = notification.id
-        events.append(DeliveryEvent(notificationID: id, kind: .accepted, at: now))
+        events.append(DeliveryEvent(notification, .accepted, at: now))
         if let expiration = notification.expiration, notification.mayBeStored, expiration <= now {
-            events.append(DeliveryEvent(notificationID: id, kind: .expired, at: now, detail: "expired before it was accepted"))
+            events.append(DeliveryEvent(notification, .expired, at: now, detail: "expired before it was accepted"))
             return .dropped
         }
         if notification.isSilent {
@@ -153,15 +152,15 @@ public struct DeliveryRules: Sendable {
             let taken = window.take(limit: qos.silentBudgetPerHour, per: Self.silentWindow, now: now)
             silentWindow = window
             guard taken else {
-                events.append(DeliveryEvent(notificationID: id, kind: .throttled, at: now, detail: "silent budget of \(qos.silentBudgetPerHour) per hour used up"))
+                events.append(DeliveryEvent(notification, .throttled, at: now, detail: "silent budget of \(qos.silentBudgetPerHour) per hour used up"))
                 return .dropped
             }
         }
         let stored = notification.mayBeStored
-        if stored { events.append(DeliveryEvent(notificationID: id, kind: .stored, at: now)) }
+        if stored { events.append(DeliveryEvent(notification, .stored, at: now)) }
         guard presence == .online else {
             guard stored else {
-                events.append(DeliveryEvent(notificationID: id, kind: .expired, at: now, detail: "device offline and expiration 0"))
+                events.append(DeliveryEvent(notification, .expired, at: now, detail: "device offline and expiration 0"))
                 return .dropped
             }
             return .kept(stored: true, sending: .later)
@@ -182,7 +181,7 @@ public struct DeliveryRules: Sendable {
         presence: DevicePresence, silentWindow: inout RateWindow?, now: Date, events: inout [DeliveryEvent]
     ) -> Decision {
         if let refusal = refusal(topicAllowed: topicAllowed) ?? tokenProblem.map(refusal) ?? refusal(takingFrom: &tokenWindow, now: now) {
-            events.append(refusal.event(for: notification.id, at: now))
+            events.append(refusal.event(for: notification, at: now))
             return .refused(refusal)
         }
         return .accepted(admit(notification, presence: presence, silentWindow: &silentWindow, now: now, events: &events))
@@ -194,14 +193,14 @@ public struct DeliveryRules: Sendable {
     /// app: `coalesced` when both carry the same collapse id.
     public func replacement(of old: PushNotification, by new: PushNotification, at now: Date) -> DeliveryEvent {
         let coalesced = old.collapseID != nil && old.collapseID == new.collapseID
-        return DeliveryEvent(notificationID: old.id, kind: coalesced ? .coalesced : .replaced, at: now, detail: "by \(new.id.lowercasedString)")
+        return DeliveryEvent(old, coalesced ? .coalesced : .replaced, at: now, detail: "by \(new.id.lowercasedString)")
     }
 
     /// A held notification, when its device connects: sent, or dropped as
     /// expired (with its event).
     public func onConnect(held notification: PushNotification, now: Date) -> DeliveryEvent? {
         guard let expiration = notification.expiration, expiration < now else { return nil }
-        return DeliveryEvent(notificationID: notification.id, kind: .expired, at: now)
+        return DeliveryEvent(notification, .expired, at: now)
     }
 
     /// Held notifications accepted before this time are dropped by the
@@ -211,8 +210,8 @@ public struct DeliveryRules: Sendable {
     }
 
     /// The sweep's event for a held notification that expired, or (`overRetention`) was held too long.
-    public func swept(_ id: UUID, overRetention: Bool, at now: Date) -> DeliveryEvent {
-        DeliveryEvent(notificationID: id, kind: .expired, at: now, detail: overRetention ? "held longer than the retention limit" : nil)
+    public func swept(_ notification: PushNotification, overRetention: Bool, at now: Date) -> DeliveryEvent {
+        DeliveryEvent(notification, .expired, at: now, detail: overRetention ? "held longer than the retention limit" : nil)
     }
 
     /// A burst whose window passed goes out.
@@ -224,21 +223,22 @@ public struct DeliveryRules: Sendable {
     /// its burst: one that may be stored is held and goes out on the next
     /// connection (nil); one with expiration 0 expires.
     public func wentOffline(queued notification: PushNotification, at now: Date) -> DeliveryEvent? {
-        notification.mayBeStored ? nil : DeliveryEvent(notificationID: notification.id, kind: .expired, at: now, detail: "device went offline and expiration 0")
+        notification.mayBeStored ? nil : DeliveryEvent(notification, .expired, at: now, detail: "device went offline and expiration 0")
     }
 
     /// The device's acknowledgement (or refusal, `unreadable`) of a
     /// delivered notification: it is no longer held either way.
-    public func acknowledgement(of id: UUID, unreadable: Bool, at now: Date) -> DeliveryEvent {
+    /// `alias`: its unique id, if it has one.
+    public func acknowledgement(of id: UUID, alias: UUID?, unreadable: Bool, at now: Date) -> DeliveryEvent {
         unreadable
-            ? DeliveryEvent(notificationID: id, kind: .discarded, at: now, detail: "the device could not read it")
-            : DeliveryEvent(notificationID: id, kind: .acknowledged, at: now)
+            ? DeliveryEvent(notificationID: id, kind: .discarded, at: now, detail: "the device could not read it", alias: alias)
+            : DeliveryEvent(notificationID: id, kind: .acknowledged, at: now, alias: alias)
     }
 
     /// One the server found a device could not read (`problem`), before
     /// sending it: never sent, no longer held.
-    public func unreadable(_ id: UUID, problem: String, at now: Date) -> DeliveryEvent {
-        DeliveryEvent(notificationID: id, kind: .discarded, at: now, detail: "a device could not read it: \(problem)")
+    public func unreadable(_ notification: PushNotification, problem: String, at now: Date) -> DeliveryEvent {
+        DeliveryEvent(notification, .discarded, at: now, detail: "a device could not read it: \(problem)")
     }
 }
 
@@ -249,6 +249,7 @@ public struct BurstQueue<Element>: Sendable where Element: Sendable {
     public struct Entry: Sendable {
         public var element: Element
         public var notificationID: UUID
+        public var uniqueID: UUID?
         public var bundleID: String
         public var collapseID: String?
     }
@@ -268,10 +269,13 @@ public struct BurstQueue<Element>: Sendable where Element: Sendable {
         if let collapseID = notification.collapseID,
             let index = entries.firstIndex(where: { $0.bundleID == bundleID && $0.collapseID == collapseID })
         {
-            coalesced = DeliveryEvent(notificationID: entries[index].notificationID, kind: .coalesced, at: now, detail: "by \(notification.id.lowercasedString)")
+            coalesced = DeliveryEvent(
+                notificationID: entries[index].notificationID, kind: .coalesced, at: now, detail: "by \(notification.id.lowercasedString)",
+                alias: entries[index].uniqueID)
             entries.remove(at: index)
         }
-        entries.append(Entry(element: element, notificationID: notification.id, bundleID: bundleID, collapseID: notification.collapseID))
+        entries.append(
+            Entry(element: element, notificationID: notification.id, uniqueID: notification.uniqueID, bundleID: bundleID, collapseID: notification.collapseID))
         return coalesced
     }
 

@@ -165,9 +165,10 @@ public struct PushNotification: Sendable, Hashable, Codable {
     /// delivery: two notifications may carry the same apns-id.
     public var id: UUID
     /// The server's own id of this notification (`UUID.deliveryID()`),
-    /// never chosen or seen by a provider: devices acknowledge and drop
-    /// redelivered duplicates by it (docs/device-protocol.md), and the
-    /// store names a held notification by it.
+    /// never chosen by a provider (and seen by one only as a sandbox
+    /// notification's `apns-unique-id`, random there): devices acknowledge
+    /// and drop redelivered duplicates by it (docs/device-protocol.md),
+    /// and the store names a held notification by it.
     public var deliveryID: UUID
     public var token: [UInt8]
     public var topic: String
@@ -180,6 +181,11 @@ public struct PushNotification: Sendable, Hashable, Codable {
     /// A background push (only `content-available`), as the payload rules
     /// found it; counts against the device's silent budget.
     public var isSilent: Bool
+    /// The id of this notification alone, the HTTP/2 API's
+    /// `apns-unique-id`: set in the sandbox only, as Apple does (its
+    /// delivery id, random there; `identify(in:)`), and its delivery-log
+    /// events are logged under it too.
+    public var uniqueID: UUID?
 
     public init(
         id: UUID, token: [UInt8], topic: String, payload: [UInt8], expiration: Date?, priority: Priority,
@@ -199,6 +205,15 @@ public struct PushNotification: Sendable, Hashable, Codable {
 
     /// Expiration 0: deliver now or never, never store.
     public var mayBeStored: Bool { expiration.map { $0.timeIntervalSince1970 > 0 } ?? true }
+
+    /// Gives a notification accepted in `environment` its ids there: in
+    /// the sandbox a random delivery id, which is also its unique id (so a
+    /// provider that sees it can tell nothing of others from it).
+    public mutating func identify(in environment: Environment) {
+        guard environment == .sandbox else { return }
+        deliveryID = .notificationID()
+        uniqueID = deliveryID
+    }
 }
 
 /// A notification held for an offline device: at most one per
@@ -215,6 +230,8 @@ public struct PendingNotification: Sendable, Hashable, Codable {
         self.bundleID = bundleID
         self.environment = environment
         self.notification = notification
+        // What the store does not keep: a sandbox notification's unique id is its delivery id.
+        self.notification.uniqueID = environment == .sandbox ? notification.deliveryID : nil
         self.acceptedAt = acceptedAt
     }
 }
@@ -269,11 +286,26 @@ public struct DeliveryEvent: Sendable, Hashable, Codable {
     public var at: Date
     /// A reason or note, e.g. the rejection reason.
     public var detail: String?
+    /// The notification's unique id, under which the event is logged as
+    /// well (`PushNotification.uniqueID`, sandbox notifications only).
+    public var alias: UUID?
 
-    public init(notificationID: UUID, kind: Kind, at: Date, detail: String? = nil) {
+    public init(notificationID: UUID, kind: Kind, at: Date, detail: String? = nil, alias: UUID? = nil) {
         self.notificationID = notificationID
         self.kind = kind
         self.at = at
         self.detail = detail
+        self.alias = alias
+    }
+
+    /// An event of `notification`: logged under its apns-id, and under its
+    /// unique id when it has one.
+    public init(_ notification: PushNotification, _ kind: Kind, at: Date, detail: String? = nil) {
+        self.init(notificationID: notification.id, kind: kind, at: at, detail: detail, alias: notification.uniqueID)
+    }
+
+    /// The same event under its alias (none when it has none).
+    public var underAlias: DeliveryEvent? {
+        alias.map { DeliveryEvent(notificationID: $0, kind: kind, at: at, detail: detail) }
     }
 }

@@ -16,6 +16,8 @@ public struct HTTP2RawResponse: Sendable, Hashable {
     public var body: [UInt8]
 
     public var apnsID: String? { headers["apns-id"] }
+    /// The sandbox's `apns-unique-id`.
+    public var uniqueID: String? { headers["apns-unique-id"] }
 }
 
 /// A GOAWAY the server sent, with its `{"reason": …}` data.

@@ -53,6 +53,9 @@ public struct HTTP2PushResult: Sendable, Hashable {
     public var reason: Reason?
     /// For 410 Unregistered: when the token stopped being valid.
     public var timestamp: Date?
+    /// `apns-unique-id`, which the sandbox answers: the id of this
+    /// notification alone in the delivery log.
+    public var uniqueID: UUID?
 
     public var isAccepted: Bool { status == 200 }
 }
@@ -160,11 +163,12 @@ public actor HTTP2ProviderClient {
 
     static func result(_ response: HTTP2RawResponse, fallbackID: UUID?) -> HTTP2PushResult {
         let apnsID = response.apnsID ?? fallbackID?.lowercasedString ?? ""
-        guard response.status != 200 else { return HTTP2PushResult(status: 200, apnsID: apnsID) }
+        let uniqueID = response.uniqueID.flatMap(UUID.init(uuidString:))
+        guard response.status != 200 else { return HTTP2PushResult(status: 200, apnsID: apnsID, uniqueID: uniqueID) }
         let body = HTTP2ErrorBody.decode(response.body)
         return HTTP2PushResult(
             status: response.status, apnsID: apnsID, reason: body.map { Reason(rawValue: $0.reason) },
-            timestamp: body?.timestamp.map { Date(timeIntervalSince1970: Double($0) / 1000) })
+            timestamp: body?.timestamp.map { Date(timeIntervalSince1970: Double($0) / 1000) }, uniqueID: uniqueID)
     }
 
     private func connection() async throws -> HTTP2Connection {

@@ -200,10 +200,10 @@ struct InboxCommand: AsyncParsableCommand {
 
 struct LogCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "log", abstract: "Show a notification's delivery log by its apns-id: how it came in and what became of it.")
+        commandName: "log", abstract: "Show a notification's delivery log by its apns-id or apns-unique-id: how it came in and what became of it.")
 
     @OptionGroup var admin: AdminOptions
-    @Argument(help: "The apns-id.") var apnsID: String
+    @Argument(help: "The apns-id, or the sandbox's apns-unique-id.") var apnsID: String
     @Flag(help: "Print the API's JSON.") var json = false
 
     func run() async throws {

@@ -147,11 +147,13 @@ struct PushCommand: AsyncParsableCommand {
             await client.close()
             throw ValidationError(connectionProblem(error, host: host, port: port, ca: ca))
         }
+        // The sandbox's apns-unique-id, for `courier log`.
+        let unique = result.uniqueID.map { " (apns-unique-id \($0.lowercasedString))" } ?? ""
         if result.isAccepted {
-            say("apns-id \(result.apnsID): 200 accepted\n")
+            say("apns-id \(result.apnsID)\(unique): 200 accepted\n")
             return
         }
-        var line = "apns-id \(result.apnsID): \(result.status) \(result.reason?.rawValue ?? "(no reason)")"
+        var line = "apns-id \(result.apnsID)\(unique): \(result.status) \(result.reason?.rawValue ?? "(no reason)")"
         if let timestamp = result.timestamp { line += ", unregistered at \(ISO8601DateFormatter().string(from: timestamp))" }
         say(line + "\n")
         throw ExitCode.failure

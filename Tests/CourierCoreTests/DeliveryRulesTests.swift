@@ -251,9 +251,29 @@ import Testing
 
     @Test func heldLongerThanTheRetentionIsSwept() {
         #expect(Self.rules.retentionCutoff(at: Self.now) == Self.now.addingTimeInterval(-86_400))
-        let id = UUID()
-        #expect(Self.rules.swept(id, overRetention: true, at: Self.now).detail == "held longer than the retention limit")
-        #expect(Self.rules.swept(id, overRetention: false, at: Self.now) == DeliveryEvent(notificationID: id, kind: .expired, at: Self.now))
+        let held = Self.notification()
+        #expect(Self.rules.swept(held, overRetention: true, at: Self.now).detail == "held longer than the retention limit")
+        #expect(Self.rules.swept(held, overRetention: false, at: Self.now) == DeliveryEvent(notificationID: held.id, kind: .expired, at: Self.now))
+    }
+
+    /// A sandbox notification's events carry its unique id, to be logged
+    /// under it too; a production one's carry none.
+    @Test func aSandboxNotificationsEventsCarryItsUniqueID() {
+        var sandbox = Self.notification()
+        sandbox.identify(in: .sandbox)
+        let unique = try! #require(sandbox.uniqueID)
+        #expect(unique == sandbox.deliveryID)
+        let swept = Self.rules.swept(sandbox, overRetention: false, at: Self.now)
+        #expect(swept.alias == unique)
+        #expect(swept.underAlias == DeliveryEvent(notificationID: unique, kind: .expired, at: Self.now))
+        var production = Self.notification()
+        production.identify(in: .production)
+        #expect(production.uniqueID == nil)
+        #expect(Self.rules.swept(production, overRetention: false, at: Self.now).underAlias == nil)
+        // A held notification read back: its unique id follows from its environment.
+        #expect(PendingNotification(deviceID: 1, bundleID: "com.a.b", environment: .sandbox, notification: production, acceptedAt: Self.now).notification.uniqueID
+            == production.deliveryID)
+        #expect(PendingNotification(deviceID: 1, bundleID: "com.a.b", environment: .production, notification: sandbox, acceptedAt: Self.now).notification.uniqueID == nil)
     }
 
     @Test func queuedForABurstWhenTheDeviceWentOffline() {
@@ -265,11 +285,11 @@ import Testing
 
     @Test func acknowledgedOrRefusedByTheDevice() {
         let id = UUID()
-        #expect(Self.rules.acknowledgement(of: id, unreadable: false, at: Self.now) == DeliveryEvent(notificationID: id, kind: .acknowledged, at: Self.now))
-        let refused = Self.rules.acknowledgement(of: id, unreadable: true, at: Self.now)
+        #expect(Self.rules.acknowledgement(of: id, alias: nil, unreadable: false, at: Self.now) == DeliveryEvent(notificationID: id, kind: .acknowledged, at: Self.now))
+        let refused = Self.rules.acknowledgement(of: id, alias: nil, unreadable: true, at: Self.now)
         #expect(refused.kind == .discarded)
         #expect(refused.detail == "the device could not read it")
-        let checked = Self.rules.unreadable(id, problem: "collapse id longer than 64 bytes", at: Self.now)
+        let checked = Self.rules.unreadable(Self.notification(), problem: "collapse id longer than 64 bytes", at: Self.now)
         #expect(checked.kind == .discarded)
         #expect(checked.detail == "a device could not read it: collapse id longer than 64 bytes")
     }

@@ -315,6 +315,73 @@ private func outcome(_ entry: [String: Any]) -> [String: Any] { entry["outcome"]
         }
     }
 
+    /// The sandbox answers apns-unique-id, the id of that notification
+    /// alone: two pushes with one apns-id have one timeline by apns-id and
+    /// one each by their unique ids; production answers none.
+    @Test func aSandboxNotificationsTimelineByItsUniqueID() async throws {
+        try await withTestServer { server in
+            let device = try await server.device(.sandbox)
+            let token = try await device.client.register("com.example.demo")
+            let client = try await server.http2Client(.sandbox)
+            let id = UUID()
+            var uniqueIDs: [UUID] = []
+            for _ in 0..<2 {
+                let result = try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo", id: id))
+                #expect(result.status == 200)
+                uniqueIDs.append(try #require(result.uniqueID))
+                _ = try #require(await device.nextAcknowledged())
+            }
+            #expect(uniqueIDs[0] != uniqueIDs[1])
+            #expect(uniqueIDs[0] != id)
+            // Refused by the dispatcher: answered with its unique id, logged under it.
+            let refused = try await client.send(HTTP2Push(token: Array(repeating: 7, count: 32), payload: payload, topic: "com.example.demo"))
+            #expect(refused.reason == .badDeviceToken)
+            let refusedID = try #require(refused.uniqueID)
+
+            func events(_ lookup: UUID, until last: String) async throws -> (events: [String], object: [String: Any]) {
+                var events: [String] = []
+                var object: [String: Any] = [:]
+                // The acknowledgement is logged once the server read it.
+                for _ in 0..<500 where !events.contains(last) {
+                    let timeline = try await server.admin("GET", "/v1/notifications/\(lookup.lowercasedString)")
+                    #expect(timeline.status == 200)
+                    object = timeline.object
+                    events = (timeline.object["events"] as? [[String: Any]] ?? []).compactMap { $0["event"] as? String }
+                }
+                return (events, object)
+            }
+            for unique in uniqueIDs {
+                let (timeline, object) = try await events(unique, until: "acknowledged")
+                // Its own events only (the first may also be "replaced" by
+                // the second, if that was held before the acknowledgement
+                // removed the first).
+                #expect(timeline.filter { $0 != "replaced" } == ["accepted", "stored", "delivered", "acknowledged"])
+                #expect(object["apnsID"] as? String == id.lowercasedString)
+                #expect(object["apnsUniqueID"] as? String == unique.lowercasedString)
+                let received = object["received"] as? [[String: Any]] ?? []
+                #expect(received.map { $0["apnsUniqueID"] as? String } == [unique.lowercasedString])
+            }
+            #expect(try await events(id, until: "acknowledged").events.filter { $0 == "accepted" }.count == 2)
+            #expect(try await events(refusedID, until: "rejected").events == ["rejected"])
+            // The command line finds it by either id.
+            let admin = ["--data", server.directory, "--url", "http://127.0.0.1:\(try await server.adminPort())"]
+            let log = try await runProgram(courier, ["log", uniqueIDs[1].lowercasedString] + admin)
+            #expect(log.status == 0, "\(log.stderr)")
+            #expect(log.stdout.contains("acknowledged"), "\(log.stdout)")
+            await client.close()
+
+            let production = try await server.device()
+            let productionToken = try await production.client.register("com.example.demo")
+            let productionClient = try await server.http2Client()
+            let answered = try await productionClient.send(HTTP2Push(token: productionToken, payload: payload, topic: "com.example.demo"))
+            #expect(answered.status == 200)
+            #expect(answered.uniqueID == nil)
+            await productionClient.close()
+            await server.disconnect(production)
+            await server.disconnect(device)
+        }
+    }
+
     @Test func statusCountsDevicesConnectionsAndTheInbox() async throws {
         try await withTestServer { server in
             let device = try await server.device()

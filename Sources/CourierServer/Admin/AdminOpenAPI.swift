@@ -82,6 +82,7 @@ enum AdminOpenAPI {
                   "interface": {"type": "string", "enum": ["http2", "binary"]},
                   "environment": {"type": "string", "enum": ["production", "sandbox"]},
                   "apnsID": {"type": "string"},
+                  "apnsUniqueID": {"type": "string", "description": "apns-unique-id, sandbox HTTP/2 notifications only"},
                   "token": {"type": "string"},
                   "topic": {"type": "string"},
                   "provider": {"type": "string", "description": "certificate <serial> or key <key id>"},
@@ -121,6 +122,7 @@ enum AdminOpenAPI {
                 "type": "object", "required": ["apnsID", "received", "events"],
                 "properties": {
                   "apnsID": {"type": "string"},
+                  "apnsUniqueID": {"type": "string", "description": "when looked up by its apns-unique-id"},
                   "received": {"type": "array", "items": {"$ref": "#/components/schemas/InboxEntry"}},
                   "events": {"type": "array", "items": {"$ref": "#/components/schemas/Event"}}
                 }
@@ -255,7 +257,7 @@ enum AdminOpenAPI {
             },
             "/v1/notifications/{apnsID}": {
               "get": {
-                "summary": "A notification's delivery log, and how it came in",
+                "summary": "A notification's delivery log, and how it came in, by its apns-id or its apns-unique-id",
                 "parameters": [{"name": "apnsID", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid", "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}}],
                 "responses": {
                   "200": {"description": "its timeline", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Timeline"}}}},

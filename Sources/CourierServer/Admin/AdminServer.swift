@@ -107,7 +107,11 @@ public struct AdminServer: Service {
             guard !received.isEmpty || !events.isEmpty else {
                 throw HTTPError(.notFound, message: "no notification \(text.lowercased()) in the inbox or the delivery log")
             }
-            return Timeline(apnsID: id.uuidString.lowercased(), received: received.map { InboxEntryJSON($0, dispatcher) }, events: events.map(EventJSON.init))
+            // Looked up by its apns-unique-id: its apns-id is the inbox entry's.
+            let unique = received.first { $0.uniqueID == id }
+            return Timeline(
+                apnsID: unique?.apnsID ?? id.lowercasedString, apnsUniqueID: unique == nil ? nil : id.lowercasedString,
+                received: received.map { InboxEntryJSON($0, dispatcher) }, events: events.map(EventJSON.init))
         }
         api.get("tokens/:token/notifications") { [inbox, dispatcher] request, context in
             let text = try context.parameters.require("token")
@@ -410,6 +414,8 @@ struct InboxEntryJSON: ResponseCodable {
     var interface: String
     var environment: String
     var apnsID: String
+    /// The notification's `apns-unique-id` (sandbox HTTP/2 only).
+    var apnsUniqueID: String?
     var token: String?
     var topic: String?
     var provider: String?
@@ -434,6 +440,7 @@ struct InboxEntryJSON: ResponseCodable {
         interface = entry.interface.rawValue
         environment = entry.environment.rawValue
         apnsID = entry.apnsID
+        apnsUniqueID = entry.uniqueID?.lowercasedString
         token = entry.token.map(Hex.encode)
         topic = entry.topic
         provider = entry.provider
@@ -471,6 +478,8 @@ struct EventJSON: Codable {
 
 struct Timeline: ResponseCodable {
     var apnsID: String
+    /// Looked up by its `apns-unique-id`: that id.
+    var apnsUniqueID: String?
     /// How the notification came in (the inbox's entries with its apns-id).
     var received: [InboxEntryJSON]
     /// The delivery log, oldest first.

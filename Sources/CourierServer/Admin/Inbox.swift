@@ -59,6 +59,8 @@ public struct InboxEntry: Sendable {
         case .uuid(let uuid): uuid.uuidString.lowercased()
         }
     }
+    /// The notification's `apns-unique-id` (sandbox HTTP/2 only).
+    public var uniqueID: UUID? { details.record.uniqueID }
     /// Nil when the request had no usable token.
     public var token: [UInt8]? { details.record.token }
     public var topic: String? { details.record.topic }
@@ -137,7 +139,8 @@ public struct InboxFilter: Sendable, Hashable {
     public func matches(_ entry: InboxEntry) -> Bool {
         if let topic, entry.topic != topic { return false }
         if let token, entry.token != token { return false }
-        if let apnsID, entry.apnsID.lowercased() != apnsID.lowercased() { return false }
+        // An apns-id, or an apns-unique-id.
+        if let apnsID, entry.apnsID.lowercased() != apnsID.lowercased(), entry.uniqueID?.lowercasedString != apnsID.lowercased() { return false }
         if let teamID, entry.teamID != teamID { return false }
         if let interface, entry.interface != interface { return false }
         if let environment, entry.environment != environment { return false }

@@ -20,6 +20,8 @@ struct InboxRecord {
     var payload: [UInt8]
     var outcome: InboxOutcome
     var fault: String?
+    /// The notification's `apns-unique-id` (sandbox only).
+    var uniqueID: UUID? = nil
 }
 
 /// The inbox's entries as bytes, in fixed chunks allocated once and
@@ -144,6 +146,7 @@ struct InboxRing {
         case .refused(_, let reason): size += 1 + 5 + string(reason)
         }
         size += string(record.fault)
+        size += 1 + (record.uniqueID == nil ? 0 : 16)
         return size
     }
 
@@ -235,6 +238,12 @@ struct InboxRing {
                 out.string(reason)
             }
             out.string(record.fault)
+            if let uniqueID = record.uniqueID {
+                out.integer(UInt8(1))
+                withUnsafeBytes(of: uniqueID.uuid) { out.bytes($0) }
+            } else {
+                out.integer(UInt8(0))
+            }
             assert(out.offset == size, "size(of:) and encode disagree")
             return out.offset
         }
@@ -322,10 +331,14 @@ struct InboxRing {
             outcome = .accepted
         }
         let fault = readString(&buffer)
+        var uniqueID: UUID?
+        if buffer.readInteger(as: UInt8.self) == 1, let bytes = buffer.readBytes(length: 16) {
+            uniqueID = bytes.withUnsafeBytes { UUID(uuid: $0.loadUnaligned(as: uuid_t.self)) }
+        }
         return InboxEntry(
             sequence: sequence,
             record: InboxRecord(
                 receivedAt: receivedAt, interface: interface, environment: environment, id: id, token: token, topic: topic, provider: provider,
-                teamID: teamID, connection: connection, received: received, payload: payload, outcome: outcome, fault: fault))
+                teamID: teamID, connection: connection, received: received, payload: payload, outcome: outcome, fault: fault, uniqueID: uniqueID))
     }
 }

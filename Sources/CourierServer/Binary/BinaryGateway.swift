@@ -154,9 +154,11 @@ final class BinaryGateway: ListenerInterface {
         }
         let priority = frame.priority.flatMap(Priority.init(rawValue:)) ?? (summary.isSilent ? .conservePower : .immediate)
         let expiration = frame.expiry.map { Date(timeIntervalSince1970: TimeInterval($0)) }
-        return PushNotification(
+        var notification = PushNotification(
             id: .notificationID(), token: Array(buffer: frame.token), topic: topic, payload: Array(buffer: frame.payload),
             expiration: expiration, priority: priority, isSilent: summary.isSilent)
+        notification.identify(in: environment)
+        return notification
     }
 
     /// A frame's outcome — its pending commit when admitted, or the status
@@ -212,7 +214,7 @@ final class BinaryGateway: ListenerInterface {
         _ rule: FaultRule, frame: BinaryNotificationFrame, notification: PushNotification, sender: BinaryProviderConnection?, now: Date,
         read: inout ReadOutcomes
     ) -> Admission {
-        dispatcher.logFault(rule, notificationID: notification.id)
+        dispatcher.logFault(rule, notification: notification)
         let fields = BinaryFrameFields(frame)
         func record(_ outcome: InboxOutcome) {
             received(outcome, into: &read) {

@@ -98,8 +98,11 @@ final class DeliveryLogWriter: Service, Sendable {
                 return backlog.events
             }
             guard !events.isEmpty else { return }
+            // An event with an alias (a sandbox notification's unique id)
+            // is written under it too, as an event of its own.
+            let written = events.contains(where: { $0.alias != nil }) ? events + events.compactMap(\.underAlias) : events
             do {
-                try await self.store.appendDeliveryEvents(events)
+                try await self.store.appendDeliveryEvents(written)
                 // Counted once written: events a failed write dropped are not.
                 self.metrics.logged(events)
             } catch {

@@ -80,7 +80,7 @@ public final class Dispatcher: Sendable {
             } catch {
                 logger.error("store failed holding notifications", metadata: ["courier.error": "\(error)"])
                 log.append(batch.map {
-                    DeliveryEvent(notificationID: $0.notification.id, kind: .rejected, at: $0.acceptedAt, detail: Reason.internalServerError.rawValue)
+                    DeliveryEvent($0.notification, .rejected, at: $0.acceptedAt, detail: Reason.internalServerError.rawValue)
                 })
                 throw error
             }
@@ -237,7 +237,7 @@ public final class Dispatcher: Sendable {
 
     /// Logs a refusal.
     private func reject(_ notification: PushNotification, _ refusal: DeliveryRules.Refusal, now: Date) -> (AcceptResult, Pending<Void>?) {
-        log.append(refusal.event(for: notification.id, at: now))
+        log.append(refusal.event(for: notification, at: now))
         return (refusal.result, nil)
     }
 
@@ -284,13 +284,13 @@ public final class Dispatcher: Sendable {
         // In flight before it is sent: the acknowledgement may come back at once.
         session.track(n.deliveryID, DeviceSession.InFlight(notificationID: n.id, bundleID: queued.bundleID, stored: n.mayBeStored, durable: queued.durable))
         guard let problem = session.link.deliver(n) else {
-            events.append(DeliveryEvent(notificationID: n.id, kind: .delivered, at: now))
+            events.append(DeliveryEvent(n, .delivered, at: now))
             metrics.delivered(after: now.timeIntervalSince(queued.acceptedAt))
             return nil
         }
         // One the device could not read (held by an older version, say) is dropped.
         _ = session.untrack(n.deliveryID)
-        events.append(rules.unreadable(n.id, problem: problem, at: now))
+        events.append(rules.unreadable(n, problem: problem, at: now))
         guard n.mayBeStored else { return nil }
         return PendingReference(deviceID: session.deviceID, bundleID: queued.bundleID, environment: session.environment, deliveryID: n.deliveryID)
     }
@@ -355,8 +355,8 @@ public final class Dispatcher: Sendable {
         let queued = sessions.removeBursts(ofDevice: deviceID)
         let now = clock.now()
         // A queued notification that may be stored is among the held ones too.
-        let ids = held.map(\.notification.id) + queued.filter { !$0.notification.mayBeStored }.map(\.notification.id)
-        log.append(ids.map { DeliveryEvent(notificationID: $0, kind: .discarded, at: now, detail: "the device was reset; its tokens ended") })
+        let ended = held.map(\.notification) + queued.filter { !$0.notification.mayBeStored }.map(\.notification)
+        log.append(ended.map { DeliveryEvent($0, .discarded, at: now, detail: "the device was reset; its tokens ended") })
     }
 
     /// A device connected: it replaces an older connection of the same
@@ -417,7 +417,9 @@ public final class Dispatcher: Sendable {
     /// held in the store is returned, for `removeAcknowledged`.
     func acknowledge(_ deliveryID: UUID, unreadable: Bool, by session: DeviceSession) -> HeldAcknowledgement? {
         guard let inFlight = session.untrack(deliveryID) else { return nil }
-        let event = rules.acknowledgement(of: inFlight.notificationID, unreadable: unreadable, at: clock.now())
+        // A sandbox notification's unique id is its delivery id.
+        let alias = session.environment == .sandbox ? deliveryID : nil
+        let event = rules.acknowledgement(of: inFlight.notificationID, alias: alias, unreadable: unreadable, at: clock.now())
         // A notification that was never stored (expiration 0) has nothing to remove.
         guard inFlight.stored else {
             log.append(event)
@@ -476,10 +478,10 @@ public final class Dispatcher: Sendable {
         }
         do {
             for pending in try await store.removeExpiredPending(before: now) {
-                events.append(rules.swept(pending.notification.id, overRetention: false, at: now))
+                events.append(rules.swept(pending.notification, overRetention: false, at: now))
             }
             for pending in try await store.removePending(acceptedBefore: rules.retentionCutoff(at: now)) {
-                events.append(rules.swept(pending.notification.id, overRetention: true, at: now))
+                events.append(rules.swept(pending.notification, overRetention: true, at: now))
             }
         } catch {
             logger.error("store failed sweeping held notifications", metadata: ["courier.error": "\(error)"])
@@ -488,14 +490,14 @@ public final class Dispatcher: Sendable {
     }
 
     /// A fault rule acted on a notification: its delivery log says which and how.
-    func logFault(_ rule: FaultRule, notificationID: UUID) {
+    func logFault(_ rule: FaultRule, notification: PushNotification) {
         let what: String
         switch rule.action {
         case .reject(let reason, _, let status): what = "refused with \(reason)" + (status.map { " (binary status \($0.rawValue))" } ?? "")
         case .delay(let milliseconds): what = "answer delayed \(milliseconds) ms"
         case .close(let reason): what = "connection closed (\(reason))"
         }
-        log.append(DeliveryEvent(notificationID: notificationID, kind: .faultInjected, at: clock.now(), detail: "fault \(rule.id): \(what)"))
+        log.append(DeliveryEvent(notification, .faultInjected, at: clock.now(), detail: "fault \(rule.id): \(what)"))
     }
 
     /// Notifications held in the store now.

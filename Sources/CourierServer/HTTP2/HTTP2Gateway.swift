@@ -97,6 +97,9 @@ struct HTTP2Answer: Sendable {
     var liftStreamLimit = false
     /// Why it was refused.
     var reason: Reason?
+    /// `apns-unique-id`: a sandbox notification's, once it was made (and
+    /// logged), whatever the answer.
+    var uniqueID: UUID?
     /// The request's inbox entry, recorded on the connection's event loop
     /// (one thread per connection takes the inbox's lock, not every task's).
     var entry: InboxRecord?
@@ -247,6 +250,8 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         var fault: String?
         /// The payload as the notification holds it.
         var payload: [UInt8]?
+        /// The notification's `apns-unique-id` (sandbox only).
+        var uniqueID: UUID?
     }
 
     /// What a request comes to without waiting (`decide`).
@@ -413,7 +418,7 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
                 now: clock.now())
         else { return .none }
         seen.fault = rule.id
-        dispatcher.logFault(rule, notificationID: notification.id)
+        dispatcher.logFault(rule, notification: notification)
         var answer: HTTP2Answer
         switch rule.action {
         case .reject(let reason, let timestamp, _):
@@ -511,10 +516,12 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         // Without a priority: 5 for a background push (silent, or of type
         // background), else 10.
         let priority = fields.priority.flatMap(Priority.init(rawValue:)) ?? (summary.isSilent || pushType == .background ? .conservePower : .immediate)
-        let notification = PushNotification(
+        var notification = PushNotification(
             id: fields.id, token: fields.token, topic: topic, payload: Array(buffer: body), expiration: fields.expiration, priority: priority,
             collapseID: fields.collapseID, pushType: fields.pushType, isSilent: summary.isSilent)
+        notification.identify(in: environment)
         seen.payload = notification.payload
+        seen.uniqueID = notification.uniqueID
         return .notification(notification, grant)
     }
 
@@ -530,6 +537,7 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         -> HTTP2Answer
     {
         var answer = answer
+        answer.uniqueID = seen.uniqueID
         answer.entry = entry(headers, body: body, answer: answer, connection: connection, seen: seen)
         return answer
     }
@@ -546,7 +554,7 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         return InboxRecord(
             receivedAt: clock.now(), interface: .http2, environment: environment, id: .text(answer.apnsID), token: token,
             topic: seen.topic ?? headers.first(name: "apns-topic"), provider: seen.identity?.name, teamID: seen.identity?.teamID, connection: connection.address,
-            received: .http2(headers), payload: seen.payload ?? Array(buffer: body), outcome: outcome, fault: seen.fault)
+            received: .http2(headers), payload: seen.payload ?? Array(buffer: body), outcome: outcome, fault: seen.fault, uniqueID: seen.uniqueID)
     }
 }
 
@@ -879,6 +887,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         var headers = HPACKHeaders()
         headers.add(name: ":status", value: answer.status == 200 ? "200" : String(answer.status))
         headers.add(name: "apns-id", value: answer.apnsID, indexing: .nonIndexable)
+        if let uniqueID = answer.uniqueID { headers.add(name: "apns-unique-id", value: uniqueID.lowercasedString, indexing: .nonIndexable) }
         if let body = answer.body {
             headers.add(name: "content-type", value: "application/json")
             headers.add(name: "content-length", value: String(body.count))
