@@ -51,6 +51,14 @@ let thirdPartyScripts = URL(fileURLWithPath: #filePath).deletingLastPathComponen
             let second = try #require(await device.next())
             #expect(String(decoding: second.payload, as: UTF8.self).contains("enhanced PyAPNs"))
 
+            // A command-2 frame (the library's Frame) with a payload over the 2048-byte limit: status 7
+            // with that notification's identifier, and the one before it delivered.
+            let oversized = try await runProgram(python, [script, "oversized", "127.0.0.1", "\(binaryPort)", cert, key, token, "3000"])
+            #expect(oversized.status == 0, "\(oversized.stderr)")
+            #expect(oversized.stdout.contains("error-response 7 42"), "the library got status 7 for notification 42: \(oversized.stdout)")
+            let before = try #require(await device.next())
+            #expect(String(decoding: before.payload, as: UTF8.self).contains("before the large one"))
+
             try await device.client.unregister("com.example.demo")
             let toRemoved = try await runProgram(python, [script, "send", "127.0.0.1", "\(binaryPort)", cert, key, token, "to a removed app"])
             #expect(toRemoved.status == 0)
