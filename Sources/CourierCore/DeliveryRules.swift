@@ -36,13 +36,17 @@ public enum TokenProblem: Sendable, Hashable {
     /// It does not open under the environment's token key: altered,
     /// forged, or another environment's.
     case unopened
-    /// It opens, but belongs to another app than the topic's.
+    /// It opens, but belongs to another app than the topic's, or is a Live
+    /// Activity token for another topic than the app's Live Activities one
+    /// (or a device token for that one).
     case ofAnotherApp
     /// The device does not hold it for the app now: an older generation
     /// (the device was reset), or an app never registered.
     case notHeld
     /// The app was removed from the device at this time.
     case removed(at: Date)
+    /// A Live Activity's update token, whose activity ended at this time.
+    case expired(at: Date)
 }
 
 /// Where the notification's device is when it is accepted.
@@ -104,6 +108,7 @@ public struct DeliveryRules: Sendable {
         case .unopened, .notHeld: Refusal(.badDeviceToken)
         case .ofAnotherApp: Refusal(.deviceTokenNotForTopic)
         case .removed(let at): Refusal(.unregistered, timestamp: at)
+        case .expired(let at): Refusal(.expiredToken, timestamp: at)
         }
     }
 

@@ -32,6 +32,7 @@ public struct Reason: Error, Sendable, Hashable, CustomStringConvertible {
         case badPath = "BadPath"
         case methodNotAllowed = "MethodNotAllowed"
         case unregistered = "Unregistered"
+        case expiredToken = "ExpiredToken"
         case payloadTooLarge = "PayloadTooLarge"
         case tooManyProviderTokenUpdates = "TooManyProviderTokenUpdates"
         case tooManyRequests = "TooManyRequests"
@@ -51,7 +52,7 @@ public struct Reason: Error, Sendable, Hashable, CustomStringConvertible {
                 403
             case .badPath: 404
             case .methodNotAllowed: 405
-            case .unregistered: 410
+            case .unregistered, .expiredToken: 410
             case .payloadTooLarge: 413
             case .tooManyProviderTokenUpdates, .tooManyRequests: 429
             case .internalServerError: 500
@@ -121,6 +122,7 @@ extension Reason {
     public static let badPath = Reason(.badPath)
     public static let methodNotAllowed = Reason(.methodNotAllowed)
     public static let unregistered = Reason(.unregistered)
+    public static let expiredToken = Reason(.expiredToken)
     public static let payloadTooLarge = Reason(.payloadTooLarge)
     public static let tooManyProviderTokenUpdates = Reason(.tooManyProviderTokenUpdates)
     public static let tooManyRequests = Reason(.tooManyRequests)

@@ -52,6 +52,12 @@ public protocol Store: Sendable {
     /// Marks the app as removed from the device; false when it was not
     /// registered (or already removed).
     func unregister(deviceID: UInt64, bundleID: String, environment: Environment, at: Date) async throws -> Bool
+    /// Records that a Live Activity of an app on a device ended (its update
+    /// token is expired from then on); false when it had ended already
+    /// (the first end is kept).
+    func endActivity(deviceID: UInt64, bundleID: String, environment: Environment, activity: UInt32, at: Date) async throws -> Bool
+    /// When that Live Activity ended; nil while it has not.
+    func activityEnd(deviceID: UInt64, bundleID: String, environment: Environment, activity: UInt32) async throws -> Date?
 
     // MARK: Pending notifications (store and forward)
     /// Stores each notification, replacing the one held for the same

@@ -347,7 +347,7 @@ public actor DeviceClient {
             }
             remember(notification.deliveryID)
             notificationSink.yield(notification)
-        case .appTokenResponse(let requestID, _, _, _), .unregisterAck(let requestID, _):
+        case .appTokenResponse(let requestID, _, _, _, _), .unregisterAck(let requestID, _):
             requests.removeValue(forKey: requestID)?.resume(returning: message)
         case .noStorage:
             drained = true
@@ -420,12 +420,44 @@ public actor DeviceClient {
     /// (the same token every time for this device, app and generation).
     public func register(_ bundleID: String) async throws -> [UInt8] {
         let answer = try await request { .appTokenRequest(bundleID: bundleID, requestID: $0) }
-        guard case .appTokenResponse(_, _, let token, let status) = answer, status == .ok, let token else {
+        guard case .appTokenResponse(_, _, let token, let status, _) = answer, status == .ok, let token else {
             throw DeviceClientError.unknownApp(bundleID)
         }
         credentials.setToken(token, for: bundleID, in: environment)
         try credentials.save()
         return token
+    }
+
+    /// The app's Live Activity push-to-start token, as ActivityKit's
+    /// `pushToStartTokenUpdates` gives it: pushes of type `liveactivity`
+    /// to `<bundle>.push-type.liveactivity` with it start an activity. The
+    /// server registers the app on the device if it was not.
+    public func liveActivityPushToStartToken(_ bundleID: String) async throws -> [UInt8] {
+        try await liveActivityToken(bundleID, kind: .liveActivityPushToStart).token
+    }
+
+    /// Starts a Live Activity of the app: its number and update token, as
+    /// ActivityKit's `pushTokenUpdates` gives it. Pushes to the token reach
+    /// this device (their token item is this token) until `endLiveActivity`.
+    public func startLiveActivity(_ bundleID: String) async throws -> LiveActivity {
+        let (token, activity) = try await liveActivityToken(bundleID, kind: .liveActivityUpdate)
+        guard let activity else { throw DeviceClientError.unknownApp(bundleID) }
+        return LiveActivity(bundleID: bundleID, activity: activity, token: token)
+    }
+
+    /// The Live Activity ended: pushes to its update token are refused
+    /// with 410 ExpiredToken from now on.
+    public func endLiveActivity(_ liveActivity: LiveActivity) async throws {
+        let answer = try await request { .unregister(bundleID: liveActivity.bundleID, requestID: $0, activity: liveActivity.activity) }
+        guard case .unregisterAck(_, let status) = answer, status == .ok else { throw DeviceClientError.unknownApp(liveActivity.bundleID) }
+    }
+
+    private func liveActivityToken(_ bundleID: String, kind: AppTokenKind) async throws -> (token: [UInt8], activity: UInt32?) {
+        let answer = try await request { .appTokenRequest(bundleID: bundleID, requestID: $0, kind: kind) }
+        guard case .appTokenResponse(_, _, let token, let status, let activity) = answer, status == .ok, let token else {
+            throw DeviceClientError.unknownApp(bundleID)
+        }
+        return (token, activity)
     }
 
     /// The app was removed: pushes to its token fail as Unregistered.
@@ -455,4 +487,13 @@ public actor DeviceClient {
     public func token(for bundleID: String) -> [UInt8]? {
         credentials.token(for: bundleID, in: environment)
     }
+}
+
+/// A Live Activity a device started (`DeviceClient.startLiveActivity`).
+public struct LiveActivity: Sendable, Hashable {
+    public var bundleID: String
+    /// Its number on this device and app.
+    public var activity: UInt32
+    /// Its update token.
+    public var token: [UInt8]
 }

@@ -9,16 +9,26 @@ public struct DeviceTokenContents: Sendable, Hashable {
     public var generation: UInt32
     /// The first 8 bytes of SHA-256 over the bundle id (`appHash(of:)`).
     public var appHash: UInt64
+    /// 0 for the app's device token; a Live Activity token otherwise:
+    /// `pushToStart`, or an activity's number (its update token).
+    public var activity: UInt32
 
-    public init(deviceID: UInt64, generation: UInt32, appHash: UInt64) {
+    /// `activity` of an app's Live Activity push-to-start token.
+    public static let pushToStart = UInt32.max
+
+    public init(deviceID: UInt64, generation: UInt32, appHash: UInt64, activity: UInt32 = 0) {
         self.deviceID = deviceID
         self.generation = generation
         self.appHash = appHash
+        self.activity = activity
     }
 
-    public init(deviceID: UInt64, generation: UInt32, bundleID: String) {
-        self.init(deviceID: deviceID, generation: generation, appHash: Self.appHash(of: bundleID))
+    public init(deviceID: UInt64, generation: UInt32, bundleID: String, activity: UInt32 = 0) {
+        self.init(deviceID: deviceID, generation: generation, appHash: Self.appHash(of: bundleID), activity: activity)
     }
+
+    /// A Live Activity token (push-to-start or update), not a device token.
+    public var isLiveActivity: Bool { activity != 0 }
 
     /// The app part of a token: 64 bits of SHA-256 of the bundle id.
     public static func appHash(of bundleID: String) -> UInt64 {
@@ -44,20 +54,22 @@ public enum DeviceTokenError: Error, Sendable, Hashable {
 
 /// Issues and opens device tokens.
 ///
-/// A token is the 20 bytes `device id (8) | generation (4) | app hash (8)`
-/// followed by zero bytes up to the token length (12 of them at the
-/// default 32), enciphered as one block by a four-round Feistel network
-/// whose round function is AES-128 (a strong pseudo-random permutation,
-/// Luby–Rackoff). Opening deciphers and checks the zero bytes: a changed
-/// bit garbles the whole block, so a forged or altered token passes with
-/// probability 2^-96. The same inputs give the same token, nothing in it
+/// A token is the 24 bytes `device id (8) | generation (4) | app hash (8)
+/// | activity (4)` followed by zero bytes up to the token length (8 of
+/// them at the default 32), enciphered as one block by a four-round
+/// Feistel network whose round function is AES-128 (a strong pseudo-random
+/// permutation, Luby–Rackoff). Opening deciphers and checks the zero
+/// bytes: a changed bit garbles the whole block, so a forged or altered
+/// token passes with probability 2^-64 — 2^-96 for a device token, whose
+/// activity must also be 0 (device tokens issued before Live Activity
+/// tokens existed had zeros there, and are read unchanged). The same inputs give the same token, nothing in it
 /// is readable without the key, and no database lookup is needed.
 ///
 /// Each environment has its own key, so a token of one environment does
 /// not open in the other.
 public struct DeviceTokenCodec: Sendable {
     public static let defaultLength = 32
-    static let dataLength = 20
+    static let dataLength = 24
 
     /// Token length in bytes: even, 32 to 254.
     public let length: Int
@@ -83,6 +95,7 @@ public struct DeviceTokenCodec: Sendable {
         Self.store(contents.deviceID, into: &block, at: 0)
         Self.store(UInt64(contents.generation) << 32, into: &block, at: 8)  // upper 4 bytes used
         Self.store(contents.appHash, into: &block, at: 12)
+        Self.store(UInt64(contents.activity) << 32, into: &block, at: 20)  // upper 4 bytes used
         block.withUnsafeMutableBufferPointer { encipher($0) }
         return block
     }
@@ -106,7 +119,8 @@ public struct DeviceTokenCodec: Sendable {
             let deviceID = Self.load(block, at: 0)
             let generation = UInt32(truncatingIfNeeded: Self.load(block, at: 8) >> 32)
             let appHash = Self.load(block, at: 12)
-            return .success(DeviceTokenContents(deviceID: deviceID, generation: generation, appHash: appHash))
+            let activity = UInt32(truncatingIfNeeded: Self.load(block, at: 20) >> 32)
+            return .success(DeviceTokenContents(deviceID: deviceID, generation: generation, appHash: appHash, activity: activity))
         }
     }
 

@@ -178,5 +178,21 @@ enum SQLiteMigrations {
                 "ALTER TABLE auth_keys ADD COLUMN bundle_ids TEXT",
             ]
         ),
+        // Live Activities that ended: their update tokens answer ExpiredToken.
+        Migration(
+            version: 7,
+            statements: [
+                """
+                CREATE TABLE ended_activities (
+                    device_id INTEGER NOT NULL,
+                    bundle_id TEXT NOT NULL,
+                    environment TEXT NOT NULL,
+                    activity INTEGER NOT NULL,
+                    ended_at INTEGER NOT NULL,
+                    PRIMARY KEY (device_id, bundle_id, environment, activity)
+                ) WITHOUT ROWID
+                """
+            ]
+        ),
     ]
 }

@@ -328,6 +328,24 @@ public final class SQLiteStore: Store {
         }
     }
 
+    public func endActivity(deviceID: UInt64, bundleID: String, environment: Environment, activity: UInt32, at date: Date) async throws -> Bool {
+        try await gate.run {
+            _ = try await self.connection.query(
+                """
+                INSERT INTO ended_activities (device_id, bundle_id, environment, activity, ended_at) VALUES (?, ?, ?, ?, ?)
+                ON CONFLICT DO NOTHING
+                """, [.device(deviceID), .text(bundleID), .text(environment.rawValue), .integer(Int(activity)), .millis(date)])
+            return try await self.changes() > 0
+        }
+    }
+
+    public func activityEnd(deviceID: UInt64, bundleID: String, environment: Environment, activity: UInt32) async throws -> Date? {
+        try await query(
+            "SELECT ended_at FROM ended_activities WHERE device_id = ? AND bundle_id = ? AND environment = ? AND activity = ?",
+            [.device(deviceID), .text(bundleID), .text(environment.rawValue), .integer(Int(activity))]
+        ).first.map { try $0.date("ended_at") }
+    }
+
     // MARK: Pending notifications
 
     /// Rows per multi-row statement: a batch of pending notifications is

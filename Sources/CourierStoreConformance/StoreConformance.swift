@@ -174,6 +174,20 @@ public enum StoreConformance {
                 report.equal(error.code, .notFound, "error code")
             }
         },
+        StoreConformanceCase(name: "Live Activities end once, per device, app, environment and activity") { store, report in
+            try await store.createDevice(Device(id: 7, certificateSerial: "07", createdAt: at(0)))
+            report.equal(try await store.activityEnd(deviceID: 7, bundleID: "com.example.one", environment: .sandbox, activity: 3), nil, "not ended")
+            report.equal(try await store.endActivity(deviceID: 7, bundleID: "com.example.one", environment: .sandbox, activity: 3, at: at(5)), true, "end")
+            report.equal(try await store.endActivity(deviceID: 7, bundleID: "com.example.one", environment: .sandbox, activity: 3, at: at(9)), false, "end again")
+            report.equal(try await store.activityEnd(deviceID: 7, bundleID: "com.example.one", environment: .sandbox, activity: 3), at(5), "the first end kept")
+            report.equal(try await store.activityEnd(deviceID: 7, bundleID: "com.example.one", environment: .production, activity: 3), nil, "other environment")
+            report.equal(try await store.activityEnd(deviceID: 7, bundleID: "com.example.one", environment: .sandbox, activity: 4), nil, "other activity")
+            report.equal(try await store.activityEnd(deviceID: 7, bundleID: "com.example.two", environment: .sandbox, activity: 3), nil, "other app")
+            report.equal(
+                try await store.endActivity(deviceID: 7, bundleID: "com.example.one", environment: .sandbox, activity: UInt32.max - 1, at: at(6)), true,
+                "a large activity number")
+            report.equal(try await store.activityEnd(deviceID: 7, bundleID: "com.example.one", environment: .sandbox, activity: UInt32.max - 1), at(6), "read back")
+        },
         StoreConformanceCase(name: "registrations: register, unregister, register again") { store, report in
             try await store.createDevice(Device(id: 7, certificateSerial: "07", createdAt: at(0)))
             let token = Array(repeating: UInt8(0xAB), count: 32)

@@ -3,6 +3,16 @@ import Crypto
 import Foundation
 import NIOCore
 
+/// What an AppTokenRequest asks for (item 0x05).
+public enum AppTokenKind: UInt8, Sendable, Hashable {
+    /// The app's device token (registering the app).
+    case device = 0
+    /// The app's Live Activity push-to-start token.
+    case liveActivityPushToStart = 1
+    /// A new Live Activity's update token (the response names its activity).
+    case liveActivityUpdate = 2
+}
+
 /// The commands of the courier device protocol (docs/device-protocol.md).
 public enum DeviceCommand {
     public static let connect: UInt8 = 0x07
@@ -103,9 +113,11 @@ public enum DeviceMessage: Sendable, Hashable {
     case keepAlive
     case keepAliveAck
     case noStorage
-    case appTokenRequest(bundleID: String, requestID: UInt32)
-    case appTokenResponse(requestID: UInt32, bundleID: String?, token: [UInt8]?, status: DeviceProtocolCode)
-    case unregister(bundleID: String, requestID: UInt32)
+    case appTokenRequest(bundleID: String, requestID: UInt32, kind: AppTokenKind = .device)
+    /// `activity`: a Live Activity update token's activity.
+    case appTokenResponse(requestID: UInt32, bundleID: String?, token: [UInt8]?, status: DeviceProtocolCode, activity: UInt32? = nil)
+    /// With `activity`: that Live Activity ended (the app stays).
+    case unregister(bundleID: String, requestID: UInt32, activity: UInt32? = nil)
     case unregisterAck(requestID: UInt32, status: DeviceProtocolCode)
     case error(code: DeviceProtocolCode, message: String)
 
@@ -161,23 +173,26 @@ public enum DeviceMessage: Sendable, Hashable {
         case DeviceCommand.noStorage:
             self = .noStorage
         case DeviceCommand.appTokenRequest:
-            let items = try ItemSet(frame, repeatable: [], known: [0x01, 0x02])
+            let items = try ItemSet(frame, repeatable: [], known: [0x01, 0x02, 0x05])
+            let rawKind = try items.optionalInteger(0x05, UInt8.self, "token kind") ?? 0
+            guard let kind = AppTokenKind(rawValue: rawKind) else { throw DeviceProtocolError(.badItemValue, "token kind \(rawKind)") }
             self = .appTokenRequest(
                 bundleID: try items.string(0x01, maxLength: 155, "bundle id"),
-                requestID: try items.integer(0x02, UInt32.self, "request id"))
+                requestID: try items.integer(0x02, UInt32.self, "request id"), kind: kind)
         case DeviceCommand.appTokenResponse:
-            let items = try ItemSet(frame, repeatable: [], known: [0x01, 0x02, 0x03, 0x04])
+            let items = try ItemSet(frame, repeatable: [], known: [0x01, 0x02, 0x03, 0x04, 0x06])
             let status = DeviceProtocolCode(rawValue: try items.integer(0x04, UInt8.self, "status"))
             let token = try items.optionalBytes(0x03, size: tokenLength, "token")
             if status == .ok, token == nil { throw DeviceProtocolError(.missingItem, "token (item 0x03) is required with status 0") }
             self = .appTokenResponse(
                 requestID: try items.integer(0x02, UInt32.self, "request id"),
-                bundleID: try items.optionalString(0x01, maxLength: 155, "bundle id"), token: token, status: status)
+                bundleID: try items.optionalString(0x01, maxLength: 155, "bundle id"), token: token, status: status,
+                activity: try items.optionalInteger(0x06, UInt32.self, "activity"))
         case DeviceCommand.unregister:
-            let items = try ItemSet(frame, repeatable: [], known: [0x01, 0x02])
+            let items = try ItemSet(frame, repeatable: [], known: [0x01, 0x02, 0x06])
             self = .unregister(
                 bundleID: try items.string(0x01, maxLength: 155, "bundle id"),
-                requestID: try items.integer(0x02, UInt32.self, "request id"))
+                requestID: try items.integer(0x02, UInt32.self, "request id"), activity: try items.optionalInteger(0x06, UInt32.self, "activity"))
         case DeviceCommand.unregisterAck:
             let items = try ItemSet(frame, repeatable: [], known: [0x02, 0x04])
             self = .unregisterAck(
@@ -274,17 +289,20 @@ public enum DeviceMessage: Sendable, Hashable {
             out.writeFrameItem(id: 0x03, uuid: deliveryID)
         case .keepAlive, .keepAliveAck, .noStorage:
             break
-        case .appTokenRequest(let bundleID, let requestID):
+        case .appTokenRequest(let bundleID, let requestID, let kind):
             out.writeFrameItem(id: 0x01, bundleID.utf8)
             out.writeFrameItem(id: 0x02, integer: requestID)
-        case .appTokenResponse(let requestID, let bundleID, let token, let status):
+            if kind != .device { out.writeFrameItem(id: 0x05, integer: kind.rawValue) }
+        case .appTokenResponse(let requestID, let bundleID, let token, let status, let activity):
             if let bundleID { out.writeFrameItem(id: 0x01, bundleID.utf8) }
             out.writeFrameItem(id: 0x02, integer: requestID)
             if let token { out.writeFrameItem(id: 0x03, token) }
             out.writeFrameItem(id: 0x04, integer: status.rawValue)
-        case .unregister(let bundleID, let requestID):
+            if let activity { out.writeFrameItem(id: 0x06, integer: activity) }
+        case .unregister(let bundleID, let requestID, let activity):
             out.writeFrameItem(id: 0x01, bundleID.utf8)
             out.writeFrameItem(id: 0x02, integer: requestID)
+            if let activity { out.writeFrameItem(id: 0x06, integer: activity) }
         case .unregisterAck(let requestID, let status):
             out.writeFrameItem(id: 0x02, integer: requestID)
             out.writeFrameItem(id: 0x04, integer: status.rawValue)

@@ -96,15 +96,34 @@ func withConnectedDevice(
 extension DeviceCommand {
     struct Run: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Connect, print the app's token in hex, then print each notification as one JSON line and acknowledge it.")
+            abstract: "Connect, print the app's token in hex, then print each notification as one JSON line and acknowledge it.",
+            discussion: """
+                With --live-activity-push-to-start it also prints the app's Live Activity push-to-start token, and with \
+                --live-activities N starts N Live Activities and prints each one's update token (pushes of type \
+                liveactivity to <bundle>.push-type.liveactivity, token trust). A notification's line names the token it \
+                was sent to.
+                """)
 
         @OptionGroup var options: DeviceOptions
+        @Flag(help: "Also print the app's Live Activity push-to-start token.") var liveActivityPushToStart = false
+        @Option(help: "Start this many Live Activities and print their update tokens.") var liveActivities = 0
+
+        func validate() throws {
+            guard (0...100).contains(liveActivities) else { throw ValidationError("--live-activities must be 0 to 100, not \(liveActivities)") }
+        }
 
         func run() async throws {
             let app = options.app
             try await withConnectedDevice(options, reconnect: true) { client in
                 let token = try await client.register(app)
                 say("token \(Hex.encode(token))\n")
+                if liveActivityPushToStart {
+                    say("push-to-start token \(Hex.encode(try await client.liveActivityPushToStartToken(app)))\n")
+                }
+                for _ in 0..<liveActivities {
+                    let activity = try await client.startLiveActivity(app)
+                    say("live activity \(activity.activity) token \(Hex.encode(activity.token))\n")
+                }
                 for await notification in client.notifications {
                     say(Run.jsonLine(notification) + "\n")
                     try? await client.acknowledge(notification)
@@ -115,7 +134,7 @@ extension DeviceCommand {
             }
         }
 
-        /// `{"id":…,"topic":…,"priority":…,"payload":{…}}`
+        /// `{"id":…,"topic":…,"priority":…,"token":…,"pushType":…,"payload":{…}}` (`pushType` when sent)
         static func jsonLine(_ notification: DeviceNotification) -> String {
             let payload = String(validating: notification.payload, as: UTF8.self).flatMap { text in
                 (try? JSONSerialization.jsonObject(with: Data(text.utf8))) != nil ? text : nil
@@ -123,7 +142,9 @@ extension DeviceCommand {
             let topic = String(decoding: (try? JSONSerialization.data(withJSONObject: [notification.topic])) ?? Data("[\"\"]".utf8), as: UTF8.self)
                 .dropFirst().dropLast()
             let body = payload ?? "\"\(Data(notification.payload).base64EncodedString())\""
-            return #"{"id":"\#(notification.id.lowercasedString)","topic":\#(topic),"priority":\#(notification.priority),"payload":\#(body)}"#
+            // Apple's push types are lower-case letters: nothing to escape; any other value is left out.
+            let pushType = notification.pushType.flatMap(PushType.init(rawValue:)).map { #","pushType":"\#($0.rawValue)""# } ?? ""
+            return #"{"id":"\#(notification.id.lowercasedString)","topic":\#(topic),"priority":\#(notification.priority),"token":"\#(Hex.encode(notification.token))"\#(pushType),"payload":\#(body)}"#
         }
     }
 

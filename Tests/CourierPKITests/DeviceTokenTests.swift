@@ -17,6 +17,21 @@ import Testing
         #expect(!(try production.open(token).get().belongs(to: "com.example.other")))
     }
 
+    /// Live Activity tokens carry their activity; a device token none.
+    @Test func liveActivityTokensCarryTheirActivity() throws {
+        #expect(!contents.isLiveActivity)
+        var pushToStart = contents
+        pushToStart.activity = DeviceTokenContents.pushToStart
+        var update = contents
+        update.activity = 7
+        let tokens = [production.issue(contents), production.issue(pushToStart), production.issue(update)]
+        #expect(Set(tokens).count == 3)
+        #expect(try production.open(tokens[1]).get() == pushToStart)
+        #expect(try production.open(tokens[2]).get().activity == 7)
+        #expect(try production.open(tokens[2]).get().isLiveActivity)
+        #expect(try production.open(tokens[0]).get().activity == 0)
+    }
+
     @Test func sameInputsGiveTheSameToken() {
         #expect(production.issue(contents) == production.issue(contents))
         let again = try! DeviceTokenCodec(secret: secret, environment: .production)

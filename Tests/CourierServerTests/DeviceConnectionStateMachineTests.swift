@@ -48,7 +48,7 @@ import Testing
         var machine = DeviceConnectionStateMachine()
         _ = machine.receive(connect)
         machine.connectAccepted(session, generation: 9)
-        guard case .requestToken(let bundleID, let requestID, let given, let generation) = machine.receive(
+        guard case .requestToken(let bundleID, let requestID, .device, let given, let generation) = machine.receive(
             .appTokenRequest(bundleID: "com.example.demo", requestID: 4))
         else {
             Issue.record("a token request should be taken once connected")

@@ -246,7 +246,7 @@ import Testing
                 // NoStorage follows the connect; then the answers in the order asked.
                 #expect(answers.dropFirst().first == .noStorage)
                 #expect(answers.dropFirst(2).prefix(keepAlives).allSatisfy { $0 == .keepAliveAck })
-                guard case .appTokenResponse(let requestID, _, let token, let tokenStatus) = answers.last else {
+                guard case .appTokenResponse(let requestID, _, let token, let tokenStatus, _) = answers.last else {
                     Issue.record("expected AppTokenResponse last, got \(answers.last.map { "\($0)" } ?? "nothing")")
                     return
                 }
@@ -288,8 +288,8 @@ import Testing
                 var answers: [DeviceMessage] = []
                 while answers.count < 5, let frame = try await iterator.next() { answers.append(try DeviceMessage(frame: frame)) }
                 #expect(answers.count == 5)
-                guard answers.count == 5, case .connectAck = answers[0], case .appTokenResponse(1, _, _, .ok) = answers[2],
-                    case .appTokenResponse(2, _, _, .ok) = answers[3]
+                guard answers.count == 5, case .connectAck = answers[0], case .appTokenResponse(1, _, _, .ok, _) = answers[2],
+                    case .appTokenResponse(2, _, _, .ok, _) = answers[3]
                 else {
                     Issue.record("unexpected answers \(answers)")
                     return

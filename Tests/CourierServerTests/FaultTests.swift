@@ -621,7 +621,7 @@ final class SlowDevice: ChannelInboundHandler, Sendable {
         switch message {
         case .connectAck(.ok, _, _, _, _, _):
             context.writeAndFlush(wrapOutboundOut(.appTokenRequest(bundleID: "com.example.demo", requestID: 1)), promise: nil)
-        case .appTokenResponse(_, _, let token?, .ok):
+        case .appTokenResponse(_, _, let token?, .ok, _):
             // From here on nothing is read.
             context.channel.setOption(ChannelOptions.autoRead, value: false).whenComplete { _ in self.registered.succeed(token) }
         case .connectAck, .appTokenResponse, .error:

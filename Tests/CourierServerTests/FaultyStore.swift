@@ -84,6 +84,12 @@ final class FaultyStore: Store {
     func register(_ registration: AppRegistration) async throws { try await base.register(registration) }
     func registrations(deviceID: UInt64) async throws -> [AppRegistration] { try await base.registrations(deviceID: deviceID) }
     func unregister(deviceID: UInt64, bundleID: String, environment: Environment, at: Date) async throws -> Bool { try await base.unregister(deviceID: deviceID, bundleID: bundleID, environment: environment, at: at) }
+    func endActivity(deviceID: UInt64, bundleID: String, environment: Environment, activity: UInt32, at: Date) async throws -> Bool {
+        try await base.endActivity(deviceID: deviceID, bundleID: bundleID, environment: environment, activity: activity, at: at)
+    }
+    func activityEnd(deviceID: UInt64, bundleID: String, environment: Environment, activity: UInt32) async throws -> Date? {
+        try await base.activityEnd(deviceID: deviceID, bundleID: bundleID, environment: environment, activity: activity)
+    }
     func pending(deviceID: UInt64, environment: Environment) async throws -> [PendingNotification] { try await base.pending(deviceID: deviceID, environment: environment) }
     func removePending(_ references: [PendingReference]) async throws -> [Bool] { try await base.removePending(references) }
     func removeExpiredPending(before date: Date) async throws -> [PendingNotification] { try await base.removeExpiredPending(before: date) }

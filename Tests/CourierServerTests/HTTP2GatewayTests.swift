@@ -480,8 +480,17 @@ extension HTTP2ProtocolTableTests {
                 (.liveactivity, bundle + ".push-type.liveactivity"), (.pushtotalk, bundle + ".voip-ptt"),
                 (.widgets, bundle + ".push-type.widgets"), (.controls, bundle + ".push-type.controls"),
             ]
+            // Live Activities take Live Activity tokens (LiveActivityTests): a device token is not for their topic.
+            let pushToStart = try await device.client.liveActivityPushToStartToken("com.example.demo")
             for (type, topic) in topics {
-                #expect(try await answer(type.rawValue, topic: topic, on: byToken) == (200, nil), "\(type)")
+                if type == .liveactivity {
+                    var push = RawPush(token: pushToStart, topic: topic, authorization: authorization)
+                    push.headers.append(("apns-push-type", "liveactivity"))
+                    #expect(try await push.send(on: byToken).status == 200)
+                    #expect(try await answer(type.rawValue, topic: topic, on: byToken) == (400, "DeviceTokenNotForTopic"))
+                } else {
+                    #expect(try await answer(type.rawValue, topic: topic, on: byToken) == (200, nil), "\(type)")
+                }
                 let received = try #require(await device.next())
                 #expect(received.topic == topic)
                 #expect(received.pushType == type.rawValue)
@@ -503,7 +512,9 @@ extension HTTP2ProtocolTableTests {
             // Live Activities and location queries: 5 or 10.
             #expect(try await answer("liveactivity", topic: bundle + ".push-type.liveactivity", priority: "1", on: byToken) == (400, "BadPriority"))
             #expect(try await answer("location", topic: bundle + ".location-query", priority: "1", on: byToken) == (400, "BadPriority"))
-            #expect(try await answer("liveactivity", topic: bundle + ".push-type.liveactivity", priority: "5", on: byToken) == (200, nil))
+            var quiet = RawPush(token: pushToStart, topic: bundle + ".push-type.liveactivity", authorization: authorization)
+            quiet.headers += [("apns-push-type", "liveactivity"), ("apns-priority", "5")]
+            #expect(try await quiet.send(on: byToken).status == 200)
             #expect(try await burst().priority == 5)
             // Priority 1 where the type takes it.
             #expect(try await answer("alert", topic: bundle, priority: "1", on: byToken) == (200, nil))

@@ -61,6 +61,10 @@ let sampleDeliveryID = UUID(uuidString: "9B2F0C4E-7A51-4D36-8E0B-5C1D2A3F4E60")!
         .appTokenResponse(requestID: 42, bundleID: nil, token: nil, status: .unknownApp),
         .unregister(bundleID: "com.example.demo", requestID: 43),
         .unregisterAck(requestID: 43, status: .ok),
+        .appTokenRequest(bundleID: "com.example.demo", requestID: 44, kind: .liveActivityPushToStart),
+        .appTokenRequest(bundleID: "com.example.demo", requestID: 45, kind: .liveActivityUpdate),
+        .appTokenResponse(requestID: 45, bundleID: "com.example.demo", token: sampleToken, status: .ok, activity: 9),
+        .unregister(bundleID: "com.example.demo", requestID: 46, activity: 9),
         .error(code: .badItemValue, message: "priority 7"),
     ]
 
@@ -227,6 +231,12 @@ let sampleDeliveryID = UUID(uuidString: "9B2F0C4E-7A51-4D36-8E0B-5C1D2A3F4E60")!
             f.writeFrameItem(id: 0x02, integer: UInt32(1))
         }
         #expect(code { try message(emptyBundle) } == .badItemValue)
+        let unknownKind = rawFrame(DeviceCommand.appTokenRequest) { f in
+            f.writeFrameItem(id: 0x01, Array("com.example.demo".utf8))
+            f.writeFrameItem(id: 0x02, integer: UInt32(1))
+            f.writeFrameItem(id: 0x05, integer: UInt8(3))
+        }
+        #expect(code { try message(unknownKind) } == .badItemValue)
         let badPriority = rawFrame(DeviceCommand.notification) { f in
             f.writeFrameItem(id: 0x01, sampleToken)
             f.writeFrameItem(id: 0x02, [0x7B, 0x7D])

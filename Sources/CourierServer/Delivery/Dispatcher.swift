@@ -173,6 +173,8 @@ public final class Dispatcher: Sendable {
         assert(grant.topic == notification.topic, "a grant for another topic")
         guard log.hasRoom else { return nil }
         if let refusal = rules.refusal(topicAllowed: grant.allowed) { return reject(notification, refusal, now: now) }
+        // A Live Activity token's activity is looked up in the store.
+        guard grant.kind != .liveactivity else { return nil }
         // A token already found to be its app's active registration: one
         // lookup of its entry, which takes the rate window too.
         let key = TokenKey(environment: environment, bytes: notification.token)
@@ -206,20 +208,26 @@ public final class Dispatcher: Sendable {
         let now = clock.now()
         if let refusal = rules.refusal(topicAllowed: grant.allowed) { return reject(notification, refusal, now: now) }
         let token: CheckedToken
-        switch registrations.check(TokenKey(environment: environment, bytes: notification.token), bundleID: grant.bundleID, now: now) {
+        let liveActivity = grant.kind == .liveactivity
+        switch registrations.check(TokenKey(environment: environment, bytes: notification.token), bundleID: grant.bundleID, liveActivity: liveActivity, now: now) {
         case .success(let checked): token = checked
         case .failure(let failure): return reject(notification, rules.refusal(failure.problem), now: now)
         }
         // Read before the registration: a change while it is loaded makes the token's mark stale.
         let epoch = registrations.epoch
         let registration: AppRegistration?
+        let problem: TokenProblem?
         do {
             registration = try await registrations.registration(token.key)
+            problem =
+                liveActivity
+                ? try await registrations.liveActivityProblem(of: token, in: registration, now: now)
+                : Registrations.problem(of: notification.token, in: registration, now: now)
         } catch {
             logger.error("store failed reading a registration", metadata: ["courier.error": "\(error)"])
             return reject(notification, DeliveryRules.Refusal(.serviceUnavailable), now: now)
         }
-        if let problem = Registrations.problem(of: notification.token, in: registration, now: now) {
+        if let problem {
             let refusal = rules.refusal(problem)
             if refusal.addsFeedback {
                 do {
@@ -318,6 +326,15 @@ public final class Dispatcher: Sendable {
     /// The app was removed from the device. False when it was not registered.
     public func unregister(deviceID: UInt64, bundleID: String, environment: Environment) async throws -> Bool {
         try await registrations.unregister(deviceID: deviceID, bundleID: bundleID, environment: environment)
+    }
+
+    /// A Live Activity of the app on the device ended: its update token
+    /// answers ExpiredToken from now on. False when the app is not
+    /// registered on the device or the activity had ended already.
+    func endActivity(_ activity: UInt32, deviceID: UInt64, bundleID: String, environment: Environment) async throws -> Bool {
+        let key = RegistrationKey(deviceID: deviceID, bundleID: bundleID, environment: environment)
+        guard activity != 0, activity != DeviceTokenContents.pushToStart, try await registrations.registration(key)?.active == true else { return false }
+        return try await store.endActivity(deviceID: deviceID, bundleID: bundleID, environment: environment, activity: activity, at: clock.now())
     }
 
     /// The admin API marks a token unregistered at `date`, as if its app

@@ -73,7 +73,8 @@ struct TokenEntry {
     /// its contents, and the refusal if its rate window did not take one
     /// more (`DeliveryRules`). Nil (and nothing counted) otherwise.
     mutating func take(ifRegisteredIn epoch: Int, for bundleID: String, rules: DeliveryRules, now: Date) -> (DeviceTokenContents, DeliveryRules.Refusal?)? {
-        guard registeredEpoch == epoch, self.bundleID == bundleID else { return nil }
+        // A Live Activity token is never taken as its app's registration.
+        guard registeredEpoch == epoch, self.bundleID == bundleID, !contents.isLiveActivity else { return nil }
         return (contents, rules.refusal(takingFrom: &window, now: now))
     }
 
@@ -154,8 +155,9 @@ final class Registrations: Sendable {
     }
 
     /// The checks of the token itself: it opens in its environment, and
-    /// is `bundleID`'s (the topic's app).
-    func check(_ key: TokenKey, bundleID: String, now: Date) -> Result<CheckedToken, TokenCheckFailure> {
+    /// is `bundleID`'s (the topic's app), a Live Activity token exactly
+    /// when the topic is the app's Live Activities one (`liveActivity`).
+    func check(_ key: TokenKey, bundleID: String, liveActivity: Bool = false, now: Date) -> Result<CheckedToken, TokenCheckFailure> {
         let known = state.withLock { $0.tokens[key].map { (contents: $0.contents, ofTheApp: $0.bundleID == bundleID) } }
         let contents: DeviceTokenContents
         if let known {
@@ -168,7 +170,7 @@ final class Registrations: Sendable {
         if known?.ofTheApp != true {
             state.withLock { $0.remember(key, contents, bundleID: belongs ? bundleID : nil, now: now, window: rules.qos.tokenRateWindow) }
         }
-        guard belongs else { return .failure(TokenCheckFailure(problem: .ofAnotherApp)) }
+        guard belongs, contents.isLiveActivity == liveActivity else { return .failure(TokenCheckFailure(problem: .ofAnotherApp)) }
         return .success(
             CheckedToken(contents: contents, key: RegistrationKey(deviceID: contents.deviceID, bundleID: bundleID, environment: key.environment), tokenKey: key))
     }
@@ -221,6 +223,39 @@ final class Registrations: Sendable {
         let loaded = try await store.registration(deviceID: key.deviceID, bundleID: key.bundleID, environment: key.environment)
         if let loaded { state.withLock { $0.registrations[key] = $0.registrations[key] ?? loaded } }
         return loaded
+    }
+
+    /// A Live Activity token that opened for the topic's app, against the
+    /// app's registration on the device: the app is on it, of the token's
+    /// generation, and an update token's activity has not ended.
+    func liveActivityProblem(of token: CheckedToken, in registration: AppRegistration?, now: Date) async throws -> TokenProblem? {
+        guard let registration, case .success(let held) = codec(token.key.environment).open(registration.token),
+            held.generation == token.contents.generation
+        else { return .notHeld }
+        guard registration.active else { return .removed(at: registration.unregisteredAt ?? now) }
+        guard token.contents.activity != DeviceTokenContents.pushToStart else { return nil }
+        let key = token.key
+        return try await store.activityEnd(deviceID: key.deviceID, bundleID: key.bundleID, environment: key.environment, activity: token.contents.activity)
+            .map { .expired(at: $0) }
+    }
+
+    /// Issues a Live Activity token of an app on a device — its
+    /// push-to-start token, or the update token of a new activity
+    /// (`DeviceTokenContents.activity`) — registering the app on the device
+    /// first if it is not. Nil when there is no such app.
+    func issueLiveActivityToken(
+        deviceID: UInt64, generation: UInt32, bundleID: String, environment: Environment, pushToStart: Bool
+    ) async throws -> (token: [UInt8], activity: UInt32)? {
+        let key = RegistrationKey(deviceID: deviceID, bundleID: bundleID, environment: environment)
+        if try await registration(key)?.active != true {
+            guard try await register(deviceID: deviceID, generation: generation, bundleID: bundleID, environment: environment) != nil else { return nil }
+        } else if try await store.app(bundleID: bundleID) == nil {
+            return nil
+        }
+        var generator = SystemRandomNumberGenerator()
+        let activity = pushToStart ? DeviceTokenContents.pushToStart : UInt32.random(in: 1..<DeviceTokenContents.pushToStart, using: &generator)
+        let token = codec(environment).issue(DeviceTokenContents(deviceID: deviceID, generation: generation, bundleID: bundleID, activity: activity))
+        return (token, activity)
     }
 
     /// A token that opened for the topic's app, against the app's

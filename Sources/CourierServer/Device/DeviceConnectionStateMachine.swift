@@ -17,8 +17,9 @@ struct DeviceConnectionStateMachine {
 
     enum Action {
         case connect(tokens: [[UInt8]], generation: UInt32?)
-        case requestToken(bundleID: String, requestID: UInt32, session: DeviceSession, generation: UInt32)
-        case unregister(bundleID: String, requestID: UInt32, session: DeviceSession)
+        case requestToken(bundleID: String, requestID: UInt32, kind: AppTokenKind, session: DeviceSession, generation: UInt32)
+        /// `activity`: a Live Activity ended, not the app removed.
+        case unregister(bundleID: String, requestID: UInt32, activity: UInt32?, session: DeviceSession)
         case acknowledge(UInt8, deliveryID: UUID, session: DeviceSession)
         case filter([[UInt8]], session: DeviceSession)
         case keepAlive
@@ -54,10 +55,10 @@ struct DeviceConnectionStateMachine {
         case (.connected(let session, _), .connect):
             state = .closed(session)
             return .fail(DeviceProtocolError(.malformedFrame, "Connect came twice"))
-        case (.connected(let session, let generation), .appTokenRequest(let bundleID, let requestID)):
-            return .requestToken(bundleID: bundleID, requestID: requestID, session: session, generation: generation)
-        case (.connected(let session, _), .unregister(let bundleID, let requestID)):
-            return .unregister(bundleID: bundleID, requestID: requestID, session: session)
+        case (.connected(let session, let generation), .appTokenRequest(let bundleID, let requestID, let kind)):
+            return .requestToken(bundleID: bundleID, requestID: requestID, kind: kind, session: session, generation: generation)
+        case (.connected(let session, _), .unregister(let bundleID, let requestID, let activity)):
+            return .unregister(bundleID: bundleID, requestID: requestID, activity: activity, session: session)
         case (.connected(let session, _), .ack(let deliveryID, let status)):
             return .acknowledge(status, deliveryID: deliveryID, session: session)
         case (.connected(let session, _), .filter(let hashes)):

@@ -171,10 +171,21 @@ final class DeviceGateway: ListenerInterface {
                 let session = DeviceSession(environment: environment, deviceID: device.id, link: link, connectedAt: dispatcher.clock.now())
                 conversation.machine.connectAccepted(session, generation: device.generation)
                 await dispatcher.connected(session)
-            case .requestToken(let bundleID, let requestID, let session, let generation):
+            case .requestToken(let bundleID, let requestID, .device, let session, let generation):
                 let token = try await dispatcher.register(deviceID: session.deviceID, generation: generation, bundleID: bundleID, environment: environment)
                 link.send(.appTokenResponse(requestID: requestID, bundleID: bundleID, token: token, status: token == nil ? .unknownApp : .ok))
-            case .unregister(let bundleID, let requestID, let session):
+            case .requestToken(let bundleID, let requestID, let kind, let session, let generation):
+                let issued = try await dispatcher.registrations.issueLiveActivityToken(
+                    deviceID: session.deviceID, generation: generation, bundleID: bundleID, environment: environment,
+                    pushToStart: kind == .liveActivityPushToStart)
+                link.send(
+                    .appTokenResponse(
+                        requestID: requestID, bundleID: bundleID, token: issued?.token, status: issued == nil ? .unknownApp : .ok,
+                        activity: kind == .liveActivityUpdate ? issued?.activity : nil))
+            case .unregister(let bundleID, let requestID, let activity?, let session):
+                let ended = try await dispatcher.endActivity(activity, deviceID: session.deviceID, bundleID: bundleID, environment: environment)
+                link.send(.unregisterAck(requestID: requestID, status: ended ? .ok : .unknownApp))
+            case .unregister(let bundleID, let requestID, nil, let session):
                 let done = try await dispatcher.unregister(deviceID: session.deviceID, bundleID: bundleID, environment: environment)
                 link.send(.unregisterAck(requestID: requestID, status: done ? .ok : .unknownApp))
             case .filter(let hashes, let session):

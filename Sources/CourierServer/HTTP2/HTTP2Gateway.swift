@@ -422,7 +422,7 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         var answer: HTTP2Answer
         switch rule.action {
         case .reject(let reason, let timestamp, _):
-            answer = .failure(reason, apnsID: apnsID, timestamp: reason == .unregistered ? timestamp ?? clock.now() : nil)
+            answer = .failure(reason, apnsID: apnsID, timestamp: reason.httpStatus == 410 ? timestamp ?? clock.now() : nil)
         case .delay(let milliseconds):
             return .delay(.milliseconds(milliseconds))
         case .close(let reason):
