@@ -181,11 +181,16 @@ public struct PushNotification: Sendable, Hashable, Codable {
     /// A background push (only `content-available`), as the payload rules
     /// found it; counts against the device's silent budget.
     public var isSilent: Bool
+    /// Whether `deliveryID` is also its `uniqueID` (a sandbox
+    /// notification's): a flag, not a second id, so that a notification
+    /// is no larger to copy.
+    public var hasUniqueID = false
+
     /// The id of this notification alone, the HTTP/2 API's
-    /// `apns-unique-id`: set in the sandbox only, as Apple does (its
-    /// delivery id, random there; `identify(in:)`), and its delivery-log
+    /// `apns-unique-id`: in the sandbox only, as Apple gives it (its
+    /// delivery id, random there; `identify(in:)`); its delivery-log
     /// events are logged under it too.
-    public var uniqueID: UUID?
+    public var uniqueID: UUID? { hasUniqueID ? deliveryID : nil }
 
     public init(
         id: UUID, token: [UInt8], topic: String, payload: [UInt8], expiration: Date?, priority: Priority,
@@ -212,7 +217,7 @@ public struct PushNotification: Sendable, Hashable, Codable {
     public mutating func identify(in environment: Environment) {
         guard environment == .sandbox else { return }
         deliveryID = .notificationID()
-        uniqueID = deliveryID
+        hasUniqueID = true
     }
 }
 
@@ -231,7 +236,7 @@ public struct PendingNotification: Sendable, Hashable, Codable {
         self.environment = environment
         self.notification = notification
         // What the store does not keep: a sandbox notification's unique id is its delivery id.
-        self.notification.uniqueID = environment == .sandbox ? notification.deliveryID : nil
+        self.notification.hasUniqueID = environment == .sandbox
         self.acceptedAt = acceptedAt
     }
 }
@@ -281,14 +286,16 @@ public struct DeliveryEvent: Sendable, Hashable, Codable {
         }
     }
 
+    // In this order, the alias takes the padding between the kind and the
+    // time: an event is 64 bytes with it (48 without).
     public var notificationID: UUID
     public var kind: Kind
-    public var at: Date
-    /// A reason or note, e.g. the rejection reason.
-    public var detail: String?
     /// The notification's unique id, under which the event is logged as
     /// well (`PushNotification.uniqueID`, sandbox notifications only).
     public var alias: UUID?
+    public var at: Date
+    /// A reason or note, e.g. the rejection reason.
+    public var detail: String?
 
     public init(notificationID: UUID, kind: Kind, at: Date, detail: String? = nil, alias: UUID? = nil) {
         self.notificationID = notificationID

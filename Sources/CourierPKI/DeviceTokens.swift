@@ -7,11 +7,12 @@ import Foundation
 public struct DeviceTokenContents: Sendable, Hashable {
     public var deviceID: UInt64
     public var generation: UInt32
+    /// 0 for the app's device token; a Live Activity token otherwise:
+    /// `pushToStart`, or an activity's number (its update token). (Beside
+    /// the generation: the contents stay 24 bytes.)
+    public var activity: UInt32
     /// The first 8 bytes of SHA-256 over the bundle id (`appHash(of:)`).
     public var appHash: UInt64
-    /// 0 for the app's device token; a Live Activity token otherwise:
-    /// `pushToStart`, or an activity's number (its update token).
-    public var activity: UInt32
 
     /// `activity` of an app's Live Activity push-to-start token.
     public static let pushToStart = UInt32.max
