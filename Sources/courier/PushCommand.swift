@@ -55,7 +55,10 @@ struct PushCommand: AsyncParsableCommand {
     var expiration: UInt32?
     @Option(help: "Priority: 10, 5, or 1 (HTTP/2 only).") var priority: UInt8?
     @Option(name: .customLong("collapse-id"), help: "Collapse identifier (HTTP/2).") var collapseID: String?
-    @Option(name: .customLong("push-type"), help: "apns-push-type (HTTP/2), e.g. alert or background.") var pushType: String?
+    @Option(
+        name: .customLong("push-type"),
+        help: "apns-push-type (HTTP/2): alert, background, location, voip, complication, fileprovider, mdm, liveactivity, pushtotalk, widgets or controls; each goes to its topic (docs/protocol.md).")
+    var pushType: String?
     @Option(help: "The notification id: a UUID for HTTP/2 (apns-id), a number for the binary API.") var id: String?
     @Flag(help: "Use the sandbox environment.") var sandbox = false
     @Option(help: "The server host.") var host: String = "localhost"
@@ -68,6 +71,12 @@ struct PushCommand: AsyncParsableCommand {
         guard let bytes = Hex.decode(token), !bytes.isEmpty else { throw ValidationError("--token '\(token)' is not hexadecimal") }
         if let priority, Priority(rawValue: priority) == nil { throw ValidationError("--priority must be 10, 5 or 1") }
         if priority == 1, binary { throw ValidationError("--priority 1 is the HTTP/2 API's: the binary API takes 5 or 10") }
+        if let pushType {
+            guard !binary else { throw ValidationError("--push-type is the HTTP/2 API's: the binary API has none") }
+            guard PushType(rawValue: pushType) != nil else {
+                throw ValidationError("--push-type '\(pushType)' is not one of Apple's: \(PushType.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+        }
         for path in [p8, cert, key, ca].compactMap({ $0 }) where !FileManager.default.fileExists(atPath: path) {
             throw ValidationError("no file \(path)")
         }

@@ -44,6 +44,11 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         (["push", "--token", "00ff", "--payload", "{}", "--binary"], "--binary needs --cert and --key"),
         (["push", "--token", "00ff", "--payload", "{}", "--priority", "7", "--p8", "k.p8"], "--priority must be 10, 5 or 1"),
         (["push", "--token", "00ff", "--payload", "{}", "--priority", "1", "--binary", "--cert", "c", "--key", "k"], "--priority 1 is the HTTP/2 API's: the binary API takes 5 or 10"),
+        (
+            ["push", "--token", "00ff", "--payload", "{}", "--push-type", "Alert", "--p8", "k.p8"],
+            "--push-type 'Alert' is not one of Apple's: alert, background, location, voip, complication, fileprovider, mdm, liveactivity, pushtotalk, widgets, controls"
+        ),
+        (["push", "--token", "00ff", "--payload", "{}", "--push-type", "voip", "--binary", "--cert", "c", "--key", "k"], "--push-type is the HTTP/2 API's: the binary API has none"),
         (["push", "--token", "00ff", "--payload", "{}", "--id", "12", "--p8", "k.p8"], "no file k.p8"),
         (["feedback", "--cert", "c.pem", "--key", "k.pem"], "no file c.pem"),
     ])
