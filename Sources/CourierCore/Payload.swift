@@ -40,7 +40,8 @@ public struct PayloadLimits: Sendable, Hashable, Codable {
 
 /// Notification priority: 10 (now), 5 (power-conscious, may be bursted)
 /// or 1 (the HTTP/2 API only: power first, never wakes the device;
-/// delivered as 5 is).
+/// scheduled as 5 is, with the device's burst, and handed to the device
+/// as 1).
 public struct Priority: Sendable, Hashable, Codable, CustomStringConvertible {
     public let rawValue: UInt8
 

@@ -5,6 +5,9 @@ import Foundation
 ///
 /// Times are kept to the millisecond.
 public protocol Store: Sendable {
+    /// How many Live Activity ends a store keeps per device, app and environment.
+    var endedActivitiesKept: Int { get }
+
     /// The schema version after migrations.
     func schemaVersion() async throws -> Int
 
@@ -54,7 +57,10 @@ public protocol Store: Sendable {
     func unregister(deviceID: UInt64, bundleID: String, environment: Environment, at: Date) async throws -> Bool
     /// Records that a Live Activity of an app on a device ended (its update
     /// token is expired from then on); false when it had ended already
-    /// (the first end is kept).
+    /// (the first end is kept). The most recent `endedActivitiesKept` ends
+    /// per device, app and environment are kept (a device could otherwise
+    /// grow the table without bound); a device's reset removes its ends
+    /// with its tokens.
     func endActivity(deviceID: UInt64, bundleID: String, environment: Environment, activity: UInt32, at: Date) async throws -> Bool
     /// When that Live Activity ended; nil while it has not.
     func activityEnd(deviceID: UInt64, bundleID: String, environment: Environment, activity: UInt32) async throws -> Date?

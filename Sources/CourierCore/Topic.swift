@@ -28,20 +28,9 @@ public enum TopicKind: String, Sendable, Hashable, Codable, CaseIterable {
         }
     }
 
-    /// The `apns-push-type` values a topic of this kind takes.
-    public var pushTypes: [PushType] {
-        switch self {
-        case .app: [.alert, .background, .mdm]
-        case .voip: [.voip]
-        case .complication: [.complication]
-        case .fileprovider: [.fileprovider]
-        case .location: [.location]
-        case .liveactivity: [.liveactivity]
-        case .pushtotalk: [.pushtotalk]
-        case .widgets: [.widgets]
-        case .controls: [.controls]
-        }
-    }
+    /// The `apns-push-type` values a topic of this kind takes
+    /// (`PushType.topicKind`), in Apple's order: alert first for the app's.
+    public var pushTypes: [PushType] { PushType.allCases.filter { $0.topicKind == self } }
 
     /// False for the kinds Apple serves only to token (JWT) trust:
     /// provider certificates do not carry their topics, and a certificate

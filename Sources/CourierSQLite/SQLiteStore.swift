@@ -12,6 +12,7 @@ import Synchronization
 /// process being killed but the last of them may be lost if the machine
 /// loses power. The next durable commit makes them durable too.
 public final class SQLiteStore: Store {
+    public let endedActivitiesKept = 1_000
     private let connection: SQLiteConnection
     /// Writes and reads the delivery log; `connection` itself for an
     /// in-memory database (a second connection would open another one).
@@ -277,6 +278,8 @@ public final class SQLiteStore: Store {
                 "UPDATE devices SET generation = ? WHERE id = ?", [.integer(Int(generation)), .device(id)])
             guard try await self.changes() > 0 else { throw StoreError(.notFound, "device \(id) does not exist") }
             _ = try await self.connection.query("DELETE FROM app_registrations WHERE device_id = ?", [.device(id)])
+            // Its Live Activity tokens ended with its other tokens.
+            _ = try await self.connection.query("DELETE FROM ended_activities WHERE device_id = ?", [.device(id)])
             return try await self.takePending(where: "device_id = ?", [.device(id)])
         }
     }
@@ -329,13 +332,22 @@ public final class SQLiteStore: Store {
     }
 
     public func endActivity(deviceID: UInt64, bundleID: String, environment: Environment, activity: UInt32, at date: Date) async throws -> Bool {
-        try await gate.run {
+        let key: [SQLiteData] = [.device(deviceID), .text(bundleID), .text(environment.rawValue)]
+        return try await transaction {
             _ = try await self.connection.query(
                 """
                 INSERT INTO ended_activities (device_id, bundle_id, environment, activity, ended_at) VALUES (?, ?, ?, ?, ?)
                 ON CONFLICT DO NOTHING
-                """, [.device(deviceID), .text(bundleID), .text(environment.rawValue), .integer(Int(activity)), .millis(date)])
-            return try await self.changes() > 0
+                """, key + [.integer(Int(activity)), .millis(date)])
+            guard try await self.changes() > 0 else { return false }
+            // The most recent ends only, so that a device cannot grow the table without bound.
+            _ = try await self.connection.query(
+                """
+                DELETE FROM ended_activities WHERE device_id = ? AND bundle_id = ? AND environment = ? AND activity NOT IN (
+                    SELECT activity FROM ended_activities WHERE device_id = ? AND bundle_id = ? AND environment = ?
+                    ORDER BY ended_at DESC, activity DESC LIMIT \(self.endedActivitiesKept))
+                """, key + key)
+            return true
         }
     }
 

@@ -187,6 +187,17 @@ public enum StoreConformance {
                 try await store.endActivity(deviceID: 7, bundleID: "com.example.one", environment: .sandbox, activity: UInt32.max - 1, at: at(6)), true,
                 "a large activity number")
             report.equal(try await store.activityEnd(deviceID: 7, bundleID: "com.example.one", environment: .sandbox, activity: UInt32.max - 1), at(6), "read back")
+            // The most recent ends are kept: the oldest go.
+            for activity in 100..<UInt32(100 + store.endedActivitiesKept) {
+                _ = try await store.endActivity(deviceID: 7, bundleID: "com.example.one", environment: .sandbox, activity: activity, at: at(10 + Double(activity)))
+            }
+            report.equal(try await store.activityEnd(deviceID: 7, bundleID: "com.example.one", environment: .sandbox, activity: 3), nil, "the oldest end dropped")
+            report.equal(
+                try await store.activityEnd(deviceID: 7, bundleID: "com.example.one", environment: .sandbox, activity: 100 + UInt32(store.endedActivitiesKept) - 1),
+                at(Double(10 + 100 + store.endedActivitiesKept - 1)), "the newest kept")
+            // A reset ends them all, with the device's tokens.
+            try await store.setDeviceGeneration(id: 7, generation: 2)
+            report.equal(try await store.activityEnd(deviceID: 7, bundleID: "com.example.one", environment: .sandbox, activity: 150), nil, "gone with a reset")
         },
         StoreConformanceCase(name: "registrations: register, unregister, register again") { store, report in
             try await store.createDevice(Device(id: 7, certificateSerial: "07", createdAt: at(0)))

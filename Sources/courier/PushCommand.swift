@@ -163,7 +163,9 @@ struct PushCommand: AsyncParsableCommand {
             return
         }
         var line = "apns-id \(result.apnsID)\(unique): \(result.status) \(result.reason?.rawValue ?? "(no reason)")"
-        if let timestamp = result.timestamp { line += ", unregistered at \(ISO8601DateFormatter().string(from: timestamp))" }
+        if let timestamp = result.timestamp {
+            line += ", \(result.reason == .expiredToken ? "expired" : "unregistered") at \(ISO8601DateFormatter().string(from: timestamp))"
+        }
         say(line + "\n")
         throw ExitCode.failure
     }

@@ -84,6 +84,7 @@ final class FaultyStore: Store {
     func register(_ registration: AppRegistration) async throws { try await base.register(registration) }
     func registrations(deviceID: UInt64) async throws -> [AppRegistration] { try await base.registrations(deviceID: deviceID) }
     func unregister(deviceID: UInt64, bundleID: String, environment: Environment, at: Date) async throws -> Bool { try await base.unregister(deviceID: deviceID, bundleID: bundleID, environment: environment, at: at) }
+    var endedActivitiesKept: Int { base.endedActivitiesKept }
     func endActivity(deviceID: UInt64, bundleID: String, environment: Environment, activity: UInt32, at: Date) async throws -> Bool {
         try await base.endActivity(deviceID: deviceID, bundleID: bundleID, environment: environment, activity: activity, at: at)
     }

@@ -89,6 +89,7 @@ import X509
             let issued = try CertificateAuthority.create(commonName: "Another Authority", now: server.clock.now())
             let other = try CertificateAuthority(certificate: issued.certificate, key: issued.privateKey)
             _ = try server.application.provisioner.trustProviderAuthority(Array(try issued.certificatePEM.utf8))
+            _ = try await server.application.provisioner.createApp(bundleID: "com.example.novoip", teamID: "DEMOTEAM01", kinds: [.app])
             let cases = [
                 // Claims the demo team but names the other team's app.
                 try foreign(other, team: "DEMOTEAM01", topics: [Topic("com.example.demo"), Topic("com.example.foreign")], name: "mixed", in: server),
@@ -96,6 +97,9 @@ import X509
                 try foreign(other, bundle: "com.example.foreign", team: "DEMOTEAM01", name: "wrong-team", in: server),
                 // A team that does not exist.
                 try foreign(other, team: "NOSUCHTEAM", name: "no-team", in: server),
+                // A kind its app lacks, and a kind certificates may not use.
+                try foreign(other, bundle: "com.example.novoip", topics: [Topic("com.example.novoip"), Topic("com.example.novoip.voip")], name: "no-voip", in: server),
+                try foreign(other, topics: [Topic("com.example.demo"), Topic("com.example.demo.push-type.liveactivity")], name: "token-only", in: server),
             ]
             for claimed in cases {
                 let client = try await server.http2Client(credentials: .certificate(certificatePath: claimed.certificate, keyPath: claimed.key))

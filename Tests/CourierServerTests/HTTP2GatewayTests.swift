@@ -741,6 +741,13 @@ extension HTTP2ProtocolTableTests {
             #expect(try await later.send(on: connection).status == 200)
             let foreign = RawPush(token: laterToken, topic: "com.example.never", authorization: authorization)
             #expect(try await foreign.send(on: connection).reason == "TopicDisallowed")
+            // A token-only kind's topic of an app created later: the connection is still token trust once its topics are read again.
+            _ = try await server.application.provisioner.createApp(bundleID: "com.example.latest", teamID: "DEMOTEAM01")
+            let latestToken = try await device.client.register("com.example.latest")
+            var widgets = RawPush(token: latestToken, topic: "com.example.latest.push-type.widgets", authorization: authorization)
+            widgets.headers.append(("apns-push-type", "widgets"))
+            let widgetsAnswer = try await widgets.send(on: connection)
+            #expect(widgetsAnswer.status == 200, "\(widgetsAnswer.reason ?? "")")
             await connection.close()
             await server.disconnect(device)
         }

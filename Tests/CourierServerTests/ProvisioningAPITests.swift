@@ -35,6 +35,12 @@ import Testing
             let kind = try await server.admin("POST", "/v1/apps", body: #"{"bundleID": "com.example.k", "teamID": "TEAMAPI001", "topicKinds": ["fax"]}"#)
             #expect(kind.status == 422)
             #expect(kind.message?.contains("fax") == true)
+            // A bundle id that reads as another app's topic (another team's, here) is refused.
+            let suffixed = try await server.admin("POST", "/v1/apps", body: #"{"bundleID": "com.example.demo.voip-ptt", "teamID": "TEAMAPI001"}"#)
+            #expect(suffixed.status == 422)
+            #expect(
+                suffixed.message
+                    == "'com.example.demo.voip-ptt' ends in '.voip-ptt', which names the pushtotalk topic of com.example.demo: choose another bundle id")
 
             let list = try await server.admin("GET", "/v1/teams")
             let teams = list.object["teams"] as? [[String: Any]] ?? []

@@ -229,10 +229,10 @@ final class Registrations: Sendable {
     /// app's registration on the device: the app is on it, of the token's
     /// generation, and an update token's activity has not ended.
     func liveActivityProblem(of token: CheckedToken, in registration: AppRegistration?, now: Date) async throws -> TokenProblem? {
-        guard let registration, case .success(let held) = codec(token.key.environment).open(registration.token),
-            held.generation == token.contents.generation
-        else { return .notHeld }
-        guard registration.active else { return .removed(at: registration.unregisteredAt ?? now) }
+        // The app's device token of the Live Activity token's generation: held and active, as `problem` asks.
+        var device = token.contents
+        device.activity = 0
+        if let problem = Self.problem(of: codec(token.key.environment).issue(device), in: registration, now: now) { return problem }
         guard token.contents.activity != DeviceTokenContents.pushToStart else { return nil }
         let key = token.key
         return try await store.activityEnd(deviceID: key.deviceID, bundleID: key.bundleID, environment: key.environment, activity: token.contents.activity)

@@ -272,10 +272,20 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         var identity: ProviderIdentity
         /// A certificate's only topic, for a request without `apns-topic`.
         var defaultTopic: String?
-        /// Token trust, whose team's topics can be read again.
+        /// Token trust, whose team's topics can be read again (nil once they were).
         var tokenTrust: TokenTrust?
         /// The connection's first valid token (`HTTP2Answer.liftStreamLimit`).
         var first = false
+        /// Token trust, not a certificate: the token-only topic kinds are its.
+        let byToken: Bool
+
+        init(identity: ProviderIdentity, defaultTopic: String? = nil, tokenTrust: TokenTrust? = nil, first: Bool = false) {
+            self.identity = identity
+            self.defaultTopic = defaultTopic
+            self.tokenTrust = tokenTrust
+            self.first = first
+            byToken = tokenTrust != nil
+        }
     }
 
     /// What a request whose provider is known comes to before the
@@ -496,7 +506,7 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         guard grant.allowed else { return provider.tokenTrust == nil ? .refused(.failure(.topicDisallowed, apnsID: apnsID)) : .refreshTopics }
         // Token-only kinds (location, Live Activities, widgets, controls),
         // whatever a certificate lists.
-        guard provider.tokenTrust != nil || grant.kind.allowsCertificates else { return .refused(.failure(.topicDisallowed, apnsID: apnsID)) }
+        guard provider.byToken || grant.kind.allowsCertificates else { return .refused(.failure(.topicDisallowed, apnsID: apnsID)) }
         let fields: HTTP2RequestHead.Fields
         switch head.fields(tokenLength: configuration.limits.tokenLength, newID: id) {
         case .failure(let reason): return .refused(.failure(reason, apnsID: apnsID))

@@ -81,6 +81,12 @@ final class ProviderAuthorities: Sendable {
         for bundle in Set([bundleID] + info.topics.map(\.bundleID)).sorted() where try await store.app(bundleID: bundle)?.teamID != teamID {
             return .failure(AdoptionRefusal("\(bundle) is not an app of team \(teamID)"))
         }
+        // Each topic of a kind its app has, and one certificates may use.
+        for topic in info.topics {
+            guard try await store.app(bundleID: topic.bundleID)?.topicKinds.contains(topic.kind) == true, topic.kind.allowsCertificates else {
+                return .failure(AdoptionRefusal("\(topic) is not a topic of \(topic.bundleID) that a certificate may use"))
+            }
+        }
         let record = CertificateRecord(
             serial: Hex.encode(leaf.serialNumber.bytes), kind: .provider, subject: leaf.subject.description, teamID: teamID, bundleID: bundleID,
             environments: info.environments, notAfter: leaf.notValidAfter, createdAt: provisioner.clock.now(), pem: try leaf.serializeAsPEM().pemString)

@@ -148,6 +148,12 @@ public final class Provisioner: Sendable {
 
     public func createApp(bundleID: String, teamID: String, kinds: Set<TopicKind> = Set(TopicKind.allCases)) async throws -> App {
         guard Identifiers.isBundleID(bundleID) else { throw PKIError(.invalidArgument, "'\(bundleID)' is not a bundle id") }
+        // A topic names its kind by its suffix: a bundle id ending in one
+        // would read as a topic of another app (`com.a.voip` as `com.a`'s).
+        let parsed = Topic(bundleID)
+        guard parsed.kind == .app else {
+            throw PKIError(.invalidArgument, "'\(bundleID)' ends in '\(parsed.kind.suffix)', which names the \(parsed.kind.rawValue) topic of \(parsed.bundleID): choose another bundle id")
+        }
         guard try await store.team(id: teamID) != nil else { throw PKIError(.notFound, "team \(teamID) does not exist") }
         let app = App(bundleID: bundleID, teamID: teamID, topicKinds: kinds, createdAt: clock.now())
         do {
