@@ -350,7 +350,7 @@ extension HTTP2ProtocolTableTests {
 
             // A scope the team cannot have is refused with a message.
             let foreign = try await server.admin("POST", "/v1/teams/DEMOTEAM01/keys", body: #"{"bundleIDs": ["com.example.nosuch"]}"#)
-            #expect(foreign.status == 404)
+            #expect(foreign.status == 422)
             #expect(foreign.message == "app com.example.nosuch is not an app of team DEMOTEAM01")
             #expect(try await server.admin("POST", "/v1/teams/DEMOTEAM01/keys", body: #"{"environments": []}"#).status == 422)
             #expect(try await server.admin("POST", "/v1/teams/DEMOTEAM01/keys", body: #"{"environments": ["staging"]}"#).status == 422)

@@ -275,7 +275,8 @@ public final class Provisioner: Sendable {
         guard let bundleIDs = scope.bundleIDs else { return }
         guard !bundleIDs.isEmpty else { throw PKIError(.invalidArgument, "a topic-specific key needs at least one app") }
         for bundleID in bundleIDs.sorted() where try await store.app(bundleID: bundleID)?.teamID != teamID {
-            throw PKIError(.notFound, "app \(bundleID) is not an app of team \(teamID)")
+            // The request's content, not the team, is what is wrong: 422, not 404.
+            throw PKIError(.invalidArgument, "app \(bundleID) is not an app of team \(teamID)")
         }
     }
 
