@@ -11,7 +11,7 @@
 // independently of the code (which reason comes first, what the fields
 // hold); plus what the gateway relies on: a success has a 32-byte token
 // equal to the path's hex, an apns-id echoed as the UUID, an expiration of
-// at most 2^32 - 1 seconds, priority 5 or 10, a collapse id of 1 to 64
+// at most 2^32 - 1 seconds, priority 1, 5 or 10, a collapse id of 1 to 64
 // bytes or none, a push type of Apple's list (`PushType`), and a payload
 // verdict that agrees with PayloadRules.isJSONObject.
 
@@ -109,7 +109,7 @@ func expectedFields(_ headers: [(String, String)], tokenHex: [UInt8]) -> Reason?
             return .badExpirationDate
         }
     }
-    if let priority = last("apns-priority"), priority != bytes("5"), priority != bytes("10") { return .badPriority }
+    if let priority = last("apns-priority"), priority != bytes("1"), priority != bytes("5"), priority != bytes("10") { return .badPriority }
     if let collapse = last("apns-collapse-id"), collapse.count > 64 { return .badCollapseId }
     if let pushType = last("apns-push-type"), !PushType.allCases.contains(where: { bytes($0.rawValue) == pushType }) { return .invalidPushType }
     guard tokenHex.count == tokenLength * 2, tokenHex.allSatisfy(isHexDigit) else { return .badDeviceToken }
@@ -176,7 +176,7 @@ func check(_ input: UnsafeRawBufferPointer) {
             require(PayloadRules.isJSONObject(body), "a payload that is not a JSON object passed: \(hex(body))")
             require(body.count <= PayloadLimits().limit(for: channel), "a payload of \(body.count) bytes passed on \(channel)")
             let priority = checked.priority.flatMap(Priority.init(rawValue:)) ?? (summary.isSilent ? .conservePower : .immediate)
-            require(priority.rawValue == 5 || priority.rawValue == 10, "priority \(priority)")
+            require(priority.rawValue == 1 || priority.rawValue == 5 || priority.rawValue == 10, "priority \(priority)")
         case .failure(let error):
             switch error {
             case .empty: require(body.isEmpty, "empty for \(body.count) bytes")
