@@ -246,12 +246,8 @@ final class Registrations: Sendable {
     func issueLiveActivityToken(
         deviceID: UInt64, generation: UInt32, bundleID: String, environment: Environment, pushToStart: Bool
     ) async throws -> (token: [UInt8], activity: UInt32)? {
-        let key = RegistrationKey(deviceID: deviceID, bundleID: bundleID, environment: environment)
-        if try await registration(key)?.active != true {
-            guard try await register(deviceID: deviceID, generation: generation, bundleID: bundleID, environment: environment) != nil else { return nil }
-        } else if try await store.app(bundleID: bundleID) == nil {
-            return nil
-        }
+        // `register` checks the app, and writes nothing when the app is registered already.
+        guard try await register(deviceID: deviceID, generation: generation, bundleID: bundleID, environment: environment) != nil else { return nil }
         var generator = SystemRandomNumberGenerator()
         let activity = pushToStart ? DeviceTokenContents.pushToStart : UInt32.random(in: 1..<DeviceTokenContents.pushToStart, using: &generator)
         let token = codec(environment).issue(DeviceTokenContents(deviceID: deviceID, generation: generation, bundleID: bundleID, activity: activity))
