@@ -17,8 +17,8 @@ count = int(sys.argv[2]) if len(sys.argv) > 2 else 3000
 rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
 port = 47197
 work = tempfile.mkdtemp(prefix="courier-flood-")
-config = {"network": {"production": {"binary": 47195, "feedback": 47196, "http2": port, "device": 47223},
-                      "sandbox": {"binary": 0, "feedback": 0, "http2": 0, "device": 0}, "adminPort": 0},
+config = {"network": {"production": {"binary": 47195, "feedback": 47196, "http2": port, "device": 47223, "channels": 47198},
+                      "sandbox": {"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0}, "adminPort": 0},
           "logLevel": "info"}
 with open(f"{work}/courier.json", "w") as f:
     json.dump(config, f)

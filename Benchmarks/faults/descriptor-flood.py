@@ -14,9 +14,9 @@ import os, socket, subprocess, sys, tempfile, time, json
 
 courier, name = sys.argv[1], sys.argv[2]
 limit = int(sys.argv[3]) if len(sys.argv) > 3 else 200
-ports = {"binary": 46195, "feedback": 46196, "http2": 46197, "device": 46223}
+ports = {"binary": 46195, "feedback": 46196, "http2": 46197, "device": 46223, "channels": 46198}
 work = tempfile.mkdtemp(prefix="courier-fd-")
-config = {"network": {"production": ports, "sandbox": {"binary": 0, "feedback": 0, "http2": 0, "device": 0}, "adminPort": 0},
+config = {"network": {"production": ports, "sandbox": {"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0}, "adminPort": 0},
           "logLevel": "error"}
 with open(f"{work}/courier.json", "w") as f:
     json.dump(config, f)

@@ -20,8 +20,8 @@ trap 'kill $(cat "$work"/*.pid 2>/dev/null) 2>/dev/null || true; rm -rf "$work"'
 cat > "$work/courier.json" <<JSON
 {
   "network": {
-    "production": { "binary": 42195, "feedback": 42196, "http2": 42197, "device": 45223 },
-    "sandbox": { "binary": 52195, "feedback": 52196, "http2": 52197, "device": 55223 },
+    "production": { "binary": 42195, "feedback": 42196, "http2": 42197, "device": 45223, "channels": 45198 },
+    "sandbox": { "binary": 52195, "feedback": 52196, "http2": 52197, "device": 55223, "channels": 55198 },
     "adminPort": 0
   },
   "qos": { "tokenRateLimit": 1000000000 },

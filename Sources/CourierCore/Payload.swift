@@ -10,6 +10,8 @@ public enum PayloadChannel: Sendable, Hashable, CaseIterable {
     case http2
     /// HTTP/2 provider API to a `.voip` topic.
     case http2VoIP
+    /// A broadcast on a channel (`/4/broadcasts`).
+    case broadcast
 
     public var isBinary: Bool { self == .binaryLegacy || self == .binaryCommand2 }
 }
@@ -20,8 +22,11 @@ public struct PayloadLimits: Sendable, Hashable, Codable {
     public var binaryCommand2: Int
     public var http2: Int
     public var http2VoIP: Int
+    /// Apple's limit for broadcasts: 5 KB, as for VoIP.
+    public var broadcast: Int
 
-    public init(binaryLegacy: Int = 256, binaryCommand2: Int = 2048, http2: Int = 4096, http2VoIP: Int = 5120) {
+    public init(binaryLegacy: Int = 256, binaryCommand2: Int = 2048, http2: Int = 4096, http2VoIP: Int = 5120, broadcast: Int = 5120) {
+        self.broadcast = broadcast
         self.binaryLegacy = binaryLegacy
         self.binaryCommand2 = binaryCommand2
         self.http2 = http2
@@ -34,6 +39,7 @@ public struct PayloadLimits: Sendable, Hashable, Codable {
         case .binaryCommand2: binaryCommand2
         case .http2: http2
         case .http2VoIP: http2VoIP
+        case .broadcast: broadcast
         }
     }
 }

@@ -29,6 +29,15 @@ public struct Reason: Error, Sendable, Hashable, CustomStringConvertible {
         /// send for `BadEnvironmentKeyIdInToken`, known so that a client
         /// reads either.
         case badEnvironmentKeyInToken = "BadEnvironmentKeyInToken"
+        case featureNotEnabled = "FeatureNotEnabled"
+        case missingChannelId = "MissingChannelId"
+        case badChannelId = "BadChannelId"
+        case channelNotRegistered = "ChannelNotRegistered"
+        case badRequestParams = "BadRequestParams"
+        case badRequestPayload = "BadRequestPayload"
+        case missingPushType = "MissingPushType"
+        case cannotCreateChannelConfig = "CannotCreateChannelConfig"
+        case topicMismatch = "TopicMismatch"
         case badPath = "BadPath"
         case methodNotAllowed = "MethodNotAllowed"
         case unregistered = "Unregistered"
@@ -45,10 +54,12 @@ public struct Reason: Error, Sendable, Hashable, CustomStringConvertible {
             switch self {
             case .badCollapseId, .badDeviceToken, .badExpirationDate, .badMessageId, .badPriority, .badTopic,
                 .deviceTokenNotForTopic, .duplicateHeaders, .invalidPushType, .idleTimeout, .missingDeviceToken, .missingTopic,
-                .payloadEmpty, .topicDisallowed:
+                .payloadEmpty, .topicDisallowed, .featureNotEnabled, .missingChannelId, .badChannelId, .channelNotRegistered, .badRequestParams,
+                .badRequestPayload, .missingPushType, .cannotCreateChannelConfig:
                 400
             case .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden,
-                .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken:
+                .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken,
+                .topicMismatch:
                 403
             case .badPath: 404
             case .methodNotAllowed: 405
@@ -119,6 +130,15 @@ extension Reason {
     public static let unrelatedKeyIdInToken = Reason(.unrelatedKeyIdInToken)
     public static let badEnvironmentKeyIdInToken = Reason(.badEnvironmentKeyIdInToken)
     public static let badEnvironmentKeyInToken = Reason(.badEnvironmentKeyInToken)
+    public static let featureNotEnabled = Reason(.featureNotEnabled)
+    public static let missingChannelId = Reason(.missingChannelId)
+    public static let badChannelId = Reason(.badChannelId)
+    public static let channelNotRegistered = Reason(.channelNotRegistered)
+    public static let badRequestParams = Reason(.badRequestParams)
+    public static let badRequestPayload = Reason(.badRequestPayload)
+    public static let missingPushType = Reason(.missingPushType)
+    public static let cannotCreateChannelConfig = Reason(.cannotCreateChannelConfig)
+    public static let topicMismatch = Reason(.topicMismatch)
     public static let badPath = Reason(.badPath)
     public static let methodNotAllowed = Reason(.methodNotAllowed)
     public static let unregistered = Reason(.unregistered)

@@ -65,6 +65,20 @@ public protocol Store: Sendable {
     /// When that Live Activity ended; nil while it has not.
     func activityEnd(deviceID: UInt64, bundleID: String, environment: Environment, activity: UInt32) async throws -> Date?
 
+    // MARK: Broadcast channels
+    /// Adds the channel unless its app has `limit` channels in its
+    /// environment already (then false), in one transaction.
+    func createChannel(_ channel: BroadcastChannel, limit: Int) async throws -> Bool
+    func channel(id: String, environment: Environment) async throws -> BroadcastChannel?
+    /// The app's channels in the environment, oldest first.
+    func channels(bundleID: String, environment: Environment) async throws -> [BroadcastChannel]
+    /// Deletes the channel and its stored broadcast; false when there was none.
+    func deleteChannel(id: String, environment: Environment) async throws -> Bool
+    /// Keeps `broadcast` as its channel's stored one, replacing the one
+    /// before; false when the channel is gone.
+    func storeBroadcast(_ broadcast: StoredBroadcast) async throws -> Bool
+    func storedBroadcast(channelID: String, environment: Environment) async throws -> StoredBroadcast?
+
     // MARK: Pending notifications (store and forward)
     /// Stores each notification, replacing the one held for the same
     /// (device, app, environment), all in one transaction (group commit).

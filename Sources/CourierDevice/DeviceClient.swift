@@ -76,6 +76,14 @@ public actor DeviceClient {
     private var requests: [UInt32: CheckedContinuation<DeviceMessage, any Error>] = [:]
     private var nextRequestID: UInt32 = 1
     private var seen = Set<UUID>()
+    /// Broadcast channels subscribed to (channel id → app), subscribed
+    /// again on every connection.
+    private var subscriptions: [String: String] = [:]
+    /// Each channel's last broadcast, so that a channel's stored one is not
+    /// sent again when the device subscribes again.
+    private var lastBroadcasts: [String: UUID] = [:]
+    /// Subscribe requests sent at a reconnection, whose answer no caller waits for.
+    private var resubscribing: [UInt32: String] = [:]
     private var seenOrder: [UUID] = []
     private var stopped = false
     private var terminalError: DeviceClientError?
@@ -299,7 +307,7 @@ public actor DeviceClient {
                 continue
             }
             guard keepAliveTask != nil else {
-                keepAliveTask = try accept(connectAck: message, outbound: outbound)
+                keepAliveTask = try await accept(connectAck: message, outbound: outbound)
                 continue
             }
             try await handle(message, outbound: outbound)
@@ -307,7 +315,7 @@ public actor DeviceClient {
     }
 
     /// Handles the first frame, which must be a ConnectAck, and starts the keepalive.
-    private func accept(connectAck message: DeviceMessage, outbound: NIOAsyncChannelOutboundWriter<DeviceMessage>) throws -> Task<Void, Never> {
+    private func accept(connectAck message: DeviceMessage, outbound: NIOAsyncChannelOutboundWriter<DeviceMessage>) async throws -> Task<Void, Never> {
         guard case .connectAck(let status, _, let keepAlive, _, let refused, let announcedLength) = message else {
             throw DeviceClientError.protocolError(code: DeviceProtocolCode.malformedFrame.rawValue, message: "expected ConnectAck")
         }
@@ -317,6 +325,8 @@ public actor DeviceClient {
         connections += 1
         certificateRefusals = 0
         report(.connected(endpoint: endpoint, again: connections > 1))
+        // The subscriptions go first: what the caller sends once connected comes after them.
+        try await subscribeAgain(outbound)
         writer = outbound
         drained = false
         let waiters = connectedWaiters
@@ -346,8 +356,15 @@ public actor DeviceClient {
                 return
             }
             remember(notification.deliveryID)
+            if let channelID = notification.channelID { lastBroadcasts[channelID] = notification.deliveryID }
             notificationSink.yield(notification)
-        case .appTokenResponse(let requestID, _, _, _, _), .unregisterAck(let requestID, _):
+        case .channelAck(let requestID, let status) where resubscribing[requestID] != nil:
+            let channelID = resubscribing.removeValue(forKey: requestID)!
+            if status != .ok {
+                logger.warning("a broadcast channel is gone", metadata: ["courier.channel": "\(channelID)", "courier.status": "\(status)"])
+                subscriptions[channelID] = nil
+            }
+        case .appTokenResponse(let requestID, _, _, _, _), .unregisterAck(let requestID, _), .channelAck(let requestID, _):
             requests.removeValue(forKey: requestID)?.resume(returning: message)
         case .noStorage:
             drained = true
@@ -481,6 +498,49 @@ public actor DeviceClient {
     public func acknowledge(_ notification: DeviceNotification) async throws {
         guard let writer else { throw DeviceClientError.disconnected }
         try await writer.write(DeviceMessage.ack(deliveryID: notification.deliveryID, status: DeviceAckStatus.handled))
+    }
+
+    // MARK: Broadcast channels
+
+    /// Subscribes the app to a broadcast channel of it, as a Live Activity
+    /// started with `.channel(id)` does: every broadcast on the channel
+    /// reaches this device (`DeviceNotification.channelID` names it), and
+    /// a channel that keeps its most recent broadcast sends it now. The
+    /// subscription is made again on every reconnection, until
+    /// `unsubscribe`.
+    public func subscribe(_ bundleID: String, to channelID: String) async throws {
+        let last = lastBroadcasts[channelID]
+        let answer = try await request { .subscribe(bundleID: bundleID, requestID: $0, channelID: channelID, lastDeliveryID: last) }
+        guard case .channelAck(_, let status) = answer, status == .ok else {
+            if case .channelAck(_, .unknownApp) = answer { throw DeviceClientError.unknownApp(bundleID) }
+            throw DeviceClientError.unknownChannel(channelID)
+        }
+        subscriptions[channelID] = bundleID
+    }
+
+    /// Ends the subscription: broadcasts on the channel no longer reach this device.
+    public func unsubscribe(_ bundleID: String, from channelID: String) async throws {
+        subscriptions[channelID] = nil
+        let answer = try await request { .unsubscribe(bundleID: bundleID, requestID: $0, channelID: channelID) }
+        guard case .channelAck(_, .ok) = answer else { throw DeviceClientError.unknownChannel(channelID) }
+    }
+
+    /// The channels subscribed to now (channel id → app).
+    public var subscribedChannels: [String: String] { subscriptions }
+
+    /// Sends the subscriptions again on a new connection; their answers
+    /// come to `handle`.
+    private func subscribeAgain(_ outbound: NIOAsyncChannelOutboundWriter<DeviceMessage>) async throws {
+        resubscribing = [:]
+        var messages: [DeviceMessage] = []
+        for (channelID, bundleID) in subscriptions.sorted(by: { $0.key < $1.key }) {
+            let requestID = nextRequestID
+            nextRequestID &+= 1
+            resubscribing[requestID] = channelID
+            messages.append(.subscribe(bundleID: bundleID, requestID: requestID, channelID: channelID, lastDeliveryID: lastBroadcasts[channelID]))
+        }
+        guard !messages.isEmpty else { return }
+        try await outbound.write(contentsOf: messages)
     }
 
     /// The token held for an app (after `register`).

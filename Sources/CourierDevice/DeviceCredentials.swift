@@ -73,6 +73,9 @@ public enum DeviceClientError: Error, Sendable, Hashable, CustomStringConvertibl
     case protocolError(code: UInt8, message: String)
     /// The app is not known to the server.
     case unknownApp(String)
+    /// The app has no such broadcast channel (or, unsubscribing, the
+    /// device was not subscribed to it).
+    case unknownChannel(String)
     /// No connection right now; try again.
     case disconnected
     case stopped
@@ -85,6 +88,7 @@ public enum DeviceClientError: Error, Sendable, Hashable, CustomStringConvertibl
         case .refused(let why): "the server refused the device: \(why)"
         case .protocolError(let code, let message): "protocol error \(code): \(message)"
         case .unknownApp(let bundleID): "the server has no app \(bundleID)"
+        case .unknownChannel(let channelID): "the app has no broadcast channel \(channelID)"
         case .disconnected: "not connected"
         case .stopped: "the client was stopped"
         case .unreachable(let why): "cannot connect to the device gateway \(why)"

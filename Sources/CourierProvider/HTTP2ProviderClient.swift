@@ -60,6 +60,58 @@ public struct HTTP2PushResult: Sendable, Hashable {
     public var isAccepted: Bool { status == 200 }
 }
 
+/// One broadcast on a channel (Apple's "Sending broadcast push
+/// notification requests to APNs").
+public struct HTTP2Broadcast: Sendable, Hashable {
+    public var bundleID: String
+    public var channelID: String
+    public var payload: [UInt8]
+    /// Nil: the server makes one.
+    public var requestID: UUID?
+    /// Nil: not sent. A channel that stores nothing takes only 0.
+    public var expiration: Date?
+    public var priority: Priority?
+    /// Sent as given: Live Activities are the only broadcasts.
+    public var pushType: String
+
+    public init(
+        bundleID: String, channelID: String, payload: [UInt8], requestID: UUID? = nil, expiration: Date? = nil, priority: Priority? = nil,
+        pushType: String = "liveactivity"
+    ) {
+        self.bundleID = bundleID
+        self.channelID = channelID
+        self.payload = payload
+        self.requestID = requestID
+        self.expiration = expiration
+        self.priority = priority
+        self.pushType = pushType
+    }
+}
+
+/// The answer to a broadcast API request.
+public struct HTTP2ChannelResult: Sendable, Hashable {
+    public var status: Int
+    /// `apns-request-id`: the request's, or the one the server made.
+    public var requestID: String
+    /// Nil on success; reasons this library does not know are `.unknown`.
+    public var reason: Reason?
+    /// `apns-channel-id`: a created (or read) channel's.
+    public var channelID: String?
+    /// A read channel's policy.
+    public var storagePolicy: MessageStoragePolicy?
+    /// A listing's channel ids.
+    public var channels: [String]?
+
+    public init(status: Int, requestID: String, reason: Reason? = nil, channelID: String? = nil) {
+        self.status = status
+        self.requestID = requestID
+        self.reason = reason
+        self.channelID = channelID
+    }
+
+    public var isSuccess: Bool { (200..<300).contains(status) }
+}
+
 /// A client of the HTTP/2 provider API (Courier's or Apple's): a small pool
 /// of connections, a JWT made once and renewed while it is between 20 and
 /// 60 minutes old (or a client certificate), `send` returning the apns-id
@@ -112,19 +164,93 @@ public actor HTTP2ProviderClient {
     /// Sends one notification. A connection that was closed (GOAWAY) is
     /// replaced and the request sent once more on the new one.
     public func send(_ push: HTTP2Push) async throws -> HTTP2PushResult {
-        let headers = requestHeaders(push)
+        Self.result(try await perform(requestHeaders(push), body: push.payload), fallbackID: push.id)
+    }
+
+    /// Sends a request on a pooled connection; one closed meanwhile
+    /// (GOAWAY) is replaced and the request sent once more.
+    private func perform(_ headers: [(name: String, value: String, indexing: HPACKIndexing)], body: [UInt8]?) async throws -> HTTP2RawResponse {
         var attempt = 0
         while true {
             attempt += 1
             let connection = try await connection()
             do {
-                let response = try await connection.request(headers, body: push.payload)
-                return Self.result(response, fallbackID: push.id)
+                return try await connection.request(headers, body: body)
             } catch HTTP2ClientError.connectionClosed(let reason) where attempt < 3 {
                 logger.debug("connection closed, sending again", metadata: ["courier.reason": "\(reason?.rawValue ?? "none")"])
                 forget(connection)
             }
         }
+    }
+
+    // MARK: Broadcasts
+
+    /// Sends a broadcast on a channel (`POST /4/broadcasts/apps/{bundleId}`,
+    /// this client's push port).
+    public func broadcast(_ broadcast: HTTP2Broadcast) async throws -> HTTP2ChannelResult {
+        var headers = channelHeaders("POST", "/4/broadcasts/apps/" + broadcast.bundleID, requestID: broadcast.requestID, channelID: broadcast.channelID)
+        headers.append(("apns-push-type", broadcast.pushType, .indexable))
+        if let expiration = broadcast.expiration { headers.append(("apns-expiration", String(Int64(expiration.timeIntervalSince1970)), .nonIndexable)) }
+        if let priority = broadcast.priority { headers.append(("apns-priority", String(priority.rawValue), .indexable)) }
+        headers.append(("content-length", String(broadcast.payload.count), .indexable))
+        return Self.channelResult(try await perform(headers, body: broadcast.payload), requestID: broadcast.requestID)
+    }
+
+    /// Creates a channel of the app (`POST /1/apps/{bundleId}/channels`;
+    /// a client of the channel management port): the answer carries its id.
+    public func createChannel(bundleID: String, policy: MessageStoragePolicy, requestID: UUID? = nil) async throws -> HTTP2ChannelResult {
+        let body = ChannelConfiguration(messageStoragePolicy: policy.rawValue).json
+        var headers = channelHeaders("POST", "/1/apps/\(bundleID)/channels", requestID: requestID, channelID: nil)
+        headers.append(("content-length", String(body.count), .indexable))
+        return Self.channelResult(try await perform(headers, body: body), requestID: requestID)
+    }
+
+    /// Reads a channel's configuration (`GET /1/apps/{bundleId}/channels`).
+    public func channel(bundleID: String, id: String, requestID: UUID? = nil) async throws -> HTTP2ChannelResult {
+        Self.channelResult(
+            try await perform(channelHeaders("GET", "/1/apps/\(bundleID)/channels", requestID: requestID, channelID: id), body: nil), requestID: requestID)
+    }
+
+    /// Deletes a channel (`DELETE /1/apps/{bundleId}/channels`).
+    public func deleteChannel(bundleID: String, id: String, requestID: UUID? = nil) async throws -> HTTP2ChannelResult {
+        Self.channelResult(
+            try await perform(channelHeaders("DELETE", "/1/apps/\(bundleID)/channels", requestID: requestID, channelID: id), body: nil),
+            requestID: requestID)
+    }
+
+    /// Lists the app's channels (`GET /1/apps/{bundleId}/all-channels`).
+    public func channels(bundleID: String, requestID: UUID? = nil) async throws -> HTTP2ChannelResult {
+        Self.channelResult(
+            try await perform(channelHeaders("GET", "/1/apps/\(bundleID)/all-channels", requestID: requestID, channelID: nil), body: nil),
+            requestID: requestID)
+    }
+
+    private func channelHeaders(_ method: String, _ path: String, requestID: UUID?, channelID: String?)
+        -> [(name: String, value: String, indexing: HPACKIndexing)]
+    {
+        var headers: [(name: String, value: String, indexing: HPACKIndexing)] = [
+            (":method", method, .indexable), (":scheme", "https", .indexable), (":path", path, .nonIndexable),
+            (":authority", options.serverName ?? options.host, .indexable),
+        ]
+        if let compact = currentToken() { headers.append(("authorization", "bearer " + compact, .nonIndexable)) }
+        if let requestID { headers.append(("apns-request-id", requestID.lowercasedString, .nonIndexable)) }
+        if let channelID { headers.append(("apns-channel-id", channelID, .nonIndexable)) }
+        return headers
+    }
+
+    static func channelResult(_ response: HTTP2RawResponse, requestID: UUID?) -> HTTP2ChannelResult {
+        var result = HTTP2ChannelResult(
+            status: response.status, requestID: response.headers["apns-request-id"] ?? requestID?.lowercasedString ?? "",
+            channelID: response.headers["apns-channel-id"])
+        guard (200..<300).contains(response.status) else {
+            result.reason = HTTP2ErrorBody.decode(response.body).map { Reason(rawValue: $0.reason) }
+            return result
+        }
+        if let configuration = try? JSONDecoder().decode(ChannelConfiguration.self, from: Data(response.body)) {
+            result.storagePolicy = MessageStoragePolicy(rawValue: configuration.messageStoragePolicy)
+        }
+        result.channels = (try? JSONDecoder().decode(ChannelList.self, from: Data(response.body)))?.channels
+        return result
     }
 
     /// The JWT this client sends now (made or renewed as needed); nil with

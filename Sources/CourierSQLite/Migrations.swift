@@ -194,5 +194,37 @@ enum SQLiteMigrations {
                 """
             ]
         ),
+        // Broadcast channels, and the most recent broadcast of those that keep it.
+        Migration(
+            version: 8,
+            statements: [
+                """
+                CREATE TABLE broadcast_channels (
+                    environment TEXT NOT NULL,
+                    id TEXT NOT NULL,
+                    bundle_id TEXT NOT NULL,
+                    storage_policy INTEGER NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    PRIMARY KEY (environment, id)
+                ) WITHOUT ROWID
+                """,
+                "CREATE INDEX broadcast_channels_app ON broadcast_channels(bundle_id, environment)",
+                """
+                CREATE TABLE stored_broadcasts (
+                    environment TEXT NOT NULL,
+                    channel_id TEXT NOT NULL,
+                    id TEXT NOT NULL,
+                    delivery_id TEXT NOT NULL,
+                    topic TEXT NOT NULL,
+                    payload BLOB NOT NULL,
+                    expiration INTEGER,
+                    priority INTEGER NOT NULL,
+                    push_type TEXT,
+                    stored_at INTEGER NOT NULL,
+                    PRIMARY KEY (environment, channel_id)
+                ) WITHOUT ROWID
+                """,
+            ]
+        ),
     ]
 }

@@ -187,6 +187,32 @@ extension PendingNotification {
     }
 }
 
+extension BroadcastChannel {
+    init(row: SQLiteRow) throws {
+        let rawPolicy = try row.integer("storage_policy")
+        guard let policy = MessageStoragePolicy(rawValue: rawPolicy) else { throw StoreError(.corrupt, "bad storage policy \(rawPolicy)") }
+        self.init(
+            id: try row.text("id"), bundleID: try row.text("bundle_id"), environment: try row.environment("environment"), storagePolicy: policy,
+            createdAt: try row.date("created_at"))
+    }
+}
+
+extension StoredBroadcast {
+    init(row: SQLiteRow) throws {
+        let rawPriority = try row.integer("priority")
+        guard let priority = Priority(rawValue: UInt8(truncatingIfNeeded: rawPriority)) else {
+            throw StoreError(.corrupt, "bad priority \(rawPriority)")
+        }
+        let notification = PushNotification(
+            id: try row.uuid("id"), token: [], topic: try row.text("topic"), payload: try row.bytes("payload"),
+            expiration: row.optionalDate("expiration"), priority: priority, pushType: row.optionalText("push_type"),
+            deliveryID: try row.uuid("delivery_id"))
+        self.init(
+            channelID: try row.text("channel_id"), environment: try row.environment("environment"), notification: notification,
+            storedAt: try row.date("stored_at"))
+    }
+}
+
 extension FeedbackEntry {
     init(row: SQLiteRow) throws {
         self.init(

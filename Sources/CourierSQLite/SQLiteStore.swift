@@ -358,6 +358,75 @@ public final class SQLiteStore: Store {
         ).first.map { try $0.date("ended_at") }
     }
 
+    // MARK: Broadcast channels
+
+    public func createChannel(_ channel: BroadcastChannel, limit: Int) async throws -> Bool {
+        try await transaction {
+            let count =
+                try await self.connection.query(
+                    "SELECT COUNT(*) AS n FROM broadcast_channels WHERE bundle_id = ? AND environment = ?",
+                    [.text(channel.bundleID), .text(channel.environment.rawValue)]
+                ).first?.column("n")?.integer ?? 0
+            guard count < limit else { return false }
+            do {
+                _ = try await self.connection.query(
+                    "INSERT INTO broadcast_channels (environment, id, bundle_id, storage_policy, created_at) VALUES (?, ?, ?, ?, ?)",
+                    [
+                        .text(channel.environment.rawValue), .text(channel.id), .text(channel.bundleID), .integer(channel.storagePolicy.rawValue),
+                        .millis(channel.createdAt),
+                    ])
+            } catch let error as SQLiteError where [.constraint, .constraintPrimaryKeyFailed, .constraintUniqueFailed].contains(error.reason) {
+                throw StoreError(.duplicate, "channel \(channel.id) exists already")
+            }
+            return true
+        }
+    }
+
+    public func channel(id: String, environment: Environment) async throws -> BroadcastChannel? {
+        try await query("SELECT * FROM broadcast_channels WHERE environment = ? AND id = ?", [.text(environment.rawValue), .text(id)])
+            .first.map(BroadcastChannel.init(row:))
+    }
+
+    public func channels(bundleID: String, environment: Environment) async throws -> [BroadcastChannel] {
+        try await query(
+            "SELECT * FROM broadcast_channels WHERE bundle_id = ? AND environment = ? ORDER BY created_at, id", [.text(bundleID), .text(environment.rawValue)]
+        ).map(BroadcastChannel.init(row:))
+    }
+
+    public func deleteChannel(id: String, environment: Environment) async throws -> Bool {
+        let key: [SQLiteData] = [.text(environment.rawValue), .text(id)]
+        return try await transaction {
+            _ = try await self.connection.query("DELETE FROM stored_broadcasts WHERE environment = ? AND channel_id = ?", key)
+            _ = try await self.connection.query("DELETE FROM broadcast_channels WHERE environment = ? AND id = ?", key)
+            return try await self.changes() > 0
+        }
+    }
+
+    public func storeBroadcast(_ broadcast: StoredBroadcast) async throws -> Bool {
+        let n = broadcast.notification
+        return try await transaction {
+            let exists = try await self.connection.query(
+                "SELECT 1 FROM broadcast_channels WHERE environment = ? AND id = ?", [.text(broadcast.environment.rawValue), .text(broadcast.channelID)])
+            guard !exists.isEmpty else { return false }
+            _ = try await self.connection.query(
+                """
+                INSERT OR REPLACE INTO stored_broadcasts (environment, channel_id, id, delivery_id, topic, payload, expiration, priority, push_type, stored_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+                [
+                    .text(broadcast.environment.rawValue), .text(broadcast.channelID), .text(n.id.uuidString), .text(n.deliveryID.uuidString),
+                    .text(n.topic), .bytes(n.payload), .millis(n.expiration), .integer(Int(n.priority.rawValue)), .optionalText(n.pushType),
+                    .millis(broadcast.storedAt),
+                ])
+            return true
+        }
+    }
+
+    public func storedBroadcast(channelID: String, environment: Environment) async throws -> StoredBroadcast? {
+        try await query("SELECT * FROM stored_broadcasts WHERE environment = ? AND channel_id = ?", [.text(environment.rawValue), .text(channelID)])
+            .first.map(StoredBroadcast.init(row:))
+    }
+
     // MARK: Pending notifications
 
     /// Rows per multi-row statement: a batch of pending notifications is

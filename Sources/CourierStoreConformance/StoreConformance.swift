@@ -199,6 +199,43 @@ public enum StoreConformance {
             try await store.setDeviceGeneration(id: 7, generation: 2)
             report.equal(try await store.activityEnd(deviceID: 7, bundleID: "com.example.one", environment: .sandbox, activity: 150), nil, "gone with a reset")
         },
+        StoreConformanceCase(name: "broadcast channels: limit per app and environment, stored broadcast, delete") { store, report in
+            func channel(_ id: String, _ bundleID: String = "com.example.one", _ environment: Environment = .sandbox, policy: MessageStoragePolicy = .mostRecent)
+                -> BroadcastChannel
+            {
+                BroadcastChannel(id: id, bundleID: bundleID, environment: environment, storagePolicy: policy, createdAt: at(Double(id.utf8.count)))
+            }
+            report.equal(try await store.createChannel(channel("a"), limit: 2), true, "first channel")
+            report.equal(try await store.createChannel(channel("bb", policy: .noStorage), limit: 2), true, "second channel")
+            report.equal(try await store.createChannel(channel("ccc"), limit: 2), false, "third channel over the limit of 2")
+            report.equal(try await store.createChannel(channel("ccc", "com.example.two"), limit: 2), true, "another app has its own limit")
+            report.equal(try await store.createChannel(channel("ccc", "com.example.one", .production), limit: 2), true, "another environment has its own limit")
+            do {
+                _ = try await store.createChannel(channel("a"), limit: 10)
+                report.check(false, "a channel id used twice was added")
+            } catch let error as StoreError {
+                report.equal(error.code, .duplicate, "error code")
+            }
+            report.equal(try await store.channels(bundleID: "com.example.one", environment: .sandbox).map(\.id), ["a", "bb"], "the app's channels")
+            report.equal(try await store.channel(id: "bb", environment: .sandbox), channel("bb", policy: .noStorage), "read back")
+            report.equal(try await store.channel(id: "a", environment: .production), nil, "not in the other environment")
+            var notification = notification([], topic: "com.example.one.push-type.liveactivity", expiresIn: 100)
+            notification.pushType = "liveactivity"
+            let stored = StoredBroadcast(channelID: "a", environment: .sandbox, notification: notification, storedAt: at(3))
+            report.equal(try await store.storeBroadcast(stored), true, "store a broadcast")
+            report.equal(try await store.storedBroadcast(channelID: "a", environment: .sandbox), stored, "stored broadcast read back")
+            var newer = stored
+            newer.notification.payload = Array(#"{"aps":{"event":"update"}}"#.utf8)
+            newer.notification.deliveryID = UUID()
+            report.equal(try await store.storeBroadcast(newer), true, "store a newer one")
+            report.equal(try await store.storedBroadcast(channelID: "a", environment: .sandbox), newer, "the newer replaced it")
+            report.equal(try await store.storedBroadcast(channelID: "a", environment: .production), nil, "other environment")
+            report.equal(try await store.deleteChannel(id: "a", environment: .sandbox), true, "delete")
+            report.equal(try await store.deleteChannel(id: "a", environment: .sandbox), false, "delete twice")
+            report.equal(try await store.storedBroadcast(channelID: "a", environment: .sandbox), nil, "its broadcast went with it")
+            report.equal(try await store.storeBroadcast(stored), false, "no broadcast stored for a deleted channel")
+            report.equal(try await store.createChannel(channel("dddd"), limit: 2), true, "room again after a delete")
+        },
         StoreConformanceCase(name: "registrations: register, unregister, register again") { store, report in
             try await store.createDevice(Device(id: 7, certificateSerial: "07", createdAt: at(0)))
             let token = Array(repeating: UInt8(0xAB), count: 32)

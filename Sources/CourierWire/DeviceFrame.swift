@@ -47,6 +47,9 @@ public struct DeviceProtocolCode: Sendable, Hashable, CustomStringConvertible {
     public static let unknownApp = DeviceProtocolCode(rawValue: 8)
     public static let certificateRefused = DeviceProtocolCode(rawValue: 9)
     public static let `internal` = DeviceProtocolCode(rawValue: 10)
+    /// A Subscribe or Unsubscribe named a channel its app does not have
+    /// (or the device is not subscribed to).
+    public static let unknownChannel = DeviceProtocolCode(rawValue: 11)
 
     public var name: String {
         switch rawValue {
@@ -61,6 +64,7 @@ public struct DeviceProtocolCode: Sendable, Hashable, CustomStringConvertible {
         case 8: "unknownApp"
         case 9: "certificateRefused"
         case 10: "internal"
+        case 11: "unknownChannel"
         default: "code\(rawValue)"
         }
     }

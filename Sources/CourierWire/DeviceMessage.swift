@@ -27,10 +27,15 @@ public enum DeviceCommand {
     public static let appTokenResponse: UInt8 = 0x12
     public static let unregister: UInt8 = 0x13
     public static let unregisterAck: UInt8 = 0x14
+    public static let subscribe: UInt8 = 0x15
+    public static let unsubscribe: UInt8 = 0x16
+    public static let channelAck: UInt8 = 0x17
     public static let error: UInt8 = 0x1F
 
     /// The commands a device may send; the others are the server's.
-    public static let sentByDevices: Set<UInt8> = [connect, filter, ack, keepAlive, appTokenRequest, unregister]
+    public static let sentByDevices: Set<UInt8> = [
+        connect, filter, ack, keepAlive, appTokenRequest, unregister, subscribe, unsubscribe,
+    ]
 }
 
 /// The statuses of an Ack (item 0x01).
@@ -63,11 +68,15 @@ public struct DeviceNotification: Sendable, Hashable {
     public var topic: String
     public var collapseID: String?
     public var pushType: String?
+    /// A broadcast's channel (item 0x0A): the device got it as a
+    /// subscriber of that channel, not by its token.
+    public var channelID: String?
 
     public init(
         token: [UInt8], payload: [UInt8], id: UUID, deliveryID: UUID, expiration: UInt32?, priority: UInt8, topic: String, collapseID: String? = nil,
-        pushType: String? = nil
+        pushType: String? = nil, channelID: String? = nil
     ) {
+        self.channelID = channelID
         self.token = token
         self.payload = payload
         self.id = id
@@ -85,6 +94,7 @@ public struct DeviceNotification: Sendable, Hashable {
     public static let topicSizes = 1...255
     public static let collapseIDSizes = 1...64
     public static let pushTypeSizes = 1...255
+    public static let channelIDSizes = 1...64
 
     /// Why a device could not read this notification, or nil when every
     /// item is within its bounds: what the server checks before sending,
@@ -96,6 +106,7 @@ public struct DeviceNotification: Sendable, Hashable {
         if !Self.topicSizes.contains(topic.utf8.count) { return "topic is \(topic.utf8.count) bytes" }
         if let collapseID, !Self.collapseIDSizes.contains(collapseID.utf8.count) { return "collapse id is \(collapseID.utf8.count) bytes" }
         if let pushType, !Self.pushTypeSizes.contains(pushType.utf8.count) { return "push type is \(pushType.utf8.count) bytes" }
+        if let channelID, !Self.channelIDSizes.contains(channelID.utf8.count) { return "channel id is \(channelID.utf8.count) bytes" }
         return nil
     }
 }
@@ -119,6 +130,13 @@ public enum DeviceMessage: Sendable, Hashable {
     /// With `activity`: that Live Activity ended (the app stays).
     case unregister(bundleID: String, requestID: UInt32, activity: UInt32? = nil)
     case unregisterAck(requestID: UInt32, status: DeviceProtocolCode)
+    /// Subscribes the app to a broadcast channel for this connection;
+    /// `lastDeliveryID`: the channel's broadcast the device has already
+    /// (its stored one is then not sent again).
+    case subscribe(bundleID: String, requestID: UInt32, channelID: String, lastDeliveryID: UUID? = nil)
+    case unsubscribe(bundleID: String, requestID: UInt32, channelID: String)
+    /// The answer to a Subscribe or an Unsubscribe.
+    case channelAck(requestID: UInt32, status: DeviceProtocolCode)
     case error(code: DeviceProtocolCode, message: String)
 
     /// The protocol version of this codec.
@@ -149,7 +167,7 @@ public enum DeviceMessage: Sendable, Hashable {
             let items = try ItemSet(frame, repeatable: [0x01], known: [0x01])
             self = .filter(enabledTopicHashes: try items.all(0x01, size: 20, "enabled topic"))
         case DeviceCommand.notification:
-            let items = try ItemSet(frame, repeatable: [], known: [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09])
+            let items = try ItemSet(frame, repeatable: [], known: [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A])
             let priority = try items.integer(0x05, UInt8.self, "priority")
             guard Priority(rawValue: priority) != nil else { throw DeviceProtocolError(.badItemValue, "priority \(priority)") }
             self = .notification(
@@ -162,7 +180,8 @@ public enum DeviceMessage: Sendable, Hashable {
                     priority: priority,
                     topic: try items.string(0x06, maxLength: DeviceNotification.topicSizes.upperBound, "topic"),
                     collapseID: try items.optionalString(0x07, maxLength: DeviceNotification.collapseIDSizes.upperBound, "collapse id"),
-                    pushType: try items.optionalString(0x08, maxLength: DeviceNotification.pushTypeSizes.upperBound, "push type")))
+                    pushType: try items.optionalString(0x08, maxLength: DeviceNotification.pushTypeSizes.upperBound, "push type"),
+                    channelID: try items.optionalString(0x0A, maxLength: DeviceNotification.channelIDSizes.upperBound, "channel id")))
         case DeviceCommand.ack:
             let items = try ItemSet(frame, repeatable: [], known: [0x01, 0x03])
             self = .ack(deliveryID: try items.uuid(0x03, "delivery id"), status: try items.optionalInteger(0x01, UInt8.self, "status") ?? 0)
@@ -198,6 +217,22 @@ public enum DeviceMessage: Sendable, Hashable {
             self = .unregisterAck(
                 requestID: try items.integer(0x02, UInt32.self, "request id"),
                 status: DeviceProtocolCode(rawValue: try items.integer(0x04, UInt8.self, "status")))
+        case DeviceCommand.subscribe:
+            let items = try ItemSet(frame, repeatable: [], known: [0x01, 0x02, 0x07, 0x08])
+            self = .subscribe(
+                bundleID: try items.string(0x01, maxLength: 155, "bundle id"), requestID: try items.integer(0x02, UInt32.self, "request id"),
+                channelID: try items.string(0x07, maxLength: DeviceNotification.channelIDSizes.upperBound, "channel id"),
+                lastDeliveryID: try items.optionalUUID(0x08, "last delivery id"))
+        case DeviceCommand.unsubscribe:
+            let items = try ItemSet(frame, repeatable: [], known: [0x01, 0x02, 0x07])
+            self = .unsubscribe(
+                bundleID: try items.string(0x01, maxLength: 155, "bundle id"), requestID: try items.integer(0x02, UInt32.self, "request id"),
+                channelID: try items.string(0x07, maxLength: DeviceNotification.channelIDSizes.upperBound, "channel id"))
+        case DeviceCommand.channelAck:
+            let items = try ItemSet(frame, repeatable: [], known: [0x02, 0x04])
+            self = .channelAck(
+                requestID: try items.integer(0x02, UInt32.self, "request id"),
+                status: DeviceProtocolCode(rawValue: try items.integer(0x04, UInt8.self, "status")))
         case DeviceCommand.error:
             let items = try ItemSet(frame, repeatable: [], known: [0x01, 0x02])
             self = .error(
@@ -223,6 +258,9 @@ public enum DeviceMessage: Sendable, Hashable {
         case .appTokenResponse: DeviceCommand.appTokenResponse
         case .unregister: DeviceCommand.unregister
         case .unregisterAck: DeviceCommand.unregisterAck
+        case .subscribe: DeviceCommand.subscribe
+        case .unsubscribe: DeviceCommand.unsubscribe
+        case .channelAck: DeviceCommand.channelAck
         case .error: DeviceCommand.error
         }
     }
@@ -284,6 +322,7 @@ public enum DeviceMessage: Sendable, Hashable {
             if let collapseID = notification.collapseID { out.writeFrameItem(id: 0x07, collapseID.utf8) }
             if let pushType = notification.pushType { out.writeFrameItem(id: 0x08, pushType.utf8) }
             out.writeFrameItem(id: 0x09, uuid: notification.deliveryID)
+            if let channelID = notification.channelID { out.writeFrameItem(id: 0x0A, channelID.utf8) }
         case .ack(let deliveryID, let status):
             out.writeFrameItem(id: 0x01, integer: status)
             out.writeFrameItem(id: 0x03, uuid: deliveryID)
@@ -304,6 +343,18 @@ public enum DeviceMessage: Sendable, Hashable {
             out.writeFrameItem(id: 0x02, integer: requestID)
             if let activity { out.writeFrameItem(id: 0x06, integer: activity) }
         case .unregisterAck(let requestID, let status):
+            out.writeFrameItem(id: 0x02, integer: requestID)
+            out.writeFrameItem(id: 0x04, integer: status.rawValue)
+        case .subscribe(let bundleID, let requestID, let channelID, let lastDeliveryID):
+            out.writeFrameItem(id: 0x01, bundleID.utf8)
+            out.writeFrameItem(id: 0x02, integer: requestID)
+            out.writeFrameItem(id: 0x07, channelID.utf8)
+            if let lastDeliveryID { out.writeFrameItem(id: 0x08, uuid: lastDeliveryID) }
+        case .unsubscribe(let bundleID, let requestID, let channelID):
+            out.writeFrameItem(id: 0x01, bundleID.utf8)
+            out.writeFrameItem(id: 0x02, integer: requestID)
+            out.writeFrameItem(id: 0x07, channelID.utf8)
+        case .channelAck(let requestID, let status):
             out.writeFrameItem(id: 0x02, integer: requestID)
             out.writeFrameItem(id: 0x04, integer: status.rawValue)
         case .error(let code, let message):
@@ -427,6 +478,11 @@ private struct ItemSet {
     func string(_ id: UInt8, maxLength: Int, _ name: String) throws -> String {
         _ = try required(id, name)
         return try optionalString(id, maxLength: maxLength, name)!
+    }
+
+    func optionalUUID(_ id: UInt8, _ name: String) throws -> UUID? {
+        guard first(id) != nil else { return nil }
+        return try uuid(id, name)
     }
 
     func uuid(_ id: UInt8, _ name: String) throws -> UUID {

@@ -13,7 +13,7 @@ struct Courier: AsyncParsableCommand {
             devices over its own TLS device protocol. Start with 'courier serve'.
             """,
         subcommands: [
-            Serve.self, PKI.self, DeviceCommand.self, PushCommand.self, FeedbackCommand.self, InboxCommand.self, LogCommand.self, StatusCommand.self,
+            Serve.self, PKI.self, DeviceCommand.self, PushCommand.self, BroadcastCommand.self, ChannelCommand.self, FeedbackCommand.self, InboxCommand.self, LogCommand.self, StatusCommand.self,
             FaultCommand.self,
         ]
     )

@@ -100,13 +100,15 @@ extension DeviceCommand {
             discussion: """
                 With --live-activity-push-to-start it also prints the app's Live Activity push-to-start token, and with \
                 --live-activities N starts N Live Activities and prints each one's update token (pushes of type \
-                liveactivity to <bundle>.push-type.liveactivity, token trust). A notification's line names the token it \
-                was sent to.
+                liveactivity to <bundle>.push-type.liveactivity, token trust). With --subscribe CHANNEL (repeatable) the app \
+                subscribes to those broadcast channels, again on every reconnection. A notification's line names the token it \
+                was sent to, and a broadcast's its channel.
                 """)
 
         @OptionGroup var options: DeviceOptions
         @Flag(help: "Also print the app's Live Activity push-to-start token.") var liveActivityPushToStart = false
         @Option(help: "Start this many Live Activities and print their update tokens.") var liveActivities = 0
+        @Option(help: ArgumentHelp("Subscribe the app to this broadcast channel (repeatable).", valueName: "channel-id")) var subscribe: [String] = []
 
         func validate() throws {
             guard (0...100).contains(liveActivities) else { throw ValidationError("--live-activities must be 0 to 100, not \(liveActivities)") }
@@ -124,6 +126,10 @@ extension DeviceCommand {
                     let activity = try await client.startLiveActivity(app)
                     say("live activity \(activity.activity) token \(Hex.encode(activity.token))\n")
                 }
+                for channel in subscribe {
+                    try await client.subscribe(app, to: channel)
+                    say("subscribed to channel \(channel)\n")
+                }
                 for await notification in client.notifications {
                     say(Run.jsonLine(notification) + "\n")
                     try? await client.acknowledge(notification)
@@ -134,7 +140,8 @@ extension DeviceCommand {
             }
         }
 
-        /// `{"id":…,"topic":…,"priority":…,"token":…,"pushType":…,"payload":{…}}` (`pushType` when sent)
+        /// `{"id":…,"topic":…,"priority":…,"token":…,"pushType":…,"channel":…,"payload":{…}}`
+        /// (`pushType` when sent, `channel` for a broadcast)
         static func jsonLine(_ notification: DeviceNotification) -> String {
             let payload = String(validating: notification.payload, as: UTF8.self).flatMap { text in
                 (try? JSONSerialization.jsonObject(with: Data(text.utf8))) != nil ? text : nil
@@ -144,7 +151,9 @@ extension DeviceCommand {
             let body = payload ?? "\"\(Data(notification.payload).base64EncodedString())\""
             // Apple's push types are lower-case letters: nothing to escape; any other value is left out.
             let pushType = notification.pushType.flatMap(PushType.init(rawValue:)).map { #","pushType":"\#($0.rawValue)""# } ?? ""
-            return #"{"id":"\#(notification.id.lowercasedString)","topic":\#(topic),"priority":\#(notification.priority),"token":"\#(Hex.encode(notification.token))"\#(pushType),"payload":\#(body)}"#
+            // A channel id the server sent is base64: nothing to escape; any other value is left out.
+            let channel = notification.channelID.flatMap { BroadcastChannel.isWellFormedID($0) ? #","channel":"\#($0)""# : nil } ?? ""
+            return #"{"id":"\#(notification.id.lowercasedString)","topic":\#(topic),"priority":\#(notification.priority),"token":"\#(Hex.encode(notification.token))"\#(pushType)\#(channel),"payload":\#(body)}"#
         }
     }
 

@@ -30,64 +30,27 @@ func readPayload(_ argument: String) throws -> [UInt8] {
     return bytes
 }
 
-struct PushCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "push",
-        abstract: "Send one notification.",
-        discussion: """
-            By default it speaks the HTTP/2 provider API, with an auth key (--p8, --key-id, --team-id: token \
-            trust) or a provider certificate (--cert, --key), prints the apns-id and the outcome, and exits non-zero \
-            when the notification is refused. With --binary it speaks the legacy binary provider API (command 2 by \
-            default) with a provider certificate; that API answers only failures, so the command waits --wait \
-            seconds for an error response and reports "no error response" otherwise.
-            """)
-
-    @Flag(help: "Use the legacy binary provider API.") var binary = false
+/// How a command reaches a provider API and proves who it is: an auth key
+/// (token trust) or a provider certificate.
+struct ProviderOptions: ParsableArguments {
     @Option(help: ArgumentHelp("The team's auth key (AuthKey_<KEYID>.p8): token trust.", valueName: "file")) var p8: String?
     @Option(name: .customLong("key-id"), help: "The auth key's id (default: from the .p8 file name).") var keyID: String?
     @Option(name: .customLong("team-id"), help: "The team id the auth key belongs to.") var teamID: String?
     @Option(help: ArgumentHelp("The provider certificate (PEM): certificate trust.", valueName: "file")) var cert: String?
     @Option(help: ArgumentHelp("The provider certificate's key (PEM).", valueName: "file")) var key: String?
-    @Option(help: "The topic (apns-topic); with a certificate of one topic it may be left out.") var topic: String?
-    @Option(help: ArgumentHelp("The device token in hex.", valueName: "hex")) var token: String
-    @Option(help: ArgumentHelp("The payload: JSON, @file or - for standard input.", valueName: "json")) var payload: String
-    @Option(name: [.customLong("expiration"), .customLong("expiry")], help: "Expiration, seconds since 1970 (0: do not store).")
-    var expiration: UInt32?
-    @Option(help: "Priority: 10, 5, or 1 (HTTP/2 only).") var priority: UInt8?
-    @Option(name: .customLong("collapse-id"), help: "Collapse identifier (HTTP/2).") var collapseID: String?
-    @Option(
-        name: .customLong("push-type"),
-        help: "apns-push-type (HTTP/2): alert, background, location, voip, complication, fileprovider, mdm, liveactivity, pushtotalk, widgets or controls; each goes to its topic (docs/protocol.md).")
-    var pushType: String?
-    @Option(help: "The notification id: a UUID for HTTP/2 (apns-id), a number for the binary API.") var id: String?
     @Flag(help: "Use the sandbox environment.") var sandbox = false
     @Option(help: "The server host.") var host: String = "localhost"
-    @Option(help: "The server port (default: HTTP/2 2197, sandbox 12197; binary 2195, sandbox 12195).") var port: Int?
     @Option(help: ArgumentHelp("The CA that signed the server certificate (PEM).", valueName: "file")) var ca: String?
-    @Option(help: "Binary command: 0, 1 or 2.") var command: UInt8 = 2
-    @Option(help: "Seconds to wait for a binary error response.") var wait: Double = 1
 
-    func validate() throws {
-        guard let bytes = Hex.decode(token), !bytes.isEmpty else { throw ValidationError("--token '\(token)' is not hexadecimal") }
-        if let priority, Priority(rawValue: priority) == nil { throw ValidationError("--priority must be 10, 5 or 1") }
-        if priority == 1, binary { throw ValidationError("--priority 1 is the HTTP/2 API's: the binary API takes 5 or 10") }
-        if let pushType {
-            guard !binary else { throw ValidationError("--push-type is the HTTP/2 API's: the binary API has none") }
-            guard PushType(rawValue: pushType) != nil else {
-                throw ValidationError("--push-type '\(pushType)' is not one of Apple's: \(PushType.allCases.map(\.rawValue).joined(separator: ", "))")
-            }
-        }
+    /// Every file named exists.
+    func checkFiles() throws {
         for path in [p8, cert, key, ca].compactMap({ $0 }) where !FileManager.default.fileExists(atPath: path) {
             throw ValidationError("no file \(path)")
         }
-        if !payload.hasPrefix("@"), payload != "-" { _ = try readPayload(payload) }
-        if binary {
-            guard cert != nil, key != nil else { throw ValidationError("--binary needs --cert and --key") }
-            guard BinaryProviderClient.Command(rawValue: command) != nil else { throw ValidationError("--command must be 0, 1 or 2") }
-            if let id, UInt32(id) == nil { throw ValidationError("--id must be a number from 0 to 4294967295 with --binary") }
-            return
-        }
-        if let id, UUID(uuidString: id) == nil { throw ValidationError("--id '\(id)' is not a UUID") }
+    }
+
+    /// An auth key with its team and id, or a certificate with its key.
+    func checkCredentials() throws {
         switch (p8, cert) {
         case (nil, nil): throw ValidationError("give --p8 with --team-id (token trust) or --cert with --key (certificate trust)")
         case (.some, .some): throw ValidationError("give either --p8 or --cert, not both")
@@ -108,19 +71,8 @@ struct PushCommand: AsyncParsableCommand {
         return String(name.dropFirst("AuthKey_".count).dropLast(".p8".count))
     }
 
-    func run() async throws {
-        let body = try readPayload(payload)
-        let token = Hex.decode(self.token)!
-        var logger = Logger(label: "courier-push")
-        logger.logLevel = .warning
-        if binary {
-            try await sendBinary(token: token, body: body, logger: logger)
-        } else {
-            try await sendHTTP2(token: token, body: body, logger: logger)
-        }
-    }
-
-    private func sendHTTP2(token: [UInt8], body: [UInt8], logger: Logger) async throws {
+    /// A client of the HTTP/2 API (or the channel management port) on `port`.
+    func client(port: Int, logger: Logger) throws -> HTTP2ProviderClient {
         let credentials: HTTP2Credentials
         if let p8 {
             let text: String
@@ -137,13 +89,82 @@ struct PushCommand: AsyncParsableCommand {
         } else {
             credentials = .certificate(certificatePath: cert!, keyPath: key!)
         }
-        let port = self.port ?? (sandbox ? 12197 : 2197)
-        let client: HTTP2ProviderClient
         do {
-            client = try HTTP2ProviderClient(options: .init(host: host, port: port, caPath: ca, connections: 1), credentials: credentials, logger: logger)
+            return try HTTP2ProviderClient(options: .init(host: host, port: port, caPath: ca, connections: 1), credentials: credentials, logger: logger)
         } catch {
             throw ValidationError("\(error)")
         }
+    }
+}
+
+struct PushCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "push",
+        abstract: "Send one notification.",
+        discussion: """
+            By default it speaks the HTTP/2 provider API, with an auth key (--p8, --key-id, --team-id: token \
+            trust) or a provider certificate (--cert, --key), prints the apns-id and the outcome, and exits non-zero \
+            when the notification is refused. With --binary it speaks the legacy binary provider API (command 2 by \
+            default) with a provider certificate; that API answers only failures, so the command waits --wait \
+            seconds for an error response and reports "no error response" otherwise.
+            """)
+
+    @Flag(help: "Use the legacy binary provider API.") var binary = false
+    @OptionGroup var provider: ProviderOptions
+    @Option(help: "The topic (apns-topic); with a certificate of one topic it may be left out.") var topic: String?
+    @Option(help: ArgumentHelp("The device token in hex.", valueName: "hex")) var token: String
+    @Option(help: ArgumentHelp("The payload: JSON, @file or - for standard input.", valueName: "json")) var payload: String
+    @Option(name: [.customLong("expiration"), .customLong("expiry")], help: "Expiration, seconds since 1970 (0: do not store).")
+    var expiration: UInt32?
+    @Option(help: "Priority: 10, 5, or 1 (HTTP/2 only).") var priority: UInt8?
+    @Option(name: .customLong("collapse-id"), help: "Collapse identifier (HTTP/2).") var collapseID: String?
+    @Option(
+        name: .customLong("push-type"),
+        help: "apns-push-type (HTTP/2): alert, background, location, voip, complication, fileprovider, mdm, liveactivity, pushtotalk, widgets or controls; each goes to its topic (docs/protocol.md).")
+    var pushType: String?
+    @Option(help: "The notification id: a UUID for HTTP/2 (apns-id), a number for the binary API.") var id: String?
+    @Option(help: "The server port (default: HTTP/2 2197, sandbox 12197; binary 2195, sandbox 12195).") var port: Int?
+    @Option(help: "Binary command: 0, 1 or 2.") var command: UInt8 = 2
+    @Option(help: "Seconds to wait for a binary error response.") var wait: Double = 1
+
+    func validate() throws {
+        guard let bytes = Hex.decode(token), !bytes.isEmpty else { throw ValidationError("--token '\(token)' is not hexadecimal") }
+        if let priority, Priority(rawValue: priority) == nil { throw ValidationError("--priority must be 10, 5 or 1") }
+        if priority == 1, binary { throw ValidationError("--priority 1 is the HTTP/2 API's: the binary API takes 5 or 10") }
+        if let pushType {
+            guard !binary else { throw ValidationError("--push-type is the HTTP/2 API's: the binary API has none") }
+            guard PushType(rawValue: pushType) != nil else {
+                throw ValidationError("--push-type '\(pushType)' is not one of Apple's: \(PushType.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+        }
+        try provider.checkFiles()
+        if !payload.hasPrefix("@"), payload != "-" { _ = try readPayload(payload) }
+        if binary {
+            guard provider.cert != nil, provider.key != nil else { throw ValidationError("--binary needs --cert and --key") }
+            guard BinaryProviderClient.Command(rawValue: command) != nil else { throw ValidationError("--command must be 0, 1 or 2") }
+            if let id, UInt32(id) == nil { throw ValidationError("--id must be a number from 0 to 4294967295 with --binary") }
+            return
+        }
+        if let id, UUID(uuidString: id) == nil { throw ValidationError("--id '\(id)' is not a UUID") }
+        try provider.checkCredentials()
+    }
+
+    func run() async throws {
+        let body = try readPayload(payload)
+        let token = Hex.decode(self.token)!
+        var logger = Logger(label: "courier-push")
+        logger.logLevel = .warning
+        if binary {
+            try await sendBinary(token: token, body: body, logger: logger)
+        } else {
+            try await sendHTTP2(token: token, body: body, logger: logger)
+        }
+    }
+
+    private func sendHTTP2(token: [UInt8], body: [UInt8], logger: Logger) async throws {
+        let port = self.port ?? (provider.sandbox ? 12197 : 2197)
+        let client = try provider.client(port: port, logger: logger)
+        let (host, ca) = (provider.host, provider.ca)
         let push = HTTP2Push(
             token: token, payload: body, topic: topic, id: id.flatMap(UUID.init(uuidString:)),
             expiration: expiration.map { Date(timeIntervalSince1970: TimeInterval($0)) }, priority: priority.flatMap(Priority.init(rawValue:)),
@@ -171,9 +192,11 @@ struct PushCommand: AsyncParsableCommand {
     }
 
     private func sendBinary(token: [UInt8], body: [UInt8], logger: Logger) async throws {
-        let port = self.port ?? (sandbox ? 12195 : 2195)
+        let port = self.port ?? (provider.sandbox ? 12195 : 2195)
+        let (host, ca) = (provider.host, provider.ca)
         let client = try BinaryProviderClient(
-            host: host, port: port, tls: ProviderTLS(certificatePath: cert!, keyPath: key!, caPath: ca), command: .init(rawValue: command)!, logger: logger)
+            host: host, port: port, tls: ProviderTLS(certificatePath: provider.cert!, keyPath: provider.key!, caPath: ca), command: .init(rawValue: command)!,
+            logger: logger)
         let identifier: UInt32
         do {
             identifier = try await client.send(token: token, payload: body, expiry: expiration, priority: priority, identifier: id.flatMap { UInt32($0) })

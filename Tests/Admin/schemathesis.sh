@@ -11,8 +11,8 @@ dir=$(mktemp -d)
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$dir"' EXIT
 cat > "$dir/config.json" <<JSON
 {"network": {"adminPort": 0,
-  "production": {"binary": 0, "feedback": 0, "http2": 0, "device": 0},
-  "sandbox": {"binary": 0, "feedback": 0, "http2": 0, "device": 0}},
+  "production": {"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0},
+  "sandbox": {"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0}},
  "logLevel": "warning"}
 JSON
 "$courier" serve --data "$dir/data" --config "$dir/config.json" > "$dir/out" 2>&1 &

@@ -22,7 +22,7 @@ import Testing
     }
 
     @Test(arguments: [
-        (PayloadChannel.binaryLegacy, 256), (.binaryCommand2, 2048), (.http2, 4096), (.http2VoIP, 5120),
+        (PayloadChannel.binaryLegacy, 256), (.binaryCommand2, 2048), (.http2, 4096), (.http2VoIP, 5120), (.broadcast, 5120),
     ])
     func sizeLimits(channel: PayloadChannel, limit: Int) {
         let prefix = Array(#"{"aps":{"alert":""#.utf8)
@@ -38,13 +38,14 @@ import Testing
     }
 
     @Test func limitsAreConfigurable() {
-        let limits = PayloadLimits(binaryLegacy: 10, binaryCommand2: 20, http2: 30, http2VoIP: 40)
+        let limits = PayloadLimits(binaryLegacy: 10, binaryCommand2: 20, http2: 30, http2VoIP: 40, broadcast: 50)
         #expect(PayloadRules.check(alert, priority: nil, channel: .http2, limits: limits) == .success(PayloadSummary(isSilent: false)))
         #expect(PayloadRules.check(alert, priority: nil, channel: .binaryCommand2, limits: limits) == .failure(.tooLarge))
         #expect(limits.limit(for: .binaryLegacy) == 10)
         #expect(limits.limit(for: .binaryCommand2) == 20)
         #expect(limits.limit(for: .http2) == 30)
         #expect(limits.limit(for: .http2VoIP) == 40)
+        #expect(limits.limit(for: .broadcast) == 50)
     }
 
     @Test func nullTerminatedPayload() {

@@ -78,8 +78,8 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         let taken = try ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: 0).wait()
         defer { try? taken.close().wait() }
         let port = try #require(taken.localAddress?.port)
-        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0}"#
-        let production = #"{"binary": 0, "feedback": 0, "http2": 0, "device": \#(port)}"#
+        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0}"#
+        let production = #"{"binary": 0, "feedback": 0, "http2": 0, "device": \#(port), "channels": 0}"#
         try #"{"network": {"production": \#(production), "sandbox": \#(zero), "adminPort": 0}, "logLevel": "critical"}"#
             .write(toFile: directory + "/courier.json", atomically: true, encoding: .utf8)
         let result = try courierRun(["serve", "--config", directory + "/courier.json", "--data", directory + "/data"])
@@ -94,7 +94,7 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         let directory = try temporaryDirectory()
         defer { removeTemporaryDirectory(directory) }
         let config = directory + "/courier.json"
-        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0}"#
+        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0}"#
         try #"{"network": {"production": \#(zero), "sandbox": \#(zero), "adminPort": 0}, "threads": {"realtimePriority": 2}}"#
             .write(toFile: config, atomically: true, encoding: .utf8)
         let server = try RunningProgram(courier, ["serve", "--data", directory + "/data", "--config", config], mergeStandardError: true)
@@ -173,7 +173,7 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         let directory = try temporaryDirectory()
         defer { removeTemporaryDirectory(directory) }
         let config = directory + "/courier.json"
-        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0}"#
+        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0}"#
         try #"{"network": {"production": \#(zero), "sandbox": \#(zero), "adminPort": 0}}"#.write(toFile: config, atomically: true, encoding: .utf8)
         let hard = try #require(Int(try runProgram("/bin/sh", ["-c", "ulimit -Hn"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)))
         let soft = max(64, hard / 2)
@@ -205,7 +205,7 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         let directory = try temporaryDirectory()
         defer { removeTemporaryDirectory(directory) }
         let config = directory + "/courier.json"
-        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0}"#
+        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0}"#
         try #"{"network": {"production": \#(zero), "sandbox": \#(zero), "adminPort": 0}}"#.write(toFile: config, atomically: true, encoding: .utf8)
         let server = try RunningProgram(
             "/bin/sh", ["-c", "ulimit -n 200 && exec \"$0\" serve --data \"$1\" --config \"$2\"", courier, directory + "/data", config])
@@ -243,8 +243,8 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         let probe = try ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: 0).wait()
         let port = try #require(probe.localAddress?.port)
         try probe.close().wait()
-        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0}"#
-        let production = #"{"binary": 0, "feedback": 0, "http2": 0, "device": \#(port)}"#
+        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0}"#
+        let production = #"{"binary": 0, "feedback": 0, "http2": 0, "device": \#(port), "channels": 0}"#
         try #"{"network": {"production": \#(production), "sandbox": \#(zero), "adminPort": 0}}"#.write(toFile: config, atomically: true, encoding: .utf8)
         let first = try RunningProgram(courier, ["serve", "--data", data, "--config", config])
         #expect(first.waitForLine(containing: "Courier is running") != nil, "\(first.output)")
@@ -288,7 +288,7 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         defer { removeTemporaryDirectory(directory) }
         let data = directory + "/data"
         let config = directory + "/courier.json"
-        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0}"#
+        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0}"#
         try #"{"network": {"production": \#(zero), "sandbox": \#(zero), "adminPort": 0}}"#.write(toFile: config, atomically: true, encoding: .utf8)
         let first = try RunningProgram(courier, ["serve", "--data", data, "--config", config])
         #expect(first.waitForLine(containing: "Courier is running") != nil, "\(first.output)")

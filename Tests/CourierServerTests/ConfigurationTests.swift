@@ -35,15 +35,17 @@ let everyKeyChanged = CourierConfiguration(
     dataDirectory: "/var/lib/courier",
     network: .init(
         host: "0.0.0.0",
-        production: .init(binary: 3195, feedback: 3196, http2: 3197, device: 6223),
-        sandbox: .init(binary: 13195, feedback: 13196, http2: 13197, device: 16223),
+        production: .init(binary: 3195, feedback: 3196, http2: 3197, device: 6223, channels: 3198),
+        sandbox: .init(binary: 13195, feedback: 13196, http2: 13197, device: 16223, channels: 13198),
         adminPort: 9090, serverDNSNames: ["push.example.com"], serverIPAddresses: ["10.0.0.1"], handshakeTimeout: 3, adminHost: "::1", adminTLS: true),
     connections: .init(
         maxPerListener: 10, maxPerDeviceListener: 20, maxPerAddress: 5, authenticationTimeout: 2, binaryIdleTimeout: 60, unfinishedFrameTimeout: 4,
         feedbackTimeout: 6, reconnectLimit: 7, reconnectWindow: 8, refusalLogInterval: 9, maxUnfinishedRequestBytes: 10_000,
         maxUnreadBytes: 20_000, maxPerIdentity: 11),
     http2: .init(maxConcurrentStreams: 64, idleTimeout: 600),
-    limits: .init(payload: PayloadLimits(binaryLegacy: 300, binaryCommand2: 3000, http2: 5000, http2VoIP: 6000), tokenLength: 64, deviceMaxFrameLength: 32_768),
+    limits: .init(
+        payload: PayloadLimits(binaryLegacy: 300, binaryCommand2: 3000, http2: 5000, http2VoIP: 6000, broadcast: 7000), tokenLength: 64,
+        deviceMaxFrameLength: 32_768, channelsPerApp: 12),
     paths: .init(database: "db.sqlite", pki: "certs", demo: "example"),
     demo: .init(enabled: false, teamID: "ABCDE12345", teamName: "Other", bundleID: "com.example.other"),
     qos: QoSConfiguration(burstWindow: 5, silentBudgetPerHour: 3, retention: 3600, tokenRateLimit: 10, tokenRateWindow: 1, tickInterval: 0.5, keepAlive: 30),

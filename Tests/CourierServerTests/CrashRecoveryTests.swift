@@ -36,7 +36,7 @@ struct ServeProcess {
         defer { removeTemporaryDirectory(directory) }
         let data = directory + "/data"
         let config = directory + "/courier.json"
-        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0}"#
+        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0}"#
         try #"{"network": {"production": \#(zero), "sandbox": \#(zero), "adminPort": 0}, "logLevel": "warning"}"#
             .write(toFile: config, atomically: true, encoding: .utf8)
         var logger = Logger(label: "crash-test")

@@ -10,7 +10,7 @@ import Testing
 @Suite struct DeviceConnectionStateMachineTests {
     /// A link that goes nowhere: the machine never uses it.
     struct NoLink: DeviceLink {
-        func deliver(_ notification: PushNotification) -> String? { nil }
+        func deliver(_ notification: PushNotification, channelID: String?) -> String? { nil }
         func sentEverythingHeld() {}
         func close() {}
     }

@@ -292,7 +292,7 @@ struct FaultServer {
     /// it) and room for every device on the one loopback address.
     private static func writeConfiguration(_ path: String, production ports: [String: Int], connections: [String: Int]) throws {
         func section(_ environment: String) -> String {
-            let entries = ["binary", "feedback", "http2", "device"].map { #""\#($0)": \#(ports["\($0).\(environment)"] ?? 0)"# }
+            let entries = ["binary", "feedback", "http2", "device", "channels"].map { #""\#($0)": \#(ports["\($0).\(environment)"] ?? 0)"# }
             return "{" + entries.joined(separator: ", ") + "}"
         }
         let limits = connections.merging(["maxPerAddress": 20_000]) { given, _ in given }

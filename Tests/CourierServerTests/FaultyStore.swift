@@ -88,6 +88,16 @@ final class FaultyStore: Store {
     func endActivity(deviceID: UInt64, bundleID: String, environment: Environment, activity: UInt32, at: Date) async throws -> Bool {
         try await base.endActivity(deviceID: deviceID, bundleID: bundleID, environment: environment, activity: activity, at: at)
     }
+    func createChannel(_ channel: BroadcastChannel, limit: Int) async throws -> Bool { try await base.createChannel(channel, limit: limit) }
+    func channel(id: String, environment: Environment) async throws -> BroadcastChannel? { try await base.channel(id: id, environment: environment) }
+    func channels(bundleID: String, environment: Environment) async throws -> [BroadcastChannel] {
+        try await base.channels(bundleID: bundleID, environment: environment)
+    }
+    func deleteChannel(id: String, environment: Environment) async throws -> Bool { try await base.deleteChannel(id: id, environment: environment) }
+    func storeBroadcast(_ broadcast: StoredBroadcast) async throws -> Bool { try await base.storeBroadcast(broadcast) }
+    func storedBroadcast(channelID: String, environment: Environment) async throws -> StoredBroadcast? {
+        try await base.storedBroadcast(channelID: channelID, environment: environment)
+    }
     func activityEnd(deviceID: UInt64, bundleID: String, environment: Environment, activity: UInt32) async throws -> Date? {
         try await base.activityEnd(deviceID: deviceID, bundleID: bundleID, environment: environment, activity: activity)
     }

@@ -65,6 +65,14 @@ let sampleDeliveryID = UUID(uuidString: "9B2F0C4E-7A51-4D36-8E0B-5C1D2A3F4E60")!
         .appTokenRequest(bundleID: "com.example.demo", requestID: 45, kind: .liveActivityUpdate),
         .appTokenResponse(requestID: 45, bundleID: "com.example.demo", token: sampleToken, status: .ok, activity: 9),
         .unregister(bundleID: "com.example.demo", requestID: 46, activity: 9),
+        .subscribe(bundleID: "com.example.demo", requestID: 47, channelID: "dHN0LXNyY2gtY2hubA==", lastDeliveryID: sampleDeliveryID),
+        .subscribe(bundleID: "com.example.demo", requestID: 48, channelID: "dHN0LXNyY2gtY2hubA=="),
+        .channelAck(requestID: 48, status: .unknownChannel),
+        .unsubscribe(bundleID: "com.example.demo", requestID: 49, channelID: "dHN0LXNyY2gtY2hubA=="),
+        .notification(
+            DeviceNotification(
+                token: sampleToken, payload: [0x7B, 0x7D], id: sampleID, deliveryID: sampleDeliveryID, expiration: 0, priority: 10,
+                topic: "com.example.demo.push-type.liveactivity", pushType: "liveactivity", channelID: "dHN0LXNyY2gtY2hubA==")),
         .error(code: .badItemValue, message: "priority 7"),
     ]
 
@@ -122,13 +130,13 @@ let sampleDeliveryID = UUID(uuidString: "9B2F0C4E-7A51-4D36-8E0B-5C1D2A3F4E60")!
             }
         }
         let covered = Set(Self.everyMessage.map(\.frame.command))
-        #expect(documented.count == 13)
+        #expect(documented.count == 16)
         #expect(documented == covered)
     }
 
     @Test func everyDocumentedCodeHasItsName() {
         let rows = documentRows(under: "## Error and status codes", in: "docs/device-protocol.md")
-        #expect(rows.count == 11)
+        #expect(rows.count == 12)
         for row in rows {
             guard let value = UInt8(row[0]) else {
                 Issue.record("bad row \(row)")

@@ -110,7 +110,7 @@ struct Reader {
 func message(from input: [UInt8]) -> DeviceMessage? {
     var reader = Reader(bytes: input[...])
     guard let kind = reader.byte() else { return nil }
-    switch kind % 13 {
+    switch kind % 16 {
     case 0:
         guard let version = reader.byte(), let tokens = reader.values(size: 32, limit: 8), let hasKeepAlive = reader.flag(),
             let keepAlive = reader.integer(UInt16.self), let hasGeneration = reader.flag(), let generation = reader.integer(UInt32.self)
@@ -155,13 +155,29 @@ func message(from input: [UInt8]) -> DeviceMessage? {
             let topic = reader.anyString(), let hasCollapseID = reader.flag(), let collapseID = reader.anyString(),
             let hasPushType = reader.flag(), let pushType = reader.anyString()
         else { return nil }
+        // A broadcast's channel, when the input goes on (inputs written before it still describe a Notification).
+        let channelID = reader.flag() == true ? reader.anyString() : nil
         return .notification(
             DeviceNotification(
                 token: token, payload: payload, id: id, deliveryID: deliveryID, expiration: hasExpiration ? expiration : nil,
-                priority: priority, topic: topic, collapseID: hasCollapseID ? collapseID : nil, pushType: hasPushType ? pushType : nil))
+                priority: priority, topic: topic, collapseID: hasCollapseID ? collapseID : nil, pushType: hasPushType ? pushType : nil,
+                channelID: channelID))
     case 12:
         guard let deliveryID = reader.uuid(), let status = reader.byte() else { return nil }
         return .ack(deliveryID: deliveryID, status: status)
+    case 13:
+        guard let bundleID = reader.string(max: 155), let requestID = reader.integer(UInt32.self), let channelID = reader.string(max: 64),
+            let hasLast = reader.flag()
+        else { return nil }
+        let last = hasLast ? reader.uuid() : nil
+        if hasLast && last == nil { return nil }
+        return .subscribe(bundleID: bundleID, requestID: requestID, channelID: channelID, lastDeliveryID: last)
+    case 14:
+        guard let bundleID = reader.string(max: 155), let requestID = reader.integer(UInt32.self), let channelID = reader.string(max: 64) else { return nil }
+        return .unsubscribe(bundleID: bundleID, requestID: requestID, channelID: channelID)
+    case 15:
+        guard let requestID = reader.integer(UInt32.self), let status = reader.byte() else { return nil }
+        return .channelAck(requestID: requestID, status: DeviceProtocolCode(rawValue: status))
     default:
         // Any text, as long as the input goes: the writer cuts it to 1,024 bytes.
         guard let code = reader.byte() else { return nil }

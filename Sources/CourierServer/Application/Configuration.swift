@@ -12,18 +12,22 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         public var feedback: Int
         public var http2: Int
         public var device: Int
+        /// Broadcast channel management (Apple serves it on 2195 and 2196
+        /// of other hosts; those numbers are the binary API's here).
+        public var channels: Int
 
-        public init(binary: Int, feedback: Int, http2: Int, device: Int) {
+        public init(binary: Int, feedback: Int, http2: Int, device: Int, channels: Int) {
             self.binary = binary
             self.feedback = feedback
             self.http2 = http2
             self.device = device
+            self.channels = channels
         }
 
-        public static let production = EnvironmentPorts(binary: 2195, feedback: 2196, http2: 2197, device: 5223)
-        public static let sandbox = EnvironmentPorts(binary: 12195, feedback: 12196, http2: 12197, device: 15223)
+        public static let production = EnvironmentPorts(binary: 2195, feedback: 2196, http2: 2197, device: 5223, channels: 2198)
+        public static let sandbox = EnvironmentPorts(binary: 12195, feedback: 12196, http2: 12197, device: 15223, channels: 12198)
         /// Every port 0, for tests.
-        public static let ephemeral = EnvironmentPorts(binary: 0, feedback: 0, http2: 0, device: 0)
+        public static let ephemeral = EnvironmentPorts(binary: 0, feedback: 0, http2: 0, device: 0, channels: 0)
     }
 
     /// Where the listeners bind and what the server certificate names.
@@ -92,8 +96,14 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         public var tokenLength: Int
         /// Largest courier device frame accepted.
         public var deviceMaxFrameLength: Int
+        /// Broadcast channels an app may have in one environment.
+        public var channelsPerApp: Int
 
-        public init(payload: PayloadLimits = PayloadLimits(), tokenLength: Int = 32, deviceMaxFrameLength: Int = 16_384) {
+        public init(
+            payload: PayloadLimits = PayloadLimits(), tokenLength: Int = 32, deviceMaxFrameLength: Int = 16_384,
+            channelsPerApp: Int = BroadcastChannel.defaultLimit
+        ) {
+            self.channelsPerApp = channelsPerApp
             self.payload = payload
             self.tokenLength = tokenLength
             self.deviceMaxFrameLength = deviceMaxFrameLength
@@ -345,6 +355,7 @@ extension CourierConfiguration {
                 [
                     ("network.\(name).binary", ports.binary), ("network.\(name).feedback", ports.feedback),
                     ("network.\(name).http2", ports.http2), ("network.\(name).device", ports.device),
+                    ("network.\(name).channels", ports.channels),
                 ]
             }
         for (key, port) in portKeys where !(0...65_535).contains(port) {
@@ -355,10 +366,13 @@ extension CourierConfiguration {
         }
         let payloadKeys = [
             ("binaryLegacy", limits.payload.binaryLegacy), ("binaryCommand2", limits.payload.binaryCommand2),
-            ("http2", limits.payload.http2), ("http2VoIP", limits.payload.http2VoIP),
+            ("http2", limits.payload.http2), ("http2VoIP", limits.payload.http2VoIP), ("broadcast", limits.payload.broadcast),
         ]
         for (key, value) in payloadKeys where !(1...65_535).contains(value) {
             throw ConfigurationError("\(source): 'limits.payload.\(key)' must be 1 to 65535")
+        }
+        guard (1...1_000_000).contains(limits.channelsPerApp) else {
+            throw ConfigurationError("\(source): 'limits.channelsPerApp' must be 1 to 1000000")
         }
         guard network.handshakeTimeout > 0 else { throw ConfigurationError("\(source): 'network.handshakeTimeout' must be more than 0") }
         guard (1...1_000_000).contains(http2.maxConcurrentStreams) else {

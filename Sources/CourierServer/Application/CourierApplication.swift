@@ -39,6 +39,8 @@ public struct CourierApplication: Sendable {
     public let listeners: [(BoundPorts.Listener, Environment)]
     /// The HTTP/2 provider API of each environment.
     public let http2Gateways: [Environment: HTTP2Gateway]
+    /// The channel management port of each environment.
+    public let channelGateways: [Environment: HTTP2Gateway]
     /// What the provider interfaces received (the admin API reads it).
     public let inbox: NotificationInbox
     /// The admin API's fault rules.
@@ -51,7 +53,7 @@ public struct CourierApplication: Sendable {
     /// connections of revoked auth keys and certificates on every
     /// interface, are closed.
     public func sweep() async {
-        await Self.sweep(Array(http2Gateways.values), policy)
+        await Self.sweep(Array(http2Gateways.values) + Array(channelGateways.values), policy)
     }
 
     private static func sweep(_ gateways: [HTTP2Gateway], _ policy: ConnectionPolicy) async {
@@ -89,7 +91,7 @@ public struct CourierApplication: Sendable {
             let feedback = FeedbackList(store: provisioner.store)
             let dispatcher = Dispatcher(
                 store: provisioner.store, codecs: codecs, clock: clock, qos: configuration.qos, log: log, feedback: feedback, metrics: metrics,
-                logger: logger)
+                channelLimit: configuration.limits.channelsPerApp, logger: logger)
             if let directory = report.demoDeviceDirectory, let bundleID = report.demoBundleID {
                 report.demoDeviceToken = try await registerDemoApp(bundleID, deviceDirectory: directory, dispatcher: dispatcher, store: provisioner.store)
             }
@@ -106,16 +108,22 @@ public struct CourierApplication: Sendable {
                     maxOpen: configuration.connections.maxPerIdentity, clock: clock),
                 memory: MemoryReturn(logger: logger))
             var http2Gateways: [Environment: HTTP2Gateway] = [:]
+            var channelGateways: [Environment: HTTP2Gateway] = [:]
             for environment in Environment.allCases {
                 http2Gateways[environment] = try HTTP2Gateway(
                     environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, keys: keys,
                     inbox: inbox, faults: faults, policy: policy, logger: logger)
+                channelGateways[environment] = try HTTP2Gateway(
+                    environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, keys: keys,
+                    inbox: inbox, faults: faults, policy: policy, managesChannels: true, logger: logger)
             }
+            // Both ports of both environments: swept together, listed together.
+            let allHTTP2 = Array(http2Gateways.values) + Array(channelGateways.values)
             if timers {
                 services.append(TimerService(interval: configuration.qos.tickInterval) { await dispatcher.tick() })
                 services.append(
-                    TimerService(interval: configuration.qos.tickInterval) { [http2Gateways] in
-                        await Self.sweep(Array(http2Gateways.values), policy)
+                    TimerService(interval: configuration.qos.tickInterval) {
+                        await Self.sweep(allHTTP2, policy)
                     })
             }
             // One listener a port, each with its interface.
@@ -135,19 +143,20 @@ public struct CourierApplication: Sendable {
                     PortListener(feedbackService, configuration: configuration, policy: policy, ports: ports, metrics: metrics),
                     PortListener(binary, configuration: configuration, policy: policy, ports: ports, metrics: metrics),
                     PortListener(http2Gateways[environment]!, configuration: configuration, policy: policy, ports: ports, metrics: metrics),
+                    PortListener(channelGateways[environment]!, configuration: configuration, policy: policy, ports: ports, metrics: metrics),
                 ]
             }
             let listeners: [(BoundPorts.Listener, Environment)] = Environment.allCases.flatMap {
-                [(.device, $0), (.feedback, $0), (.binary, $0), (.http2, $0)]
+                [(.device, $0), (.feedback, $0), (.binary, $0), (.http2, $0), (.channels, $0)]
             }
             // Stops first at shutdown; its long polls end at once (NotificationInbox.close).
             services.append(
                 AdminServer(
                     configuration: configuration, token: admin.token, inbox: inbox, faults: faults, dispatcher: dispatcher, connections: policy.open,
                     ports: ports, provisioner: provisioner,
-                    afterRevocation: { [http2Gateways] in await Self.sweep(Array(http2Gateways.values), policy) },
-                    providerConnections: { [http2Gateways, binaryGateways] in
-                        binaryGateways.flatMap { $0.connections.states($0.environment) } + http2Gateways.values.flatMap { $0.connectionStates() }
+                    afterRevocation: { await Self.sweep(allHTTP2, policy) },
+                    providerConnections: { [binaryGateways] in
+                        binaryGateways.flatMap { $0.connections.states($0.environment) } + allHTTP2.flatMap { $0.connectionStates() }
                     },
                     ready: { [store = provisioner.store] in
                         guard ports.all.count > listeners.count else { return false }
@@ -155,7 +164,7 @@ public struct CourierApplication: Sendable {
                     }, logger: logger))
             return CourierApplication(
                 configuration: configuration, provisioner: provisioner, report: report, services: services, dispatcher: dispatcher, ports: ports,
-                listeners: listeners, http2Gateways: http2Gateways, inbox: inbox, faults: faults, policy: policy)
+                listeners: listeners, http2Gateways: http2Gateways, channelGateways: channelGateways, inbox: inbox, faults: faults, policy: policy)
         } catch {
             try? await provisioner.close()
             throw error

@@ -9,11 +9,17 @@ import Synchronization
 public protocol DeviceLink: Sendable {
     /// Sends the notification; or, when a device could not read it (an
     /// item over the device protocol's bounds), sends nothing and says why:
-    /// one notification must never end a device's connection.
-    func deliver(_ notification: PushNotification) -> String?
+    /// one notification must never end a device's connection. With
+    /// `channelID`, a broadcast the device gets as that channel's subscriber.
+    func deliver(_ notification: PushNotification, channelID: String?) -> String?
     /// Everything held for the device was sent.
     func sentEverythingHeld()
     func close()
+}
+
+extension DeviceLink {
+    /// Sends a notification addressed to the device's token.
+    func deliver(_ notification: PushNotification) -> String? { deliver(notification, channelID: nil) }
 }
 
 struct DeviceKey: Hashable, Sendable {

@@ -45,6 +45,8 @@ public final class Dispatcher: Sendable {
     let registrations: Registrations
     /// Connected devices, their bursts and silent budgets.
     let sessions: DeviceSessions
+    /// Broadcast channels and their subscribers.
+    let broadcasts: Broadcasts
     private let logger: Logger
     /// Counts outcomes, deliveries and commits.
     let metrics: ServerMetrics
@@ -55,7 +57,7 @@ public final class Dispatcher: Sendable {
 
     init(
         store: any Store, codecs: [Environment: DeviceTokenCodec], clock: any WallClock, qos: QoSConfiguration, log: DeliveryLogWriter,
-        feedback: FeedbackList, metrics: ServerMetrics, logger: Logger
+        feedback: FeedbackList, metrics: ServerMetrics, channelLimit: Int = BroadcastChannel.defaultLimit, logger: Logger
     ) {
         self.metrics = metrics
         self.store = store
@@ -66,6 +68,7 @@ public final class Dispatcher: Sendable {
         self.rules = rules
         registrations = Registrations(store: store, codecs: codecs, rules: rules, clock: clock)
         sessions = DeviceSessions(rules: rules)
+        broadcasts = Broadcasts(store: store, registrations: registrations, clock: clock, limit: channelLimit, logger: logger)
         self.log = log
         self.logger = logger
         // One transaction per batch; the batch's replaced notifications (or its failure) go to the log here.
@@ -412,6 +415,7 @@ public final class Dispatcher: Sendable {
         // Queued priority-5 notifications that may be stored are held in the
         // store and go out on the next connection; the others are lost.
         let dropped = sessions.disconnected(session)
+        broadcasts.disconnected(session)
         let now = clock.now()
         log.append(dropped.compactMap { rules.wentOffline(queued: $0.notification, at: now) })
     }

@@ -22,6 +22,8 @@ struct DeviceConnectionStateMachine {
         case unregister(bundleID: String, requestID: UInt32, activity: UInt32?, session: DeviceSession)
         case acknowledge(UInt8, deliveryID: UUID, session: DeviceSession)
         case filter([[UInt8]], session: DeviceSession)
+        case subscribe(bundleID: String, requestID: UInt32, channelID: String, lastDeliveryID: UUID?, session: DeviceSession)
+        case unsubscribe(bundleID: String, requestID: UInt32, channelID: String, session: DeviceSession)
         case keepAlive
         /// Send an Error frame and close.
         case fail(DeviceProtocolError)
@@ -63,6 +65,10 @@ struct DeviceConnectionStateMachine {
             return .acknowledge(status, deliveryID: deliveryID, session: session)
         case (.connected(let session, _), .filter(let hashes)):
             return .filter(hashes, session: session)
+        case (.connected(let session, _), .subscribe(let bundleID, let requestID, let channelID, let lastDeliveryID)):
+            return .subscribe(bundleID: bundleID, requestID: requestID, channelID: channelID, lastDeliveryID: lastDeliveryID, session: session)
+        case (.connected(let session, _), .unsubscribe(let bundleID, let requestID, let channelID)):
+            return .unsubscribe(bundleID: bundleID, requestID: requestID, channelID: channelID, session: session)
         case (.connected, .keepAlive):
             return .keepAlive
         case (.connected(let session, _), _):

@@ -25,12 +25,12 @@ final class ChannelDeviceLink: DeviceLink {
     /// A Notification frame, unless an item is beyond what the device
     /// protocol carries (held by an older version, say): then why, and
     /// nothing is sent.
-    func deliver(_ notification: PushNotification) -> String? {
+    func deliver(_ notification: PushNotification, channelID: String?) -> String? {
         let n = notification
         let expiration = n.expiration.map { UInt32(clamping: Int64($0.timeIntervalSince1970)) }
         let frame = DeviceNotification(
             token: n.token, payload: n.payload, id: n.id, deliveryID: n.deliveryID, expiration: expiration, priority: n.priority.rawValue,
-            topic: n.topic, collapseID: n.collapseID, pushType: n.pushType)
+            topic: n.topic, collapseID: n.collapseID, pushType: n.pushType, channelID: channelID)
         if let problem = frame.problem(tokenLength: tokenLength) { return "\(problem)" }
         send(.notification(frame))
         return nil
@@ -187,7 +187,13 @@ final class DeviceGateway: ListenerInterface {
                 link.send(.unregisterAck(requestID: requestID, status: ended ? .ok : .unknownApp))
             case .unregister(let bundleID, let requestID, nil, let session):
                 let done = try await dispatcher.unregister(deviceID: session.deviceID, bundleID: bundleID, environment: environment)
+                if done { dispatcher.broadcasts.appRemoved(bundleID, from: session) }
                 link.send(.unregisterAck(requestID: requestID, status: done ? .ok : .unknownApp))
+            case .subscribe(let bundleID, let requestID, let channelID, let lastDeliveryID, let session):
+                let outcome = try await dispatcher.broadcasts.subscribe(session, bundleID: bundleID, channelID: channelID, lastDeliveryID: lastDeliveryID)
+                link.send(.channelAck(requestID: requestID, status: Self.code(outcome)))
+            case .unsubscribe(let bundleID, let requestID, let channelID, let session):
+                link.send(.channelAck(requestID: requestID, status: Self.code(dispatcher.broadcasts.unsubscribe(session, bundleID: bundleID, channelID: channelID))))
             case .filter(let hashes, let session):
                 await dispatcher.filter(hashes, for: session)
             case .keepAlive, .acknowledge:
@@ -202,6 +208,14 @@ final class DeviceGateway: ListenerInterface {
             logger.debug("device connection ended", metadata: ["courier.error": "\(error)"])
             link.close()
             return false
+        }
+    }
+
+    private static func code(_ outcome: Broadcasts.Outcome) -> DeviceProtocolCode {
+        switch outcome {
+        case .done: .ok
+        case .unknownApp: .unknownApp
+        case .unknownChannel: .unknownChannel
         }
     }
 

@@ -91,8 +91,14 @@ struct HTTP2GoAwayRequest: Sendable {
 /// The answer to one request.
 struct HTTP2Answer: Sendable {
     var status: Int
+    /// The request's id: its `apns-id`, or a broadcast API request's
+    /// `apns-request-id` (`idHeader`).
     var apnsID: String
     var body: [UInt8]?
+    /// The header that carries `apnsID`.
+    var idHeader = HTTP2Answer.apnsIDHeader
+    /// `apns-channel-id`: a channel management answer's channel.
+    var channelID: String?
     /// The connection's first valid provider token: lift the one-stream limit.
     var liftStreamLimit = false
     /// Why it was refused.
@@ -104,17 +110,32 @@ struct HTTP2Answer: Sendable {
     /// (one thread per connection takes the inbox's lock, not every task's).
     var entry: InboxRecord?
 
+    static let apnsIDHeader = "apns-id"
+    static let requestIDHeader = "apns-request-id"
+
     static func failure(_ reason: Reason, apnsID: String, timestamp: Date? = nil) -> HTTP2Answer {
         HTTP2Answer(status: reason.httpStatus, apnsID: apnsID, body: HTTP2ErrorBody(reason: reason, timestamp: timestamp).json, reason: reason)
+    }
+
+    /// A broadcast API request's refusal, under its `apns-request-id`.
+    static func failure(_ reason: Reason, requestID: String) -> HTTP2Answer {
+        var answer = failure(reason, apnsID: requestID)
+        answer.idHeader = requestIDHeader
+        return answer
     }
 }
 
 /// The HTTP/2 provider API of one environment (seed 003, "Communicating
 /// with APNs"; docs/protocol.md §2): TLS 1.2+ with ALPN `h2` (a client that
 /// offers no ALPN speaks HTTP/2 all the same), certificate or token trust,
-/// `POST /3/device/<token>`, every status and reason of docs/protocol.md §2.
+/// `POST /3/device/<token>` and `POST /4/broadcasts/apps/<bundle>`, every
+/// status and reason of docs/protocol.md §2. With `managesChannels` it is
+/// the environment's channel management port instead (`/1/apps/…`, the
+/// same trust; `BroadcastRequests.swift`).
 public final class HTTP2Gateway: ListenerInterface, Sendable {
     let basics: PortBasics
+    /// The channel management port: only `/1/apps/…` requests.
+    let managesChannels: Bool
     let dispatcher: Dispatcher
     let keys: ProviderKeys
     /// Every request that reached an answer, with the answer.
@@ -131,13 +152,14 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher,
-        keys: ProviderKeys, inbox: NotificationInbox, faults: FaultInjector, policy: ConnectionPolicy, logger: Logger
+        keys: ProviderKeys, inbox: NotificationInbox, faults: FaultInjector, policy: ConnectionPolicy, managesChannels: Bool = false, logger: Logger
     ) throws {
         self.inbox = inbox
         self.faults = faults
+        self.managesChannels = managesChannels
         // A certificate is optional here: without one, the provider uses tokens.
         basics = PortBasics(
-            .http2, environment, configuration: configuration, policy: policy, authority: tls,
+            managesChannels ? .channels : .http2, environment, configuration: configuration, policy: policy, authority: tls,
             context: try ServerTLS.context(provisioner: provisioner, alpn: ["h2"], verification: .optionalVerification),
             peers: .providers(checkingEnvironment: false), logger: logger)
         self.dispatcher = dispatcher
@@ -268,7 +290,7 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
     }
 
     /// Who sent a request, once its trust was checked.
-    private struct Provider {
+    struct Provider {
         var identity: ProviderIdentity
         /// A certificate's only topic, for a request without `apns-topic`.
         var defaultTopic: String?
@@ -458,12 +480,12 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
     }
 
     /// A refusal before the provider is known.
-    private struct Refused: Error {
+    struct Refused: Error {
         var answer: HTTP2Answer
     }
 
     /// The provider of a certificate connection.
-    private func certified(_ trust: ProviderTrust, apnsID: String) -> Result<Provider, Refused> {
+    func certified(_ trust: ProviderTrust, apnsID: String) -> Result<Provider, Refused> {
         switch trust {
         case .certificate(let record, let identity, let topic):
             guard record.environments.contains(environment) else { return .failure(Refused(answer: .failure(.badCertificateEnvironment, apnsID: apnsID))) }
@@ -476,7 +498,7 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
     /// The provider of a token connection, from its request's token. A
     /// key whose connections come and go too fast, or that holds too many,
     /// is refused at its first valid token (and this connection ends).
-    private func admit(_ outcome: TokenTrust.Outcome, trust: TokenTrust, connection: HTTP2ConnectionHandle, apnsID: String) -> Result<Provider, Refused> {
+    func admit(_ outcome: TokenTrust.Outcome, trust: TokenTrust, connection: HTTP2ConnectionHandle, apnsID: String) -> Result<Provider, Refused> {
         switch outcome {
         case .rejected(let reason): return .failure(Refused(answer: .failure(reason, apnsID: apnsID)))
         case .valid(let identity, let first):
@@ -543,7 +565,7 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
     }
 
     /// The answer with its inbox entry (`entry`).
-    private func recorded(_ answer: HTTP2Answer, _ headers: HPACKHeaders, _ body: ByteBuffer, _ connection: HTTP2ConnectionHandle, _ seen: Seen)
+    func recorded(_ answer: HTTP2Answer, _ headers: HPACKHeaders, _ body: ByteBuffer, _ connection: HTTP2ConnectionHandle, _ seen: Seen)
         -> HTTP2Answer
     {
         var answer = answer
@@ -812,8 +834,15 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
             write(answer, on: streamID, context: context)
             return
         }
+        if gateway.managesChannels {
+            decideChannelRequest(stream, on: streamID, management: true, context: context)
+            return
+        }
         let head: HTTP2RequestHead
         switch HTTP2RequestHead.parse(stream.headers) {
+        case .failure(.badPath) where HTTP2ChannelRequestHead.isBroadcast(stream.headers):
+            decideChannelRequest(stream, on: streamID, management: false, context: context)
+            return
         case .failure(let reason):
             let answer = HTTP2Answer.failure(reason, apnsID: Self.apnsID(in: stream.headers))
             if let entry = gateway.entry(stream.headers, body: stream.body ?? empty, answer: answer, connection: connection) { gateway.inbox.record(entry) }
@@ -823,6 +852,22 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         }
         machine.dispatched()
         received.append(HTTP2Request(streamID: streamID, head: head, headers: stream.headers, body: stream.body ?? empty))
+    }
+
+    /// A request of the broadcast API: answered through the listener's
+    /// work (it needs the store), or refused now when its method or path is wrong.
+    private func decideChannelRequest(_ stream: OpenStream, on streamID: HTTP2StreamID, management: Bool, context: ChannelHandlerContext) {
+        let body = stream.body ?? context.channel.allocator.buffer(capacity: 0)
+        switch HTTP2ChannelRequestHead.parse(stream.headers, management: management) {
+        case .failure(let reason):
+            let answer = HTTP2Answer.failure(reason, requestID: stream.headers.first(name: HTTP2Answer.requestIDHeader) ?? UUID().lowercasedString)
+            if let entry = gateway.entry(stream.headers, body: body, answer: answer, connection: connection) { gateway.inbox.record(entry) }
+            write(answer, on: streamID, context: context)
+        case .success(let head):
+            machine.dispatched()
+            let (gateway, connection, headers) = (self.gateway, self.connection, stream.headers)
+            settle(.waits { await gateway.answer(head, headers: headers, body: body, connection: connection) }, on: streamID)
+        }
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
@@ -896,7 +941,8 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         // The apns-id differs on every answer: kept out of the HPACK table.
         var headers = HPACKHeaders()
         headers.add(name: ":status", value: answer.status == 200 ? "200" : String(answer.status))
-        headers.add(name: "apns-id", value: answer.apnsID, indexing: .nonIndexable)
+        headers.add(name: answer.idHeader, value: answer.apnsID, indexing: .nonIndexable)
+        if let channelID = answer.channelID { headers.add(name: "apns-channel-id", value: channelID, indexing: .nonIndexable) }
         if let uniqueID = answer.uniqueID { headers.add(name: "apns-unique-id", value: uniqueID.lowercasedString, indexing: .nonIndexable) }
         if let body = answer.body {
             headers.add(name: "content-type", value: "application/json")

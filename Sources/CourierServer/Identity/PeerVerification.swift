@@ -192,7 +192,7 @@ extension Provisioner {
 /// for the start-up banner.
 public final class BoundPorts: Sendable {
     public enum Listener: String, Sendable, Hashable {
-        case device, binary, feedback, http2
+        case device, binary, feedback, http2, channels
     }
 
     private struct State {

@@ -233,6 +233,7 @@ func bindListener<Server>(
         case .binary: ports.binary
         case .feedback: ports.feedback
         case .http2: ports.http2
+        case .channels: ports.channels
         }
     do {
         return try await bind(network.host, port)
