@@ -4,6 +4,7 @@
 // generator's own core is not what limits the figures.
 import CourierCore
 import CourierDevice
+import CourierProvider
 import CourierServer
 import CourierWire
 import Foundation
@@ -25,6 +26,7 @@ final class LightDevice: ChannelInboundHandler {
     /// Succeeds once the server acknowledged the Connect.
     let connected: EventLoopPromise<Void>
     private var registered: EventLoopPromise<[UInt8]>?
+    private var subscribed: EventLoopPromise<Void>?
     private var context: ChannelHandlerContext?
     private var unflushed = false
 
@@ -45,6 +47,15 @@ final class LightDevice: ChannelInboundHandler {
         let promise = context.eventLoop.makePromise(of: [UInt8].self)
         registered = promise
         context.writeAndFlush(wrapOutboundOut(DeviceMessage.appTokenRequest(bundleID: demoBundleID, requestID: 1)), promise: nil)
+        return promise.futureResult
+    }
+
+    /// Subscribes the demo app to a broadcast channel.
+    func subscribe(_ channelID: String) -> EventLoopFuture<Void> {
+        guard let context else { return connected.futureResult.eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel) }
+        let promise = context.eventLoop.makePromise(of: Void.self)
+        subscribed = promise
+        context.writeAndFlush(wrapOutboundOut(DeviceMessage.subscribe(bundleID: demoBundleID, requestID: 2, channelID: channelID)), promise: nil)
         return promise.futureResult
     }
 
@@ -76,6 +87,9 @@ final class LightDevice: ChannelInboundHandler {
         case .appTokenResponse(_, _, let token, let status):
             guard status == .ok, let token else { return fail(context, "registration refused: \(status)") }
             registered?.succeed(token)
+        case .channelAck(_, let status):
+            guard status == .ok else { return fail(context, "subscription refused: \(status)") }
+            subscribed?.succeed()
         case .keepAlive:
             context.writeAndFlush(wrapOutboundOut(DeviceMessage.keepAliveAck), promise: nil)
         case .error(let code, let text):
@@ -96,6 +110,7 @@ final class LightDevice: ChannelInboundHandler {
     func channelInactive(context: ChannelHandlerContext) {
         connected.fail(ChannelError.ioOnClosedChannel)
         registered?.fail(ChannelError.ioOnClosedChannel)
+        subscribed?.fail(ChannelError.ioOnClosedChannel)
         context.fireChannelInactive()
     }
 
@@ -106,6 +121,7 @@ final class LightDevice: ChannelInboundHandler {
     private func fail(_ context: ChannelHandlerContext, _ why: String) {
         connected.fail(LightLoadError(description: why))
         registered?.fail(LightLoadError(description: why))
+        subscribed?.fail(LightLoadError(description: why))
         context.close(promise: nil)
     }
 }
@@ -491,4 +507,68 @@ func tlsIdleConnections(_ arguments: Arguments, directories: [String]) async thr
     try await Task.sleep(for: .seconds(2))
     printServerMemory(arguments.serverPID, before: before, connections: channels.count)
     for channel in channels { try? await channel.close() }
+}
+
+/// `--mode broadcast`: N light devices subscribe to one broadcast channel
+/// of the demo app; each broadcast's time until every subscriber has it
+/// (the payload carries its send time; the last arrival is the figure).
+func broadcastDelivery(_ arguments: Arguments, directories: [String], logger: Logger) async throws {
+    let contexts = try directories.map { directory in
+        let credentials = try DeviceCredentials.load(from: directory)
+        return (try NIOSSLContext(configuration: credentials.tlsConfiguration()), credentials)
+    }
+    let collector = Collector()
+    let before = arguments.serverPID.flatMap(residentKiB)
+    let connectStart = Date()
+    let devices = try await connectLightDevices(contexts, tokens: nil, wave: arguments.connectWave, collector: collector, arguments: arguments)
+    print("connected and registered \(devices.count) light devices in \(String(format: "%.1f", Date().timeIntervalSince(connectStart))) s")
+
+    // The channel (policy 0: what is measured is the fan-out, not the store), with the demo certificate.
+    let tls = demoProviderTLS(arguments)
+    let credentials = HTTP2Credentials.certificate(certificatePath: tls.certificatePath!, keyPath: tls.keyPath!)
+    let management = try HTTP2ProviderClient(
+        options: .init(host: arguments.host, port: arguments.channelPort, caPath: tls.caPath, serverName: "localhost", connections: 1),
+        credentials: credentials, logger: logger)
+    let created = try await management.createChannel(bundleID: demoBundleID, policy: .noStorage)
+    await management.close()
+    guard let channelID = created.channelID else { throw LightLoadError(description: "channel not created: \(created)") }
+    let subscribeStart = Date()
+    _ = try await inWaves(devices.count, wave: arguments.connectWave) { index in
+        let channel = devices[index].channel
+        try await channel.eventLoop.flatSubmit {
+            do {
+                return try channel.pipeline.syncOperations.handler(type: LightDevice.self).subscribe(channelID)
+            } catch {
+                return channel.eventLoop.makeFailedFuture(error)
+            }
+        }.get()
+    }
+    print("\(devices.count) devices subscribed to channel \(channelID) in \(String(format: "%.1f", Date().timeIntervalSince(subscribeStart))) s")
+    printServerMemory(arguments.serverPID, before: before, connections: devices.count)
+
+    let push = try HTTP2ProviderClient(
+        options: .init(host: arguments.host, port: arguments.http2Port, caPath: tls.caPath, serverName: "localhost", connections: 1),
+        credentials: credentials, logger: logger)
+    let cpu = arguments.serverPID.map { CPUMeter(server: $0) }
+    for round in 1...arguments.broadcasts {
+        cpu?.start()
+        let payload = Array(#"{"aps":{"timestamp":1700000000,"event":"update","content-state":{"round":\#(round)}},"t":\#(nanoseconds())}"#.utf8)
+        let start = ContinuousClock.now
+        let answer = try await push.broadcast(HTTP2Broadcast(bundleID: demoBundleID, channelID: channelID, payload: payload))
+        let answered = (ContinuousClock.now - start) / .seconds(1)
+        guard answer.isSuccess else { throw LightLoadError(description: "broadcast refused: \(answer)") }
+        await collector.waitFor(devices.count, limit: 60)
+        let seconds = (ContinuousClock.now - start) / .seconds(1)
+        let (latencies, _, count) = collector.take()
+        let sorted = latencies.sorted()
+        print(
+            "broadcast \(round): answered in \(String(format: "%.1f", answered * 1000)) ms; \(count) of \(devices.count) devices had it, "
+                + "the last after \(String(format: "%.1f", (sorted.last ?? .nan))) ms (p50 \(String(format: "%.1f", percentile(sorted, 0.5))) ms, "
+                + "p99 \(String(format: "%.1f", percentile(sorted, 0.99))) ms; waited \(String(format: "%.2f", seconds)) s)")
+        cpu?.report()
+        // Apart, so that one broadcast's tail is not the next one's start.
+        try await Task.sleep(for: .milliseconds(500))
+    }
+    await push.close()
+    for device in devices { device.channel.close(promise: nil) }
 }

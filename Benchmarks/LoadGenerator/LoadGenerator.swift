@@ -11,6 +11,10 @@
 //   3. delivery as fast as one binary connection sends (saturation);
 //   4. the durable path: pushes that may be stored, to the same devices while
 //      they are offline, and how fast they drain when the devices reconnect.
+//
+// `--mode broadcast`: N devices subscribe to one broadcast channel of the
+// demo app, and each of `--broadcasts` broadcasts is timed until every
+// device has it.
 import ArgumentParser
 import CourierCore
 import CourierDevice
@@ -41,9 +45,15 @@ struct Arguments: ParsableCommand {
     var devicePort = 5223
     @Option(name: .customLong("binary-port"))
     var binaryPort = 2195
+    @Option(name: .customLong("http2-port"))
+    var http2Port = 2197
+    @Option(name: .customLong("channel-port"))
+    var channelPort = 2198
+    @Option(help: "Broadcasts to send (broadcast mode), one after the other.")
+    var broadcasts = 5
     @Option
     var host = "127.0.0.1"
-    @Option(help: "delivery (devices and pushes), binary (the provider library), binary-raw (pre-encoded frames) or tls-idle (device connections that finish the TLS handshake and send nothing: the server's memory per connection without a device session).")
+    @Option(help: "delivery (devices and pushes), broadcast (devices subscribed to one channel, the time until all have each broadcast), binary (the provider library), binary-raw (pre-encoded frames) or tls-idle (device connections that finish the TLS handshake and send nothing: the server's memory per connection without a device session).")
     var mode = "delivery"
     @Option(help: "Provider connections (binary mode).")
     var connections = 1
@@ -190,6 +200,10 @@ struct LoadGenerator {
         }
         try await provisioner.close()
         print("identities: \(arguments.devices) ready in \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
+        if arguments.mode == "broadcast" {
+            try await broadcastDelivery(arguments, directories: directories, logger: logger)
+            return
+        }
         if arguments.light {
             try await lightDelivery(arguments, directories: directories)
             return

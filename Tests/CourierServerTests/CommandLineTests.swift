@@ -215,8 +215,8 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         }
         #expect(server.waitForLine(containing: "Courier is running") != nil, "\(server.output)")
         let output = server.output.joined(separator: "\n")
-        #expect(output.contains("Connections: at most 50 per device listener, 8 per provider listener, 50 per address; 148 in all (open files: 200)"))
-        #expect(output.contains("Lowered from the configured 18000 to fit the open-file limit"))
+        #expect(output.contains("Connections: at most 45 per device listener, 7 per provider listener, 45 per address; 146 in all (open files: 200)"))
+        #expect(output.contains("Lowered from the configured 20000 to fit the open-file limit"))
         let line = try #require(server.output.first { $0.contains("device.production") })
         let port = try #require(line.split(separator: " ").last.flatMap { Int($0) })
         var flood: [any Channel] = []

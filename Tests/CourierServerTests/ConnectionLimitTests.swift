@@ -292,15 +292,26 @@ import Testing
     /// with room kept for the store and files; unchanged where they fit.
     @Test func limitsAreFittedToTheOpenFileLimit() {
         let configured = CourierConfiguration.Connections()
-        #expect(configured.fitted(toDescriptorLimit: 20_000) == configured)
+        // Two device listeners of 6,000 and eight provider listeners of 1,000, and 256 kept.
+        #expect(configured.capacity == 20_000)
+        #expect(configured.fitted(toDescriptorLimit: 20_256) == configured)
         #expect(configured.fitted(toDescriptorLimit: 1_000_000) == configured)
         let small = configured.fitted(toDescriptorLimit: 1024)
         #expect(small.capacity <= 1024 - 256)
-        #expect(small.maxPerDeviceListener == 6000 * 768 / 18000)
-        #expect(small.maxPerListener == 1000 * 768 / 18000)
+        #expect(small.maxPerDeviceListener == 6000 * 768 / 20000)
+        #expect(small.maxPerListener == 1000 * 768 / 20000)
         #expect(small.maxPerAddress <= small.maxPerDeviceListener)
         let tiny = configured.fitted(toDescriptorLimit: 64)
         #expect(tiny.capacity <= 48 && tiny.maxPerListener >= 1)
+        // A sandbox device listener of its own size counts as its size, and is fitted too.
+        var mostlyProduction = configured
+        mostlyProduction.maxPerDeviceListener = 10_000
+        mostlyProduction.maxPerSandboxDeviceListener = 100
+        mostlyProduction.maxPerListener = 50
+        #expect(mostlyProduction.capacity == 10_000 + 100 + 8 * 50)
+        #expect(mostlyProduction.fitted(toDescriptorLimit: 20_000) == mostlyProduction)
+        #expect(mostlyProduction.maxPerDeviceListener(.sandbox) == 100)
+        #expect(mostlyProduction.fitted(toDescriptorLimit: 5_000).maxPerDeviceListener(.sandbox) == 100 * 4_744 / 10_500)
     }
 
     /// An HTTP/2 connection may hold `connections.maxUnfinishedRequestBytes`

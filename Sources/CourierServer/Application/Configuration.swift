@@ -163,6 +163,10 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         public var maxPerListener: Int
         /// Open connections on one device listener.
         public var maxPerDeviceListener: Int
+        /// Open connections on the sandbox's device listener when it should
+        /// differ (a server whose devices are nearly all production's);
+        /// 0: `maxPerDeviceListener`.
+        public var maxPerSandboxDeviceListener: Int
         /// Open connections from one source address on one listener.
         public var maxPerAddress: Int
         /// Seconds after its TLS handshake within which an HTTP/2
@@ -203,8 +207,9 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
             maxPerListener: Int = 1000, maxPerDeviceListener: Int = 6000, maxPerAddress: Int = 500, authenticationTimeout: Double = 10,
             binaryIdleTimeout: Double = 3600, unfinishedFrameTimeout: Double = 10, feedbackTimeout: Double = 30, reconnectLimit: Int = 100,
             reconnectWindow: Double = 60, refusalLogInterval: Double = 10, maxUnfinishedRequestBytes: Int = 262_144,
-            maxUnreadBytes: Int = 1_048_576, maxPerIdentity: Int = 100
+            maxUnreadBytes: Int = 1_048_576, maxPerIdentity: Int = 100, maxPerSandboxDeviceListener: Int = 0
         ) {
+            self.maxPerSandboxDeviceListener = maxPerSandboxDeviceListener
             self.maxPerIdentity = maxPerIdentity
             self.maxUnfinishedRequestBytes = maxUnfinishedRequestBytes
             self.maxUnreadBytes = maxUnreadBytes
@@ -220,9 +225,15 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
             self.refusalLogInterval = refusalLogInterval
         }
 
-        /// Every connection the listeners may hold at once: what the
-        /// process's descriptor limit must leave room for.
-        public var capacity: Int { 2 * maxPerDeviceListener + 6 * maxPerListener }
+        /// The device listener's limit in `environment`.
+        public func maxPerDeviceListener(_ environment: Environment) -> Int {
+            environment == .sandbox && maxPerSandboxDeviceListener > 0 ? maxPerSandboxDeviceListener : maxPerDeviceListener
+        }
+
+        /// Every connection the listeners may hold at once (two device
+        /// listeners, eight provider listeners): what the process's
+        /// descriptor limit must leave room for.
+        public var capacity: Int { maxPerDeviceListener(.production) + maxPerDeviceListener(.sandbox) + 8 * maxPerListener }
     }
 
     /// How the server's threads are scheduled.
@@ -404,6 +415,9 @@ extension CourierConfiguration {
         ]
         for (key, value) in limits where value < 1 {
             throw ConfigurationError("\(source): '\(key)' must be at least 1")
+        }
+        guard connections.maxPerSandboxDeviceListener >= 0 else {
+            throw ConfigurationError("\(source): 'connections.maxPerSandboxDeviceListener' must be 0 (as maxPerDeviceListener) or more")
         }
         // Below one largest device frame a connection could not take one notification.
         guard connections.maxUnreadBytes >= 16_384 else {

@@ -54,9 +54,10 @@ final class ListenerGuard: Sendable {
         self.logger = logger
     }
 
-    convenience init(_ listener: BoundPorts.Listener, _ connections: CourierConfiguration.Connections, logger: Logger) {
+    convenience init(_ listener: BoundPorts.Listener, _ environment: Environment, _ connections: CourierConfiguration.Connections, logger: Logger) {
         self.init(
-            maxOpen: listener == .device ? connections.maxPerDeviceListener : connections.maxPerListener, maxPerAddress: connections.maxPerAddress,
+            maxOpen: listener == .device ? connections.maxPerDeviceListener(environment) : connections.maxPerListener,
+            maxPerAddress: connections.maxPerAddress,
             maxUnread: listener == .feedback ? nil : connections.maxUnreadBytes, logInterval: connections.refusalLogInterval, logger: logger)
     }
 
@@ -342,7 +343,8 @@ extension CourierConfiguration.Connections {
         var fitted = self
         fitted.maxPerListener = max(1, Int(Double(maxPerListener) * scale))
         fitted.maxPerDeviceListener = max(1, Int(Double(maxPerDeviceListener) * scale))
-        fitted.maxPerAddress = min(maxPerAddress, max(fitted.maxPerListener, fitted.maxPerDeviceListener))
+        if maxPerSandboxDeviceListener > 0 { fitted.maxPerSandboxDeviceListener = max(1, Int(Double(maxPerSandboxDeviceListener) * scale)) }
+        fitted.maxPerAddress = min(maxPerAddress, max(fitted.maxPerListener, fitted.maxPerDeviceListener, fitted.maxPerDeviceListener(.sandbox)))
         return fitted
     }
 
@@ -350,7 +352,9 @@ extension CourierConfiguration.Connections {
     /// descriptor limit in force and the limits configured (before they
     /// were fitted to it).
     public func describe(descriptorLimit: Int?, configured: Self) -> String {
-        var text = "Connections: at most \(maxPerDeviceListener) per device listener, \(maxPerListener) per provider listener, "
+        let sandbox = maxPerDeviceListener(.sandbox)
+        let devices = sandbox == maxPerDeviceListener ? "\(maxPerDeviceListener) per device listener" : "\(maxPerDeviceListener) on the production device listener, \(sandbox) on the sandbox's"
+        var text = "Connections: at most \(devices), \(maxPerListener) per provider listener, "
         text += "\(maxPerAddress) per address; \(capacity) in all"
         guard let descriptorLimit else { return text + "\n" }
         text += descriptorLimit == Int.max ? " (open files: unlimited)\n" : " (open files: \(descriptorLimit))\n"
@@ -374,7 +378,7 @@ struct ConnectionPolicy: Sendable {
 
     /// The limits of one listener (each listener has its own).
     func guardFor(_ listener: BoundPorts.Listener, _ environment: Environment, logger: Logger) -> ListenerGuard {
-        let limits = ListenerGuard(listener, connections, logger: logger)
+        let limits = ListenerGuard(listener, environment, connections, logger: logger)
         memory.watch(limits)
         open.add(limits, as: "\(listener.rawValue).\(environment.rawValue)")
         return limits
