@@ -8,6 +8,7 @@ import CourierProvider
 import CourierServer
 import CourierWire
 import Foundation
+import Logging
 import NIOCore
 import NIOPosix
 import NIOSSL
@@ -84,7 +85,7 @@ final class LightDevice: ChannelInboundHandler {
         case .connectAck(let status, _, _, _, _, _):
             guard status == .ok else { return fail(context, "connection refused: \(status)") }
             connected.succeed()
-        case .appTokenResponse(_, _, let token, let status):
+        case .appTokenResponse(_, _, let token, let status, _):
             guard status == .ok, let token else { return fail(context, "registration refused: \(status)") }
             registered?.succeed(token)
         case .channelAck(_, let status):

@@ -363,6 +363,7 @@ public actor DeviceClient {
             if status != .ok {
                 logger.warning("a broadcast channel is gone", metadata: ["courier.channel": "\(channelID)", "courier.status": "\(status)"])
                 subscriptions[channelID] = nil
+                lastBroadcasts[channelID] = nil
             }
         case .appTokenResponse(let requestID, _, _, _, _), .unregisterAck(let requestID, _), .channelAck(let requestID, _):
             requests.removeValue(forKey: requestID)?.resume(returning: message)
@@ -513,6 +514,7 @@ public actor DeviceClient {
         let answer = try await request { .subscribe(bundleID: bundleID, requestID: $0, channelID: channelID, lastDeliveryID: last) }
         guard case .channelAck(_, let status) = answer, status == .ok else {
             if case .channelAck(_, .unknownApp) = answer { throw DeviceClientError.unknownApp(bundleID) }
+            if case .channelAck(_, .tooManySubscriptions) = answer { throw DeviceClientError.tooManySubscriptions }
             throw DeviceClientError.unknownChannel(channelID)
         }
         subscriptions[channelID] = bundleID
@@ -521,6 +523,7 @@ public actor DeviceClient {
     /// Ends the subscription: broadcasts on the channel no longer reach this device.
     public func unsubscribe(_ bundleID: String, from channelID: String) async throws {
         subscriptions[channelID] = nil
+        lastBroadcasts[channelID] = nil
         let answer = try await request { .unsubscribe(bundleID: bundleID, requestID: $0, channelID: channelID) }
         guard case .channelAck(_, .ok) = answer else { throw DeviceClientError.unknownChannel(channelID) }
     }

@@ -76,6 +76,8 @@ public enum DeviceClientError: Error, Sendable, Hashable, CustomStringConvertibl
     /// The app has no such broadcast channel (or, unsubscribing, the
     /// device was not subscribed to it).
     case unknownChannel(String)
+    /// The connection holds as many subscriptions as the server allows.
+    case tooManySubscriptions
     /// No connection right now; try again.
     case disconnected
     case stopped
@@ -89,6 +91,7 @@ public enum DeviceClientError: Error, Sendable, Hashable, CustomStringConvertibl
         case .protocolError(let code, let message): "protocol error \(code): \(message)"
         case .unknownApp(let bundleID): "the server has no app \(bundleID)"
         case .unknownChannel(let channelID): "the app has no broadcast channel \(channelID)"
+        case .tooManySubscriptions: "the server allows no more broadcast subscriptions on this connection"
         case .disconnected: "not connected"
         case .stopped: "the client was stopped"
         case .unreachable(let why): "cannot connect to the device gateway \(why)"

@@ -50,6 +50,8 @@ public struct DeviceProtocolCode: Sendable, Hashable, CustomStringConvertible {
     /// A Subscribe or Unsubscribe named a channel its app does not have
     /// (or the device is not subscribed to).
     public static let unknownChannel = DeviceProtocolCode(rawValue: 11)
+    /// A Subscribe beyond the subscriptions one connection may hold.
+    public static let tooManySubscriptions = DeviceProtocolCode(rawValue: 12)
 
     public var name: String {
         switch rawValue {
@@ -65,6 +67,7 @@ public struct DeviceProtocolCode: Sendable, Hashable, CustomStringConvertible {
         case 9: "certificateRefused"
         case 10: "internal"
         case 11: "unknownChannel"
+        case 12: "tooManySubscriptions"
         default: "code\(rawValue)"
         }
     }

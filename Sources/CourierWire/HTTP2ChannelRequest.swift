@@ -105,7 +105,14 @@ public struct HTTP2ChannelRequestHead: Sendable, Hashable {
         public var channelID: String
         /// Nil: none given (kept as the channel's policy allows).
         public var expiration: Date?
-        public var priority: Priority
+        /// Nil: none given (10, or 5 for a background payload, as on `/3/device`).
+        public var priority: Priority?
+    }
+
+    /// Live Activities, as the broadcast API names them: Apple writes
+    /// `LiveActivity` and `liveactivity`, so the case is not compared.
+    static func isLiveActivities(_ pushType: String) -> Bool {
+        pushType.lowercased() == PushType.liveactivity.rawValue
     }
 
     /// Checks `apns-request-id` (a UUID when given: else `BadMessageId`)
@@ -122,22 +129,20 @@ public struct HTTP2ChannelRequestHead: Sendable, Hashable {
     /// A broadcast's header values, in the order of docs/protocol.md:
     /// the channel id, `apns-push-type` (required: `liveactivity`, in any
     /// case, as Apple's pages spell it three ways), `apns-priority` (5 or
-    /// 10, default 10) and `apns-expiration`.
+    /// 10) and `apns-expiration`.
     public func broadcastFields() -> Result<BroadcastFields, Reason> {
         if let reason = checkCommon() { return .failure(reason) }
         guard let pushType, !pushType.isEmpty else { return .failure(.missingPushType) }
-        guard pushType.lowercased() == PushType.liveactivity.rawValue else { return .failure(.invalidPushType) }
-        var priorityValue = Priority.immediate
+        guard Self.isLiveActivities(pushType) else { return .failure(.invalidPushType) }
+        var priorityValue: Priority?
         if let priority {
             guard priority == "5" || priority == "10", let value = UInt8(priority).flatMap(Priority.init(rawValue:)) else { return .failure(.badPriority) }
             priorityValue = value
         }
         var expirationDate: Date?
         if let expiration {
-            guard !expiration.isEmpty, expiration.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let seconds = UInt32(expiration) else {
-                return .failure(.badExpirationDate)
-            }
-            expirationDate = Date(timeIntervalSince1970: TimeInterval(seconds))
+            guard let date = HTTP2RequestHead.expirationDate(expiration) else { return .failure(.badExpirationDate) }
+            expirationDate = date
         }
         return .success(BroadcastFields(channelID: channelID ?? "", expiration: expirationDate, priority: priorityValue))
     }
@@ -160,14 +165,15 @@ public struct ChannelConfiguration: Sendable, Hashable, Codable {
     }
 
     /// Reads a create request's body: empty is `PayloadEmpty`, not a JSON
-    /// object `BadRequestPayload`, a missing or unknown storage policy
-    /// `BadRequestParams`, a missing push type `MissingPushType`, another
-    /// than Live Activities `InvalidPushType`.
+    /// object `BadRequestPayload`, a missing, empty or null push type
+    /// `MissingPushType`, another than Live Activities `InvalidPushType`, a
+    /// missing or unknown storage policy `BadRequestParams`.
     public static func read(_ body: [UInt8]) -> Result<MessageStoragePolicy, Reason> {
         guard !body.isEmpty else { return .failure(.payloadEmpty) }
         guard let request = try? JSONDecoder().decode(Request.self, from: Data(body)) else { return .failure(.badRequestPayload) }
-        guard request.hasPushType else { return .failure(.missingPushType) }
-        guard request.pushType?.lowercased() == PushType.liveactivity.rawValue else { return .failure(.invalidPushType) }
+        // Empty or null is none, as an empty `apns-push-type` is.
+        guard request.hasPushType, request.pushType != "" else { return .failure(.missingPushType) }
+        guard let pushType = request.pushType, HTTP2ChannelRequestHead.isLiveActivities(pushType) else { return .failure(.invalidPushType) }
         guard let policy = request.policy.flatMap(MessageStoragePolicy.init(rawValue:)) else { return .failure(.badRequestParams) }
         return .success(policy)
     }
@@ -182,7 +188,7 @@ public struct ChannelConfiguration: Sendable, Hashable, Codable {
         init(from decoder: any Decoder) throws {
             let container = try decoder.container(keyedBy: CodingKeys.self)
             policy = try? container.decode(Int.self, forKey: .messageStoragePolicy)
-            hasPushType = container.contains(.pushType)
+            hasPushType = container.contains(.pushType) && !((try? container.decodeNil(forKey: .pushType)) ?? false)
             pushType = try? container.decode(String.self, forKey: .pushType)
         }
     }

@@ -91,10 +91,8 @@ public struct HTTP2RequestHead: Sendable, Hashable {
         }
         var expirationDate: Date?
         if let expiration {
-            guard !expiration.isEmpty, expiration.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let seconds = UInt32(expiration) else {
-                return .failure(.badExpirationDate)
-            }
-            expirationDate = Date(timeIntervalSince1970: TimeInterval(seconds))
+            guard let date = Self.expirationDate(expiration) else { return .failure(.badExpirationDate) }
+            expirationDate = date
         }
         var priorityValue: UInt8?
         if let priority {
@@ -107,6 +105,13 @@ public struct HTTP2RequestHead: Sendable, Hashable {
         // An empty collapse id collapses nothing: the same as none.
         let collapse = collapseID?.isEmpty == true ? nil : collapseID
         return .success(Fields(id: id, token: token, expiration: expirationDate, priority: priorityValue, collapseID: collapse, pushType: pushType))
+    }
+
+    /// An `apns-expiration` value: seconds since 1970, digits only; nil
+    /// for anything else (`BadExpirationDate`).
+    static func expirationDate(_ text: String) -> Date? {
+        guard !text.isEmpty, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let seconds = UInt32(text) else { return nil }
+        return Date(timeIntervalSince1970: TimeInterval(seconds))
     }
 
     /// 8-4-4-4-12 hex digits. Upper-case digits are accepted: clients

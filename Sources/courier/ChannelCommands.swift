@@ -1,6 +1,7 @@
 import ArgumentParser
 import CourierCore
 import CourierProvider
+import CourierServer
 import Foundation
 import Logging
 
@@ -33,7 +34,7 @@ struct ChannelCommand: AsyncParsableCommand {
         func perform(_ request: (HTTP2ProviderClient) async throws -> HTTP2ChannelResult) async throws -> HTTP2ChannelResult {
             var logger = Logger(label: "courier-channel")
             logger.logLevel = .warning
-            let port = self.port ?? (provider.sandbox ? 12198 : 2198)
+            let port = self.port ?? (provider.sandbox ? CourierConfiguration.EnvironmentPorts.sandbox : .production).channels
             let client = try provider.client(port: port, logger: logger)
             let result: HTTP2ChannelResult
             do {
@@ -132,7 +133,7 @@ struct BroadcastCommand: AsyncParsableCommand {
         let body = try readPayload(payload)
         var logger = Logger(label: "courier-broadcast")
         logger.logLevel = .warning
-        let port = self.port ?? (provider.sandbox ? 12197 : 2197)
+        let port = self.port ?? (provider.sandbox ? CourierConfiguration.EnvironmentPorts.sandbox : .production).http2
         let client = try provider.client(port: port, logger: logger)
         let broadcast = HTTP2Broadcast(
             bundleID: app, channelID: channelID, payload: body, expiration: expiration.map { Date(timeIntervalSince1970: TimeInterval($0)) },

@@ -2,12 +2,13 @@ import CourierCore
 import CourierDevice
 import CourierPKI
 import CourierProvider
-import CourierServer
-import CourierWire
 import CourierTestSupport
+import CourierWire
 import Foundation
 import NIOHPACK
 import Testing
+
+@testable import CourierServer
 
 extension TestServer {
     /// A client of the channel management port, with the demo team's key or `credentials`.
@@ -183,8 +184,10 @@ extension TestServer {
             #expect(device.status == 404 && reason(device) == "BadPath", "the management port has no /3/device")
             let put = try await server.rawChannelRequest("PUT", "/1/apps/com.example.demo/channels", token: token)
             #expect(put.status == 405 && reason(put) == "MethodNotAllowed")
-            let getBroadcast = try await server.rawChannelRequest("GET", "/4/broadcasts/apps/com.example.demo", channels: false, token: token)
+            let getBroadcast = try await server.rawChannelRequest(
+                "GET", "/4/broadcasts/apps/com.example.demo", headers: [("apns-request-id", "0a0b0c0d-0000-4000-8000-000000000002")], channels: false, token: token)
             #expect(getBroadcast.status == 405 && reason(getBroadcast) == "MethodNotAllowed")
+            #expect(getBroadcast.headers["apns-request-id"] == "0a0b0c0d-0000-4000-8000-000000000002" && getBroadcast.headers["apns-id"] == nil)
 
             // Trust.
             let anonymous = try await server.rawChannelRequest("GET", "/1/apps/com.example.demo/all-channels", token: nil)
@@ -196,6 +199,10 @@ extension TestServer {
             #expect(reason(try await create(Array(#"{"push-type":"LiveActivity"}"#.utf8))) == "BadRequestParams")
             #expect(reason(try await create(Array(#"{"message-storage-policy":2,"push-type":"LiveActivity"}"#.utf8))) == "BadRequestParams")
             #expect(reason(try await create(Array(#"{"message-storage-policy":1}"#.utf8))) == "MissingPushType")
+            #expect(reason(try await create(Array(#"{"message-storage-policy":1,"push-type":""}"#.utf8))) == "MissingPushType")
+            #expect(reason(try await create(Array(#"{"message-storage-policy":1,"push-type":null}"#.utf8))) == "MissingPushType")
+            #expect(reason(try await create(Array(#"{"message-storage-policy":1,"push-type":7}"#.utf8))) == "InvalidPushType")
+            #expect(reason(try await create(Array(#"{"message-storage-policy":true,"push-type":"LiveActivity"}"#.utf8))) == "BadRequestParams")
             #expect(reason(try await create(Array(#"{"message-storage-policy":1,"push-type":"alert"}"#.utf8))) == "InvalidPushType")
             let liveActivityLowercase = try await create(Array(#"{"message-storage-policy":0,"push-type":"liveactivity"}"#.utf8))
             #expect(liveActivityLowercase.status == 201)
@@ -340,6 +347,93 @@ extension TestServer {
             #expect(badPolicy.stderr.contains("--storage-policy must be 0 or 1"), "\(badPolicy.stderr)")
             let deleted = try await runProgram(courier, ["channel", "delete", "--app", bundleID, "--channel", channelID, "--port", channelPort] + auth)
             #expect(deleted.stdout == "\(channelID): 204 deleted\n", "\(deleted)")
+        }
+    }
+
+    /// A channel takes `qos.tokenRateLimit` broadcasts per window, as a
+    /// device token takes pushes; a background payload without a priority
+    /// is taken as priority 5.
+    @Test func broadcastsPerChannelAreRateLimited() async throws {
+        try await withTestServer(qos: QoSConfiguration(tokenRateLimit: 2, tokenRateWindow: 60)) { server in
+            let channels = try await server.channelClient()
+            let push = try await server.http2Client()
+            let channelID = try #require(try await channels.createChannel(bundleID: bundleID, policy: .noStorage).channelID)
+            let other = try #require(try await channels.createChannel(bundleID: bundleID, policy: .noStorage).channelID)
+            let background = Array(#"{"aps":{"content-available":1}}"#.utf8)
+            #expect(try await push.broadcast(broadcast(channelID, payload: background)).status == 200)
+            #expect(try await push.broadcast(broadcast(channelID)).status == 200)
+            let third = try await push.broadcast(broadcast(channelID))
+            #expect(third.status == 429 && third.reason == .tooManyRequests, "\(third)")
+            #expect(try await push.broadcast(broadcast(other)).status == 200, "another channel has its own window")
+            server.clock.advance(by: 61)
+            #expect(try await push.broadcast(broadcast(channelID)).status == 200, "a new window")
+            await channels.close()
+            await push.close()
+        }
+    }
+
+    /// Policy 1 keeps the most recent broadcast: one of expiration 0
+    /// replaces the one before and is never sent again; one past its
+    /// expiration (or 8 hours) is not sent.
+    @Test func theStoredBroadcastIsTheMostRecentOneWhileItLasts() async throws {
+        try await withTestServer { server in
+            let channels = try await server.channelClient()
+            let push = try await server.http2Client()
+            let channelID = try #require(try await channels.createChannel(bundleID: bundleID, policy: .mostRecent).channelID)
+            // A device that subscribes after each broadcast (and unsubscribes: it then has nothing of the channel).
+            let device = try await server.device()
+            _ = try await device.client.register(bundleID)
+            func lateSubscriber() async throws -> DeviceNotification? {
+                try await device.client.subscribe(bundleID, to: channelID)
+                try await device.client.ping()
+                let got = await device.next(limit: 0.5)
+                try await device.client.unsubscribe(bundleID, from: channelID)
+                return got
+            }
+            #expect(try await push.broadcast(broadcast(channelID)).status == 200)
+            #expect(try await lateSubscriber()?.payload == update)
+            #expect(try await push.broadcast(broadcast(channelID, payload: Array(#"{"aps":{"event":"now"}}"#.utf8), expiration: Date(timeIntervalSince1970: 0))).status == 200)
+            #expect(try await lateSubscriber() == nil, "the most recent could not be kept: nothing is sent")
+            let soon = server.clock.now().addingTimeInterval(60)
+            #expect(try await push.broadcast(broadcast(channelID, expiration: soon)).status == 200)
+            #expect(try await lateSubscriber() != nil)
+            server.clock.advance(by: 61)
+            #expect(try await lateSubscriber() == nil, "expired")
+            #expect(try await push.broadcast(broadcast(channelID)).status == 200)
+            server.clock.advance(by: 8 * 3600 + 1)
+            #expect(try await lateSubscriber() == nil, "kept 8 hours at most")
+            await channels.close()
+            await push.close()
+            await server.disconnect(device)
+        }
+    }
+
+    /// One connection holds at most 1,000 subscriptions; an app marked
+    /// removed through the admin API loses its subscriptions too.
+    @Test func subscriptionsAreBoundedAndEndWithTheApp() async throws {
+        try await withTestServer { server in
+            let broadcasts = server.dispatcher.broadcasts
+            var ids: [String] = []
+            for _ in 0...Broadcasts.maxSubscriptionsPerConnection {
+                ids.append(try #require(try await broadcasts.create(bundleID: bundleID, environment: .production, policy: .noStorage)).id)
+            }
+            let device = try await server.device()
+            let token = try await device.client.register(bundleID)
+            for id in ids.dropLast() { try await device.client.subscribe(bundleID, to: id) }
+            await #expect(throws: DeviceClientError.tooManySubscriptions) { try await device.client.subscribe(bundleID, to: ids.last!) }
+            try await device.client.subscribe(bundleID, to: ids[0])
+            try await device.client.unsubscribe(bundleID, from: ids[0])
+            try await device.client.subscribe(bundleID, to: ids.last!)
+
+            let push = try await server.http2Client()
+            #expect(try await push.broadcast(broadcast(ids.last!)).status == 200)
+            _ = try #require(await device.next())
+            #expect(try await server.dispatcher.markUnregistered(token: token, topic: bundleID, environment: .production, at: server.clock.now()))
+            #expect(try await push.broadcast(broadcast(ids.last!)).status == 200)
+            try await device.client.ping()
+            #expect(await device.next(limit: 0.3) == nil, "the app's subscriptions ended with it")
+            await push.close()
+            await server.disconnect(device)
         }
     }
 }

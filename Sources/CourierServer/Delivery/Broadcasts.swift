@@ -17,7 +17,7 @@ final class Broadcasts: Sendable {
     }
 
     /// A subscribed connection, with what its broadcasts carry.
-    private struct Subscriber: Sendable {
+    fileprivate struct Subscriber: Sendable {
         let session: DeviceSession
         let bundleID: String
         /// The app's device token on that device.
@@ -28,6 +28,9 @@ final class Broadcasts: Sendable {
         var subscribers: [ChannelKey: [ObjectIdentifier: Subscriber]] = [:]
         /// Each connection's channels, to forget them when it ends.
         var channelsOf: [ObjectIdentifier: Set<ChannelKey>] = [:]
+        /// Each channel's broadcasts in the current window (`qos.tokenRateLimit`
+        /// per `qos.tokenRateWindow`, as for a device token).
+        var rates: [ChannelKey: RateWindow] = [:]
 
         /// Ends one connection's subscription to one channel.
         mutating func remove(_ key: ChannelKey, _ id: ObjectIdentifier) {
@@ -43,14 +46,23 @@ final class Broadcasts: Sendable {
     private let clock: any WallClock
     /// Channels an app may have in one environment.
     let limit: Int
+    /// Broadcasts one channel takes per `rateWindow` seconds before 429.
+    private let rateLimit: Int
+    private let rateWindow: TimeInterval
     private let logger: Logger
     private let state = Mutex(State())
 
-    init(store: any Store, registrations: Registrations, clock: any WallClock, limit: Int, logger: Logger) {
+    /// Channels one device connection may be subscribed to at once: a
+    /// device cannot make the server keep more of it than this.
+    static let maxSubscriptionsPerConnection = 1_000
+
+    init(store: any Store, registrations: Registrations, clock: any WallClock, limit: Int, qos: QoSConfiguration, logger: Logger) {
         self.store = store
         self.registrations = registrations
         self.clock = clock
         self.limit = limit
+        rateLimit = qos.tokenRateLimit
+        rateWindow = qos.tokenRateWindow
         self.logger = logger
     }
 
@@ -86,19 +98,36 @@ final class Broadcasts: Sendable {
         let key = ChannelKey(environment: channel.environment, id: channel.id)
         state.withLock { state in
             for id in state.subscribers[key]?.keys.map({ $0 }) ?? [] { state.remove(key, id) }
+            state.rates[key] = nil
         }
         return deleted
     }
 
     // MARK: Sending
 
+    /// Counts a broadcast on the channel; false when the channel had its
+    /// `qos.tokenRateLimit` broadcasts in the current window (429
+    /// `TooManyRequests`: one request reaches every subscriber, so a
+    /// channel is limited as one device token is).
+    func admit(_ channel: BroadcastChannel) -> Bool {
+        let now = clock.now()
+        let key = ChannelKey(environment: channel.environment, id: channel.id)
+        return state.withLock { state in
+            if state.rates.count >= 1_024, state.rates[key] == nil {
+                state.rates = state.rates.filter { !$0.value.hasEnded(at: now, length: rateWindow) }
+            }
+            return state.rates[key, default: .unopened].take(limit: rateLimit, per: rateWindow, now: now)
+        }
+    }
+
     /// Sends `notification` (its token empty) to the channel's subscribers
     /// connected now, once a channel that keeps its most recent broadcast
-    /// has it in the store (a broadcast that may be stored). Returns how
-    /// many connections it was sent to, and false for `channelExists` when
-    /// the channel was deleted meanwhile (nothing is then sent).
+    /// has it in the store (one of expiration 0 too: it replaces the one
+    /// before and is never sent again). Returns how many connections it
+    /// was sent to, and false for `channelExists` when the channel was
+    /// deleted meanwhile (nothing is then sent).
     func send(_ notification: PushNotification, on channel: BroadcastChannel) async throws -> (sent: Int, channelExists: Bool) {
-        if channel.storagePolicy == .mostRecent, notification.mayBeStored {
+        if channel.storagePolicy == .mostRecent {
             let stored = StoredBroadcast(channelID: channel.id, environment: channel.environment, notification: notification, storedAt: clock.now())
             guard try await store.storeBroadcast(stored) else { return (0, false) }
         }
@@ -112,7 +141,7 @@ final class Broadcasts: Sendable {
     /// Sends one subscriber its copy: its own token in it. False when its
     /// app is switched off on the device (a Filter) or the device could
     /// not read it.
-    private func deliver(_ notification: PushNotification, to subscriber: Subscriber, channelID: String) -> Bool {
+    fileprivate func deliver(_ notification: PushNotification, to subscriber: Subscriber, channelID: String) -> Bool {
         guard subscriber.session.accepts(bundleID: subscriber.bundleID) else { return false }
         var copy = notification
         copy.token = subscriber.token
@@ -132,30 +161,48 @@ final class Broadcasts: Sendable {
         case unknownApp
         /// The app has no such channel (or, unsubscribing, the connection is not subscribed).
         case unknownChannel
+        /// The connection has `maxSubscriptionsPerConnection` subscriptions.
+        case tooManySubscriptions
     }
 
-    /// Subscribes the session's app to a channel of that app; the channel's
-    /// stored broadcast goes out at once, unless it is the one the device
-    /// says it has (`lastDeliveryID`) or it expired.
-    func subscribe(_ session: DeviceSession, bundleID: String, channelID: String, lastDeliveryID: UUID?) async throws -> Outcome {
+    /// Subscribes the session's app to a channel of that app. With it, the
+    /// channel's stored broadcast to send once the device has its answer
+    /// (`replay`), unless that is the one the device says it has
+    /// (`lastDeliveryID`) or it expired.
+    func subscribe(_ session: DeviceSession, bundleID: String, channelID: String, lastDeliveryID: UUID?) async throws -> (Outcome, Replay?) {
         let environment = session.environment
         let key = RegistrationKey(deviceID: session.deviceID, bundleID: bundleID, environment: environment)
-        guard let registration = try await registrations.registration(key), registration.active else { return .unknownApp }
+        guard let registration = try await registrations.registration(key), registration.active else { return (.unknownApp, nil) }
         guard BroadcastChannel.isWellFormedID(channelID), let channel = try await channel(id: channelID, bundleID: bundleID, environment: environment) else {
-            return .unknownChannel
+            return (.unknownChannel, nil)
         }
         let subscriber = Subscriber(session: session, bundleID: bundleID, token: registration.token)
         let channelKey = ChannelKey(environment: environment, id: channel.id)
-        state.withLock { state in
-            state.subscribers[channelKey, default: [:]][ObjectIdentifier(session)] = subscriber
-            state.channelsOf[ObjectIdentifier(session), default: []].insert(channelKey)
+        let id = ObjectIdentifier(session)
+        let added = state.withLock { state -> Bool in
+            let channels = state.channelsOf[id, default: []]
+            guard channels.contains(channelKey) || channels.count < Self.maxSubscriptionsPerConnection else { return false }
+            state.subscribers[channelKey, default: [:]][id] = subscriber
+            state.channelsOf[id, default: []].insert(channelKey)
+            return true
         }
-        if channel.storagePolicy == .mostRecent, let stored = try await store.storedBroadcast(channelID: channel.id, environment: environment),
+        guard added else { return (.tooManySubscriptions, nil) }
+        guard channel.storagePolicy == .mostRecent, let stored = try await store.storedBroadcast(channelID: channel.id, environment: environment),
             stored.notification.deliveryID != lastDeliveryID, stored.keptUntil > clock.now()
-        {
-            _ = deliver(stored.notification, to: subscriber, channelID: channel.id)
-        }
-        return .done
+        else { return (.done, nil) }
+        return (.done, Replay(broadcasts: self, notification: stored.notification, subscriber: subscriber, channelID: channel.id))
+    }
+
+    /// A channel's stored broadcast for one new subscriber. Sent after the
+    /// subscription's answer; a broadcast sent at the same moment may
+    /// overtake it (APNs, too, may reorder a channel's broadcasts).
+    struct Replay: Sendable {
+        fileprivate let broadcasts: Broadcasts
+        fileprivate let notification: PushNotification
+        fileprivate let subscriber: Subscriber
+        fileprivate let channelID: String
+
+        func send() { _ = broadcasts.deliver(notification, to: subscriber, channelID: channelID) }
     }
 
     func unsubscribe(_ session: DeviceSession, bundleID: String, channelID: String) -> Outcome {
@@ -168,11 +215,17 @@ final class Broadcasts: Sendable {
         }
     }
 
-    /// The app was removed from the device: its subscriptions end.
-    func appRemoved(_ bundleID: String, from session: DeviceSession) {
-        let id = ObjectIdentifier(session)
+    /// The app was removed from the device (by the device, or marked so
+    /// through the admin API): its subscriptions end, on every connection
+    /// of the device in that environment.
+    func appRemoved(_ bundleID: String, deviceID: UInt64, environment: Environment) {
         state.withLock { state in
-            for key in state.channelsOf[id] ?? [] where state.subscribers[key]?[id]?.bundleID == bundleID { state.remove(key, id) }
+            let ended = state.subscribers.flatMap { key, subscribers in
+                subscribers.filter {
+                    key.environment == environment && $0.value.bundleID == bundleID && $0.value.session.deviceID == deviceID
+                }.map { (key, $0.key) }
+            }
+            for (key, id) in ended { state.remove(key, id) }
         }
     }
 

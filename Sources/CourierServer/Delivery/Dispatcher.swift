@@ -68,7 +68,7 @@ public final class Dispatcher: Sendable {
         self.rules = rules
         registrations = Registrations(store: store, codecs: codecs, rules: rules, clock: clock)
         sessions = DeviceSessions(rules: rules)
-        broadcasts = Broadcasts(store: store, registrations: registrations, clock: clock, limit: channelLimit, logger: logger)
+        broadcasts = Broadcasts(store: store, registrations: registrations, clock: clock, limit: channelLimit, qos: qos, logger: logger)
         self.log = log
         self.logger = logger
         // One transaction per batch; the batch's replaced notifications (or its failure) go to the log here.
@@ -328,7 +328,10 @@ public final class Dispatcher: Sendable {
 
     /// The app was removed from the device. False when it was not registered.
     public func unregister(deviceID: UInt64, bundleID: String, environment: Environment) async throws -> Bool {
-        try await registrations.unregister(deviceID: deviceID, bundleID: bundleID, environment: environment)
+        guard try await registrations.unregister(deviceID: deviceID, bundleID: bundleID, environment: environment) else { return false }
+        // Its broadcast subscriptions end with it.
+        broadcasts.appRemoved(bundleID, deviceID: deviceID, environment: environment)
+        return true
     }
 
     /// A Live Activity of the app on the device ended: its update token
@@ -349,7 +352,10 @@ public final class Dispatcher: Sendable {
         guard case .success(let checked) = registrations.check(TokenKey(environment: environment, bytes: token), bundleID: bundleID, now: clock.now()),
             let registration = try await registrations.registration(checked.key), registration.token == token, registration.active
         else { return false }
-        return try await registrations.unregister(deviceID: checked.contents.deviceID, bundleID: bundleID, environment: environment, at: date)
+        let deviceID = checked.contents.deviceID
+        guard try await registrations.unregister(deviceID: deviceID, bundleID: bundleID, environment: environment, at: date) else { return false }
+        broadcasts.appRemoved(bundleID, deviceID: deviceID, environment: environment)
+        return true
     }
 
     /// A device connected with its certificate (`id`): its record, once a

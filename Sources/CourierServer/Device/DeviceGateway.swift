@@ -187,11 +187,13 @@ final class DeviceGateway: ListenerInterface {
                 link.send(.unregisterAck(requestID: requestID, status: ended ? .ok : .unknownApp))
             case .unregister(let bundleID, let requestID, nil, let session):
                 let done = try await dispatcher.unregister(deviceID: session.deviceID, bundleID: bundleID, environment: environment)
-                if done { dispatcher.broadcasts.appRemoved(bundleID, from: session) }
                 link.send(.unregisterAck(requestID: requestID, status: done ? .ok : .unknownApp))
             case .subscribe(let bundleID, let requestID, let channelID, let lastDeliveryID, let session):
-                let outcome = try await dispatcher.broadcasts.subscribe(session, bundleID: bundleID, channelID: channelID, lastDeliveryID: lastDeliveryID)
+                let (outcome, replay) = try await dispatcher.broadcasts.subscribe(
+                    session, bundleID: bundleID, channelID: channelID, lastDeliveryID: lastDeliveryID)
                 link.send(.channelAck(requestID: requestID, status: Self.code(outcome)))
+                // The channel's stored broadcast, after the answer.
+                replay?.send()
             case .unsubscribe(let bundleID, let requestID, let channelID, let session):
                 link.send(.channelAck(requestID: requestID, status: Self.code(dispatcher.broadcasts.unsubscribe(session, bundleID: bundleID, channelID: channelID))))
             case .filter(let hashes, let session):
@@ -216,6 +218,7 @@ final class DeviceGateway: ListenerInterface {
         case .done: .ok
         case .unknownApp: .unknownApp
         case .unknownChannel: .unknownChannel
+        case .tooManySubscriptions: .tooManySubscriptions
         }
     }
 

@@ -26,13 +26,7 @@ extension HTTP2Gateway {
         func refused(_ reason: Reason) -> HTTP2Answer { done(.failure(reason, requestID: requestID)) }
 
         var provider: Provider
-        let known: Result<Provider, Refused>
-        if case .token(let trust) = connection.trust {
-            known = admit(await trust.authenticate(head.authorization, now: clock.now(), keys: keys), trust: trust, connection: connection, apnsID: requestID)
-        } else {
-            known = certified(connection.trust, apnsID: requestID)
-        }
-        switch known {
+        switch await knownProvider(head.authorization, connection: connection, apnsID: requestID) {
         case .failure(let refusal): return done(refusal.answer)
         case .success(let found): provider = found
         }
@@ -111,15 +105,20 @@ extension HTTP2Gateway {
         if channel.storagePolicy == .noStorage, let expiration = fields.expiration, expiration != never {
             return .failure(.badExpirationDate, requestID: requestID)
         }
-        switch PayloadRules.check(body.readableBytesView, priority: fields.priority.rawValue, channel: .broadcast, limits: configuration.limits.payload) {
+        let summary: PayloadSummary
+        switch PayloadRules.check(body.readableBytesView, priority: fields.priority?.rawValue, channel: .broadcast, limits: configuration.limits.payload) {
         case .failure(.notJSONObject), .failure(.nullTerminated): return .failure(.badRequestPayload, requestID: requestID)
         case .failure(let error): return .failure(error.reason, requestID: requestID)
-        case .success: break
+        case .success(let result): summary = result
         }
-        let notification = PushNotification(
+        // One request reaches every subscriber: a channel is rate-limited as a device token is.
+        guard dispatcher.broadcasts.admit(channel) else { return .failure(.tooManyRequests, requestID: requestID) }
+        var notification = PushNotification(
             id: UUID(uuidString: requestID) ?? UUID(), token: [], topic: Topic(bundleID: bundleID, kind: .liveactivity).description,
-            payload: Array(buffer: body), expiration: channel.storagePolicy == .noStorage ? never : fields.expiration, priority: fields.priority,
-            pushType: PushType.liveactivity.rawValue)
+            payload: Array(buffer: body), expiration: channel.storagePolicy == .noStorage ? never : fields.expiration,
+            priority: fields.priority ?? (summary.isSilent ? .conservePower : .immediate), pushType: PushType.liveactivity.rawValue)
+        // In the sandbox a random delivery id, as every notification there has.
+        notification.identify(in: environment)
         seen.payload = notification.payload
         let (sent, exists) = try await dispatcher.broadcasts.send(notification, on: channel)
         guard exists else { return .failure(.channelNotRegistered, requestID: requestID) }

@@ -389,13 +389,7 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         let apnsID = head.apnsID ?? id.lowercasedString
         var seen = Seen()
         var provider: Provider
-        let known: Result<Provider, Refused>
-        if case .token(let trust) = connection.trust {
-            known = admit(await trust.authenticate(head.authorization, now: clock.now(), keys: keys), trust: trust, connection: connection, apnsID: apnsID)
-        } else {
-            known = certified(connection.trust, apnsID: apnsID)
-        }
-        switch known {
+        switch await knownProvider(head.authorization, connection: connection, apnsID: apnsID) {
         case .failure(let refused): return recorded(refused.answer, headers, body, connection, seen)
         case .success(let found): provider = found
         }
@@ -477,6 +471,13 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         var answer = Self.answer(await dispatcher.settled(admission), apnsID: apnsID)
         answer.liftStreamLimit = first
         return recorded(answer, headers, body, connection, seen)
+    }
+
+    /// Who sent a request: its connection's certificate, or the token in
+    /// `authorization` (waiting for its key from the store if need be).
+    func knownProvider(_ authorization: String?, connection: HTTP2ConnectionHandle, apnsID: String) async -> Result<Provider, Refused> {
+        guard case .token(let trust) = connection.trust else { return certified(connection.trust, apnsID: apnsID) }
+        return admit(await trust.authenticate(authorization, now: clock.now(), keys: keys), trust: trust, connection: connection, apnsID: apnsID)
     }
 
     /// A refusal before the provider is known.
@@ -577,8 +578,10 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
     /// Counts a request's answer (`ServerMetrics`) and makes its inbox
     /// entry; nil when the inbox records nothing.
     func entry(_ headers: HPACKHeaders, body: ByteBuffer, answer: HTTP2Answer, connection: HTTP2ConnectionHandle, seen: Seen = Seen()) -> InboxRecord? {
+        // 201 and 204: a channel created or deleted.
         let outcome: InboxOutcome =
-            answer.status == 200 ? .accepted : .refused(status: answer.status, reason: answer.reason?.rawValue ?? "status \(answer.status)")
+            (200..<300).contains(answer.status)
+            ? .accepted : .refused(status: answer.status, reason: answer.reason?.rawValue ?? "status \(answer.status)")
         dispatcher.metrics.received(.http2, environment, outcome)
         guard inbox.isRecording else { return nil }
         var token = seen.token
@@ -825,11 +828,19 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         headers.first(name: "apns-id") ?? UUID.notificationID().lowercasedString
     }
 
+    /// A broadcast API request's `apns-request-id`, or a new one.
+    private static func requestID(in headers: HPACKHeaders) -> String {
+        headers.first(name: HTTP2Answer.requestIDHeader) ?? UUID.notificationID().lowercasedString
+    }
+
     private func complete(_ streamID: HTTP2StreamID, context: ChannelHandlerContext) {
         guard let stream = remove(streamID) else { return }
         let empty = context.channel.allocator.buffer(capacity: 0)
         if case .refuse(let reason) = machine.requestComplete() {
-            let answer = HTTP2Answer.failure(reason, apnsID: Self.apnsID(in: stream.headers))
+            var answer = HTTP2Answer.failure(reason, apnsID: Self.apnsID(in: stream.headers))
+            if gateway.managesChannels || HTTP2ChannelRequestHead.isBroadcast(stream.headers) {
+                answer = .failure(reason, requestID: Self.requestID(in: stream.headers))
+            }
             if let entry = gateway.entry(stream.headers, body: stream.body ?? empty, answer: answer, connection: connection) { gateway.inbox.record(entry) }
             write(answer, on: streamID, context: context)
             return
@@ -840,7 +851,9 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         }
         let head: HTTP2RequestHead
         switch HTTP2RequestHead.parse(stream.headers) {
-        case .failure(.badPath) where HTTP2ChannelRequestHead.isBroadcast(stream.headers):
+        // Only a refused path or method can be a broadcast's: the other /3/device requests pay nothing for the route.
+        case .failure(.badPath) where HTTP2ChannelRequestHead.isBroadcast(stream.headers),
+            .failure(.methodNotAllowed) where HTTP2ChannelRequestHead.isBroadcast(stream.headers):
             decideChannelRequest(stream, on: streamID, management: false, context: context)
             return
         case .failure(let reason):
@@ -860,7 +873,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         let body = stream.body ?? context.channel.allocator.buffer(capacity: 0)
         switch HTTP2ChannelRequestHead.parse(stream.headers, management: management) {
         case .failure(let reason):
-            let answer = HTTP2Answer.failure(reason, requestID: stream.headers.first(name: HTTP2Answer.requestIDHeader) ?? UUID().lowercasedString)
+            let answer = HTTP2Answer.failure(reason, requestID: Self.requestID(in: stream.headers))
             if let entry = gateway.entry(stream.headers, body: body, answer: answer, connection: connection) { gateway.inbox.record(entry) }
             write(answer, on: streamID, context: context)
         case .success(let head):
