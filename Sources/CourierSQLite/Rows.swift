@@ -88,6 +88,12 @@ extension SQLiteRow {
         return uuid
     }
 
+    func priority(_ name: String) throws -> Priority {
+        let raw = try integer(name)
+        guard let priority = Priority(rawValue: UInt8(truncatingIfNeeded: raw)) else { throw StoreError(.corrupt, "bad priority \(raw)") }
+        return priority
+    }
+
     /// A UUID stored as its 16 bytes.
     func uuidBytes(_ name: String) throws -> UUID {
         let bytes = try self.bytes(name)
@@ -172,13 +178,9 @@ extension AppRegistration {
 
 extension PendingNotification {
     init(row: SQLiteRow) throws {
-        let rawPriority = try row.integer("priority")
-        guard let priority = Priority(rawValue: UInt8(truncatingIfNeeded: rawPriority)) else {
-            throw StoreError(.corrupt, "bad priority \(rawPriority)")
-        }
         let notification = PushNotification(
             id: try row.uuid("id"), token: try row.bytes("token"), topic: try row.text("topic"),
-            payload: try row.bytes("payload"), expiration: row.optionalDate("expiration"), priority: priority,
+            payload: try row.bytes("payload"), expiration: row.optionalDate("expiration"), priority: try row.priority("priority"),
             collapseID: row.optionalText("collapse_id"), pushType: row.optionalText("push_type"), deliveryID: try row.uuid("delivery_id"))
         self.init(
             deviceID: try row.device("device_id"), bundleID: try row.text("bundle_id"),
@@ -199,13 +201,9 @@ extension BroadcastChannel {
 
 extension StoredBroadcast {
     init(row: SQLiteRow) throws {
-        let rawPriority = try row.integer("priority")
-        guard let priority = Priority(rawValue: UInt8(truncatingIfNeeded: rawPriority)) else {
-            throw StoreError(.corrupt, "bad priority \(rawPriority)")
-        }
         let notification = PushNotification(
             id: try row.uuid("id"), token: [], topic: try row.text("topic"), payload: try row.bytes("payload"),
-            expiration: row.optionalDate("expiration"), priority: priority, pushType: row.optionalText("push_type"),
+            expiration: row.optionalDate("expiration"), priority: try row.priority("priority"), pushType: row.optionalText("push_type"),
             deliveryID: try row.uuid("delivery_id"))
         self.init(
             channelID: try row.text("channel_id"), environment: try row.environment("environment"), notification: notification,
