@@ -268,6 +268,14 @@ extension TestServer {
             let noChannel = try await server.rawChannelRequest(
                 "POST", "/4/broadcasts/apps/com.example.demo", headers: [("apns-push-type", "liveactivity")], body: update, channels: false, token: token)
             #expect(reason(noChannel) == "MissingChannelId")
+            var silentNow = broadcast(channelID, payload: Array(#"{"aps":{"content-available":1}}"#.utf8))
+            silentNow.priority = .immediate
+            #expect(try await push.broadcast(silentNow).reason == .badPriority)
+            let twice = try await server.rawChannelRequest(
+                "POST", "/4/broadcasts/apps/com.example.demo",
+                headers: [("apns-push-type", "liveactivity"), ("apns-channel-id", channelID), ("apns-channel-id", channelID)], body: update, channels: false,
+                token: token)
+            #expect(reason(twice) == "DuplicateHeaders")
             let plainBroadcast = HTTP2Broadcast(bundleID: "com.example.plain", channelID: channelID, payload: update)
             #expect(try await push.broadcast(plainBroadcast).reason == .featureNotEnabled)
 
@@ -434,6 +442,24 @@ extension TestServer {
             #expect(await device.next(limit: 0.3) == nil, "the app's subscriptions ended with it")
             await push.close()
             await server.disconnect(device)
+        }
+    }
+
+    /// A store that fails: 500 InternalServerError, and nothing half done.
+    @Test func aFailingStoreIsAnInternalServerError() async throws {
+        try await withFaultyStoreServer { server, store in
+            let channels = try await server.channelClient()
+            let push = try await server.http2Client()
+            let channelID = try #require(try await channels.createChannel(bundleID: bundleID, policy: .mostRecent).channelID)
+            store.failChannels(true)
+            let create = try await channels.createChannel(bundleID: bundleID, policy: .mostRecent)
+            #expect(create.status == 500 && create.reason == .internalServerError, "\(create)")
+            #expect(try await push.broadcast(broadcast(channelID)).reason == .internalServerError)
+            store.failChannels(false)
+            #expect(try await channels.channels(bundleID: bundleID).channels == [channelID], "nothing was created")
+            #expect(try await push.broadcast(broadcast(channelID)).status == 200)
+            await channels.close()
+            await push.close()
         }
     }
 }

@@ -17,6 +17,7 @@ final class FaultyStore: Store {
         var logWrites: [Int] = []
         var failRegistrationReads = false
         var failKeyReads = false
+        var failChannels = false
         var missingTeams: Set<String> = []
     }
 
@@ -30,6 +31,7 @@ final class FaultyStore: Store {
     func failStorePending(_ on: Bool) { state.withLock { $0.failStorePending = on } }
     func failRegistrationReads(_ on: Bool) { state.withLock { $0.failRegistrationReads = on } }
     func failKeyReads(_ on: Bool) { state.withLock { $0.failKeyReads = on } }
+    func failChannels(_ on: Bool) { state.withLock { $0.failChannels = on } }
     func hideTeam(_ id: String) { _ = state.withLock { $0.missingTeams.insert(id) } }
 
     /// Holds commits of notifications to store while closed.
@@ -88,8 +90,14 @@ final class FaultyStore: Store {
     func endActivity(deviceID: UInt64, bundleID: String, environment: Environment, activity: UInt32, at: Date) async throws -> Bool {
         try await base.endActivity(deviceID: deviceID, bundleID: bundleID, environment: environment, activity: activity, at: at)
     }
-    func createChannel(_ channel: BroadcastChannel, limit: Int) async throws -> Bool { try await base.createChannel(channel, limit: limit) }
-    func channel(id: String, environment: Environment) async throws -> BroadcastChannel? { try await base.channel(id: id, environment: environment) }
+    func createChannel(_ channel: BroadcastChannel, limit: Int) async throws -> Bool {
+        if state.withLock({ $0.failChannels }) { throw Injected() }
+        return try await base.createChannel(channel, limit: limit)
+    }
+    func channel(id: String, environment: Environment) async throws -> BroadcastChannel? {
+        if state.withLock({ $0.failChannels }) { throw Injected() }
+        return try await base.channel(id: id, environment: environment)
+    }
     func channels(bundleID: String, environment: Environment) async throws -> [BroadcastChannel] {
         try await base.channels(bundleID: bundleID, environment: environment)
     }
