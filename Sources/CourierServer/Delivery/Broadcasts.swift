@@ -236,9 +236,4 @@ final class Broadcasts: Sendable {
             for key in state.channelsOf[id] ?? [] { state.remove(key, id) }
         }
     }
-
-    /// Connections subscribed to the channel now.
-    func subscriberCount(_ key: ChannelKey) -> Int {
-        state.withLock { $0.subscribers[key]?.count ?? 0 }
-    }
 }
