@@ -80,6 +80,7 @@ struct Serve: AsyncParsableCommand {
         let ca = application.configuration.network.adminUsesTLS ? " --cacert \(application.provisioner.caCertificatePath)" : ""
         return "Admin API: \(url)  (token: \(application.report.adminToken))\n"
             + "  curl\(ca) -H 'Authorization: Bearer \(application.report.adminToken)' \(url)/v1/inbox\n"
+            + "Web console: \(url)/  (sign in with the admin token)\n"
     }
 
     static func describe(ports: [String: Int]) -> String {

@@ -63,13 +63,13 @@ enum AdminOpenAPI {
                 }
               },
               "Certificate": {
-                "type": "object", "required": ["serial", "kind", "subject", "environments", "notAfter", "createdAt"],
+                "type": "object", "required": ["serial", "kind", "subject", "environments", "notAfter", "createdAt", "certificatePEM"],
                 "properties": {
                   "serial": {"type": "string"}, "kind": {"type": "string", "enum": ["authority", "server", "provider", "device"]},
                   "subject": {"type": "string"}, "teamID": {"type": "string"}, "bundleID": {"type": "string"}, "deviceID": {"type": "string"},
                   "environments": {"type": "array", "items": {"type": "string", "enum": ["production", "sandbox"]}},
                   "notAfter": {"type": "string", "format": "date-time"}, "createdAt": {"type": "string", "format": "date-time"},
-                  "revokedAt": {"type": "string", "format": "date-time"}
+                  "revokedAt": {"type": "string", "format": "date-time"}, "certificatePEM": {"type": "string"}
                 }
               },
               "Revoked": {"type": "object", "required": ["revoked"], "properties": {"revoked": {"type": "string"}}},
@@ -171,8 +171,10 @@ enum AdminOpenAPI {
                 }
               },
               "ServerStatus": {
-                "type": "object", "required": ["devicesOnline", "connections", "notificationsHeld", "inbox", "deliveryLogBacklog"],
+                "type": "object", "required": ["listeners", "payloadLimits", "devicesOnline", "connections", "notificationsHeld", "inbox", "deliveryLogBacklog"],
                 "properties": {
+                  "listeners": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}, "description": "the port of each listener (http2.production, ..., admin)"},
+                  "payloadLimits": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}, "description": "the HTTP/2 API's payload limits in bytes: http2, and http2VoIP for VoIP topics"},
                   "devicesOnline": {"type": "integer", "minimum": 0},
                   "notificationsHeld": {"type": "integer", "minimum": 0},
                   "connections": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
@@ -182,6 +184,27 @@ enum AdminOpenAPI {
                   },
                   "deliveryLogBacklog": {"type": "integer", "minimum": 0}
                 }
+              },
+              "ConsolePush": {
+                "type": "object", "required": ["environment", "team", "topic", "token", "payload"],
+                "properties": {
+                  "environment": {"type": "string", "enum": ["production", "sandbox"]}, "team": {"type": "string"}, "topic": {"type": "string"},
+                  "token": {"type": "string", "description": "device token, hex"}, "payload": {"type": "string", "description": "sent as it is"},
+                  "pushType": {"type": "string"}, "priority": {"type": "integer", "enum": [10, 5, 1]},
+                  "expiration": {"type": "integer", "minimum": 0, "maximum": 253402300799, "description": "seconds since 1970; 0: now or never"},
+                  "collapseID": {"type": "string"}, "apnsID": {"type": "string", "format": "uuid"}
+                }
+              },
+              "ConsolePushAnswer": {
+                "type": "object", "required": ["status", "apnsID"],
+                "properties": {
+                  "status": {"type": "integer"}, "apnsID": {"type": "string"}, "apnsUniqueID": {"type": "string"}, "reason": {"type": "string"},
+                  "timestamp": {"type": "string", "format": "date-time"}
+                }
+              },
+              "ConsoleSession": {
+                "type": "object", "required": ["csrf", "expiresAt"],
+                "properties": {"csrf": {"type": "string", "description": "X-CSRF-Token for every request that changes something"}, "expiresAt": {"type": "string", "format": "date-time"}}
               }
             }
           },
@@ -565,6 +588,64 @@ enum AdminOpenAPI {
                   "200": {"description": "revoked", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Revoked"}}}},
                   "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"},
                   "409": {"$ref": "#/components/responses/Error"}, "422": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/inbox/stream": {
+              "get": {
+                "summary": "The inbox as server-sent events: each matching entry after 'after' (or Last-Event-ID), then each new one (the console's live tail)",
+                "parameters": [
+                  {"$ref": "#/components/parameters/topic"}, {"$ref": "#/components/parameters/token"}, {"$ref": "#/components/parameters/apnsID"},
+                  {"$ref": "#/components/parameters/team"}, {"$ref": "#/components/parameters/interface"}, {"$ref": "#/components/parameters/environment"},
+                  {"$ref": "#/components/parameters/outcome"}, {"$ref": "#/components/parameters/since"}, {"$ref": "#/components/parameters/until"},
+                  {"$ref": "#/components/parameters/after"}
+                ],
+                "responses": {
+                  "200": {"description": "events named 'entry', each an inbox entry as JSON, its id the sequence", "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                  "400": {"$ref": "#/components/responses/Error"},
+                  "401": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/push": {
+              "post": {
+                "summary": "A test push over Courier's own HTTP/2 port, with an auth key the console makes for the team (the console's send form)",
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ConsolePush"}}}},
+                "responses": {
+                  "200": {"description": "what the HTTP/2 API answered", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ConsolePushAnswer"}}}},
+                  "400": {"$ref": "#/components/responses/Error"},
+                  "401": {"$ref": "#/components/responses/Error"},
+                  "403": {"$ref": "#/components/responses/Error"},
+                  "404": {"$ref": "#/components/responses/Error"},
+                  "422": {"$ref": "#/components/responses/Error"},
+                  "502": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/console/session": {
+              "get": {
+                "summary": "The console's session, named by its cookie", "security": [],
+                "responses": {
+                  "200": {"description": "signed in", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ConsoleSession"}}}},
+                  "401": {"$ref": "#/components/responses/Error"}
+                }
+              },
+              "post": {
+                "summary": "Sign the console in with the admin token: sets the session cookie", "security": [],
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["token"], "properties": {"token": {"type": "string"}}}}}},
+                "responses": {
+                  "201": {"description": "signed in", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ConsoleSession"}}}},
+                  "400": {"$ref": "#/components/responses/Error"},
+                  "401": {"$ref": "#/components/responses/Error"},
+                  "415": {"$ref": "#/components/responses/Error"}
+                }
+              },
+              "delete": {
+                "summary": "Sign out (the session cookie and X-CSRF-Token)", "security": [],
+                "responses": {
+                  "200": {"description": "signed out", "content": {"application/json": {"schema": {"type": "object", "required": ["signedOut"], "properties": {"signedOut": {"type": "boolean"}}}}}},
+                  "401": {"$ref": "#/components/responses/Error"},
+                  "403": {"$ref": "#/components/responses/Error"}
                 }
               }
             },

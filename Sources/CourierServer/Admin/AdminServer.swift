@@ -32,6 +32,31 @@ public struct AdminServer: Service {
     /// True once every protocol listener is bound and the store answers.
     let ready: @Sendable () async -> Bool
     let logger: Logger
+    /// The web console's sign-in sessions.
+    let sessions: ConsoleSessions
+    /// The web console's test pushes.
+    let consoleProvider: ConsoleProvider
+
+    init(
+        configuration: CourierConfiguration, token: String, inbox: NotificationInbox, faults: FaultInjector, dispatcher: Dispatcher,
+        connections: ConnectionCounts, ports: BoundPorts, provisioner: Provisioner, afterRevocation: @escaping @Sendable () async -> Void,
+        providerConnections: @escaping @Sendable () -> [ProviderConnectionState], ready: @escaping @Sendable () async -> Bool, logger: Logger
+    ) {
+        self.configuration = configuration
+        self.token = token
+        self.inbox = inbox
+        self.faults = faults
+        self.dispatcher = dispatcher
+        self.connections = connections
+        self.ports = ports
+        self.provisioner = provisioner
+        self.afterRevocation = afterRevocation
+        self.providerConnections = providerConnections
+        self.ready = ready
+        self.logger = logger
+        sessions = ConsoleSessions(clock: dispatcher.clock)
+        consoleProvider = ConsoleProvider(provisioner: provisioner, configuration: configuration, ports: ports, logger: logger)
+    }
 
     public func run() async throws {
         var logger = logger
@@ -57,6 +82,7 @@ public struct AdminServer: Service {
         } onGracefulShutdown: { [inbox] in
             inbox.close()
         }
+        await consoleProvider.close()
     }
 
     func router() -> Router<BasicRequestContext> {
@@ -81,7 +107,8 @@ public struct AdminServer: Service {
                 status: .ok, headers: [.contentType: "application/json"],
                 body: ResponseBody(byteBuffer: ByteBuffer(string: AdminOpenAPI.document)))
         }
-        let api = router.group("v1").add(middleware: BearerToken(token: token))
+        ConsoleRoutes(token: token, sessions: sessions, secure: configuration.network.adminUsesTLS).add(to: router)
+        let api = router.group("v1").add(middleware: AdminAccess(token: token, sessions: sessions))
         api.get("inbox") { [inbox, dispatcher] request, _ in
             let query = try InboxQuery(query(request))
             let (entries, more) = inbox.list(query.filter, after: query.after, limit: query.limit)
@@ -93,6 +120,22 @@ public struct AdminServer: Service {
                 throw HTTPError(.notFound, message: "no notification matched within \(query.timeout) s")
             }
             return InboxEntryJSON(entry, dispatcher)
+        }
+        api.get("inbox/stream") { [inbox, dispatcher] request, _ in
+            try InboxStream.response(request, inbox: inbox, dispatcher: dispatcher)
+        }
+        api.post("push") { [consoleProvider] request, context in
+            let body = try await request.decode(as: ConsolePushBody.self, context: context)
+            let (push, environment) = try body.push()
+            do {
+                return ConsolePushAnswer(try await consoleProvider.send(push, teamID: body.team, environment: environment))
+            } catch let error as HTTPError {
+                throw error
+            } catch let error as PKIError {
+                throw error
+            } catch {
+                throw HTTPError(.badGateway, message: "the push could not be sent to the HTTP/2 port: \(error)")
+            }
         }
         api.delete("inbox") { [inbox] _, _ in
             let cleared = inbox.count
@@ -155,9 +198,11 @@ public struct AdminServer: Service {
             }
             return Unregistered(token: Hex.encode(token), topic: body.topic, environment: environment.rawValue, unregisteredAt: adminTime(at))
         }
-        api.get("status") { [dispatcher, connections, inbox] _, _ in
+        api.get("status") { [dispatcher, connections, inbox, ports, configuration] _, _ in
             ServerStatus(
-                devicesOnline: dispatcher.sessions.online, connections: connections.counts(), notificationsHeld: try await dispatcher.heldCount(),
+                listeners: ports.all, payloadLimits: ["http2": configuration.limits.payload.http2, "http2VoIP": configuration.limits.payload.http2VoIP],
+                devicesOnline: dispatcher.sessions.online, connections: connections.counts(),
+                notificationsHeld: try await dispatcher.heldCount(),
                 inbox: ServerStatus.InboxStatus(entries: inbox.count, capacity: inbox.capacity),
                 deliveryLogBacklog: dispatcher.log.backlog)
         }
@@ -236,6 +281,7 @@ struct JSONErrors: RouterMiddleware {
     /// method on one of them is a 405, with `Allow`.
     static let routes: [(path: [Substring], methods: [HTTPRequest.Method])] = [
         ("health/live", [.get]), ("health/ready", [.get]), ("metrics", [.get]), ("openapi.json", [.get]), ("v1/inbox", [.get, .delete]), ("v1/inbox/wait", [.get]),
+        ("v1/inbox/stream", [.get]), ("v1/push", [.post]), ("console/session", [.get, .post, .delete]),
         ("v1/notifications/*", [.get]), ("v1/tokens/*/notifications", [.get]), ("v1/status", [.get]), ("v1/connections", [.get]), ("v1/faults", [.get, .post]),
         ("v1/faults/*", [.delete]), ("v1/tokens/*/unregister", [.post]), ("v1/devices", [.get, .post]), ("v1/teams", [.get, .post]),
         ("v1/apps", [.post]), ("v1/teams/*/keys", [.post]), ("v1/keys/*/revoke", [.post]), ("v1/certificates", [.get]),
@@ -286,24 +332,6 @@ struct JSONErrors: RouterMiddleware {
         case .methodNotAllowed: "\(request.method) is not allowed on \(request.uri.path)"
         default: status.reasonPhrase
         }
-    }
-}
-
-/// `Authorization: Bearer <admin token>`, or 401.
-struct BearerToken: RouterMiddleware {
-    typealias Context = BasicRequestContext
-    let token: String
-
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        guard let header = request.headers[.authorization] else {
-            throw HTTPError(
-                .unauthorized, headers: [.wwwAuthenticate: "Bearer"], message: "this endpoint needs the admin token: Authorization: Bearer <token>")
-        }
-        let prefix = "Bearer "
-        guard header.hasPrefix(prefix), AdminToken.matches(header.dropFirst(prefix.count), token) else {
-            throw HTTPError(.unauthorized, headers: [.wwwAuthenticate: "Bearer"], message: "the admin token was refused")
-        }
-        return try await next(request, context)
     }
 }
 
@@ -497,6 +525,10 @@ struct ServerStatus: ResponseCodable {
         var entries: Int
         var capacity: Int
     }
+    /// The port each listener is bound to ("http2.production", ..., "admin").
+    var listeners: [String: Int]
+    /// The HTTP/2 API's payload limits in bytes: `http2`, and `http2VoIP` for VoIP topics.
+    var payloadLimits: [String: Int]
     var devicesOnline: Int
     /// Open connections by listener ("http2.production", ...).
     var connections: [String: Int]

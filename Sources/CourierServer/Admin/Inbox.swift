@@ -311,6 +311,9 @@ public final class NotificationInbox: Sendable {
         return match
     }
 
+    /// True once the server is shutting down (`close()`).
+    var isClosed: Bool { state.withLock { $0.closed } }
+
     /// Graceful shutdown: every wait ends now (with nothing), and later ones at once.
     func close() {
         let waiters = state.withLock { state -> [Waiter] in

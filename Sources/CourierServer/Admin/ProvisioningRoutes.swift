@@ -270,6 +270,8 @@ struct CertificateJSON: ResponseCodable {
     var notAfter: String
     var createdAt: String
     var revokedAt: String?
+    /// The certificate (public), to download.
+    var certificatePEM: String
 
     init(_ record: CertificateRecord) {
         serial = record.serial
@@ -282,6 +284,7 @@ struct CertificateJSON: ResponseCodable {
         notAfter = adminTime(record.notAfter)
         createdAt = adminTime(record.createdAt)
         revokedAt = record.revokedAt.map(adminTime)
+        certificatePEM = record.pem
     }
 }
 
