@@ -188,11 +188,11 @@ enum AdminOpenAPI {
               "ConsolePush": {
                 "type": "object", "required": ["environment", "team", "topic", "token", "payload"],
                 "properties": {
-                  "environment": {"type": "string", "enum": ["production", "sandbox"]}, "team": {"type": "string"}, "topic": {"type": "string"},
-                  "token": {"type": "string", "description": "device token, hex"}, "payload": {"type": "string", "description": "sent as it is"},
+                  "environment": {"type": "string", "enum": ["production", "sandbox"]}, "team": {"type": "string"}, "topic": {"type": "string", "minLength": 1},
+                  "token": {"type": "string", "pattern": "^([0-9a-fA-F]{2})+$", "description": "device token, hex"}, "payload": {"type": "string", "description": "sent as it is"},
                   "pushType": {"type": "string"}, "priority": {"type": "integer", "enum": [10, 5, 1]},
                   "expiration": {"type": "integer", "minimum": 0, "maximum": 253402300799, "description": "seconds since 1970; 0: now or never"},
-                  "collapseID": {"type": "string"}, "apnsID": {"type": "string", "format": "uuid"}
+                  "collapseID": {"type": "string"}, "apnsID": {"type": "string", "format": "uuid", "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}
                 }
               },
               "ConsolePushAnswer": {

@@ -111,6 +111,7 @@ function route() {
     if (link.getAttribute("href") === "#" + (pages[name] ? name : "overview")) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }
+  document.getElementById("status").textContent = "";
   const main = document.getElementById("main");
   main.replaceChildren();
   page(main, new URLSearchParams(queryText || ""));
@@ -164,7 +165,7 @@ function drawChart(canvas, series, unit) {
   g.scale(ratio, ratio);
   g.clearRect(0, 0, width, height);
   const values = series.flatMap((s) => s.values);
-  const top = Math.max(1, ...values) * 1.15;
+  const top = (Math.max(0, ...values) || 1) * 1.15;
   g.font = "11px system-ui, sans-serif";
   g.fillStyle = "#5b6470";
   g.strokeStyle = "#d6dbe1";
