@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import unittest
@@ -113,6 +114,8 @@ class Courier:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 process.kill()
+        self.log.close()
+        self.device_out.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
@@ -127,6 +130,11 @@ class ConsoleTests(unittest.TestCase):
                          "--disable-default-apps", "--disable-features=OptimizationHints,MediaRouter,Translate"):
             options.add_argument(argument)
         options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
+        cls.downloads = os.path.join(cls.courier.directory, "downloads")
+        os.makedirs(cls.downloads)
+        options.add_experimental_option("prefs", {
+            "download.default_directory": cls.downloads, "download.prompt_for_download": False,
+            "profile.default_content_setting_values.automatic_downloads": 1})
         service = Service(executable_path=shutil.which("chromedriver") or "/usr/bin/chromedriver")
         cls.driver = webdriver.Chrome(options=options, service=service)
         cls.requests = []
@@ -184,6 +192,21 @@ class ConsoleTests(unittest.TestCase):
             "fetch(arguments[0], {method: arguments[1], headers: arguments[2], body: arguments[3], credentials: 'same-origin'})"
             ".then(r => r.text().then(t => done({status: r.status, body: t})), e => done({status: 0, body: String(e)}));",
             path, method, headers or {}, body)
+
+    def downloaded(self, pattern):
+        """The path of a finished download whose name matches."""
+        def find():
+            for name in os.listdir(self.downloads):
+                if re.fullmatch(pattern, name):
+                    return os.path.join(self.downloads, name)
+            return None
+        return wait_for(find, what="a download named " + pattern)
+
+    def click(self, label):
+        """Clicks the button of that accessible name (found and clicked at once: the lists are redrawn when they change)."""
+        self.wait(lambda d: d.execute_script(
+            "const b = [...document.querySelectorAll('button')].find(b => b.getAttribute('aria-label') === arguments[0] || b.textContent === arguments[0]);"
+            "if (b) setTimeout(() => b.click()); return !!b;", label))
 
     def labels_are_complete(self):
         unlabelled = self.driver.execute_script(
@@ -286,6 +309,15 @@ class ConsoleTests(unittest.TestCase):
         self.screenshot("send-refused")
         # The rule had a count of one: the next goes through.
         self.assertTrue(self.send_form().startswith("200"))
+        # A rule without a count stays until it is removed from the list.
+        self.open("#faults")
+        self.element("input[name=match-topic]").send_keys("com.example.none")
+        self.element("input[name=reason]").send_keys("TopicDisallowed")
+        self.element("#fault-form button[type=submit]").click()
+        rule = self.wait(lambda d: re.search(r"\b(f\d+)\b.*com\.example\.none", d.find_element(By.ID, "fault-list").text)).group(1)
+        self.click("Remove rule " + rule)
+        self.wait(lambda d: "com.example.none" not in d.find_element(By.ID, "fault-list").text)
+        self.assertNotIn(rule, json.dumps(self.courier.api("GET", "/v1/faults")))
 
     def test_5_a_push_made_with_curl_appears_in_the_live_tail(self):
         self.open("#inbox")
@@ -339,6 +371,65 @@ class ConsoleTests(unittest.TestCase):
         self.element("input[name=team-id]").find_element(By.XPATH, "ancestor::form").submit()
         self.wait(lambda d: "CONSOLE001" in d.find_element(By.ID, "teams").text)
         self.screenshot("provisioning", height=1600)
+
+        # A new auth key: its .p8 downloaded once, a P-256 key; then revoked from the list.
+        before = {k["keyID"] for t in self.courier.api("GET", "/v1/teams")["teams"] for k in t["authKeys"]}
+        self.click("New auth key for DEMOTEAM01")
+        p8 = self.downloaded(r"AuthKey_[A-Z0-9]{10}\.p8")
+        key_id = re.search(r"AuthKey_([A-Z0-9]{10})", p8).group(1)
+        self.assertNotIn(key_id, before)
+        checked = subprocess.run(["openssl", "pkey", "-in", p8, "-noout", "-text"], capture_output=True, text=True)
+        self.assertEqual(checked.returncode, 0, checked.stderr)
+        self.assertIn("prime256v1", checked.stdout)
+        self.click("Revoke key " + key_id)
+        self.wait(EC.alert_is_present()).accept()
+        self.wait(lambda d: any(k["keyID"] == key_id and k.get("revokedAt") for t in self.courier.api("GET", "/v1/teams")["teams"] for k in t["authKeys"]))
+
+        # A provider certificate issued and downloaded with its key: curl pushes with them.
+        self.element("input[name=cert-app]").send_keys("com.example.demo")
+        Select(self.element("select[name=cert-environments]")).select_by_value("production")
+        self.element("input[name=cert-app]").find_element(By.XPATH, "ancestor::form").submit()
+        certificate = self.downloaded(r"com\.example\.demo\.pem")
+        key = self.downloaded(r"com\.example\.demo-key\.pem")
+        wait_for(lambda: os.path.getsize(key) > 0, what="the key's download")
+        pushed = subprocess.run(
+            ["curl", "-sS", "--http2", "--cacert", os.path.join(self.courier.data, "pki", "ca.pem"), "--cert", certificate, "--key", key,
+             "-H", "apns-topic: com.example.demo", "--data-binary", '{"aps":{"alert":"with the downloaded certificate"}}',
+             "-o", "/dev/null", "-w", "%{http_code}", "https://localhost:%d/3/device/%s" % (self.courier.http2_port, self.courier.demo_token)],
+            capture_output=True, text=True, timeout=30)
+        self.assertEqual(pushed.stdout, "200", pushed.stderr)
+        serial = subprocess.run(["openssl", "x509", "-in", certificate, "-noout", "-serial"], capture_output=True, text=True).stdout.strip().split("=")[1].lower()
+        # The listed certificate downloads as the same PEM; revoking it ends its handshakes.
+        self.wait(lambda d: serial in d.find_element(By.ID, "certificates").text.lower())
+        os.rename(certificate, certificate + ".issued")
+        self.click("Download certificate " + serial)
+        listed = self.downloaded(serial + r"\.pem")
+        with open(listed) as a, open(certificate + ".issued") as b:
+            self.assertEqual(a.read().strip(), b.read().strip())
+        self.click("Revoke certificate " + serial)
+        self.wait(EC.alert_is_present()).accept()
+        self.wait(lambda d: any(c["serial"].lower() == serial and c.get("revokedAt") for c in self.courier.api("GET", "/v1/certificates")["certificates"]))
+
+        # A device activated: its identity folder as a tar archive, which courier device run takes.
+        self.click("Activate a device (download its identity folder)")
+        archive = self.downloaded(r"device-[0-9a-f]+\.tar")
+        folder = os.path.join(self.courier.directory, "unpacked")
+        with tarfile.open(archive) as tar:
+            tar.extractall(folder, filter="data")
+        identity = os.path.join(folder, os.path.basename(archive)[:-4])
+        self.assertEqual(sorted(os.listdir(identity)), ["ca.pem", "cert.pem", "identity.json", "key.pem"])
+        device = subprocess.Popen(
+            [OPTIONS.courier, "device", "run", "--identity", identity, "--app", "com.example.demo",
+             "--port", str(self.courier.status["listeners"]["device.production"])],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            # "connected" (stderr) and the token (stdout), in either order.
+            lines = [device.stdout.readline() for _ in range(2)]
+            self.assertTrue(any(re.fullmatch(r"token [0-9a-f]+\n", line) for line in lines), lines)
+        finally:
+            device.terminate()
+            device.wait(timeout=20)
+            device.stdout.close()
         # With the cookie but without the session's token, a change is refused.
         answer = self.fetch("/v1/teams", "POST", {"Content-Type": "application/json"}, '{"id": "CONSOLE002", "name": "x"}')
         self.assertEqual(answer["status"], 403)
@@ -383,6 +474,7 @@ class ConsoleTests(unittest.TestCase):
         self.assertTrue(type(self).requests, "the network log is empty")
         self.assertEqual(hosts, {(origin.scheme, origin.netloc)})
         self.assertFalse([u for u in type(self).requests if urllib.parse.urlsplit(u).path == "/x"], "the payload's <img src=x> was loaded")
+        self.screenshot("signed-out")
 
 
 if __name__ == "__main__":

@@ -97,6 +97,13 @@ function stopPage() {
   if (state.stream) { state.stream.close(); state.stream = null; }
 }
 
+/** Replaces a container's content, unless what it shows has not changed (so focus and selection stay). */
+function show(container, key, build) {
+  if (container.dataset.shown === key) return;
+  container.dataset.shown = key;
+  container.replaceChildren(build());
+}
+
 function every(milliseconds, work) {
   work();
   state.timers.push(setInterval(work, milliseconds));
@@ -248,7 +255,7 @@ function overview(main) {
         return h("tr", {}, h("td", {}, kind), h("td", {}, environment || ""), h("td", { class: "mono" }, status.listeners[name]),
           h("td", {}, name in status.connections ? status.connections[name] : "–"));
       });
-      listeners.replaceChildren(table(["listener", "environment", "port", "connections"], rows));
+      show(listeners, JSON.stringify([status.listeners, status.connections]), () => table(["listener", "environment", "port", "connections"], rows));
     } catch (error) { failed(error); }
   });
   every(5000, async () => {
@@ -262,7 +269,7 @@ function overview(main) {
       }
       const rows = [...counts.entries()].sort((a, b) => b[1] - a[1]).map(([reason, n]) =>
         h("tr", {}, h("td", {}, reason), h("td", {}, n), h("td", {}, h("a", { href: "#inbox?outcome=" + encodeURIComponent(reason.split(" (")[0]) }, "in the inbox"))));
-      refusals.replaceChildren(rows.length ? table(["reason", "refusals", ""], rows) : h("p", { class: "muted" }, "None."));
+      show(refusals, JSON.stringify([...counts.entries()]), () => rows.length ? table(["reason", "refusals", ""], rows) : h("p", { class: "muted" }, "None."));
     } catch (error) { failed(error); }
   });
 }
@@ -451,15 +458,17 @@ function lookup(main, query) {
   if (query.get("id")) {
     // Watched: the timeline refreshes while the page is open.
     every(1000, async () => {
-      try { result.replaceChildren(renderTimeline(await api("GET", "/v1/notifications/" + encodeURIComponent(query.get("id"))))); }
-      catch (error) { result.replaceChildren(h("p", { class: "bad" }, error.message)); }
+      try {
+        const timeline = await api("GET", "/v1/notifications/" + encodeURIComponent(query.get("id")));
+        show(result, JSON.stringify(timeline), () => renderTimeline(timeline));
+      } catch (error) { show(result, error.message, () => h("p", { class: "bad" }, error.message)); }
     });
   } else if (query.get("token")) {
     every(2000, async () => {
       try {
         const answer = await api("GET", "/v1/tokens/" + encodeURIComponent(query.get("token")) + "/notifications");
-        result.replaceChildren(answer.notifications.length ? h("div", {}, answer.notifications.map(renderTimeline)) : h("p", { class: "muted" }, "No notifications for this token in the inbox."));
-      } catch (error) { result.replaceChildren(h("p", { class: "bad" }, error.message)); }
+        show(result, JSON.stringify(answer), () => answer.notifications.length ? h("div", {}, answer.notifications.map(renderTimeline)) : h("p", { class: "muted" }, "No notifications for this token in the inbox."));
+      } catch (error) { show(result, error.message, () => h("p", { class: "bad" }, error.message)); }
     });
   }
 }
@@ -529,7 +538,7 @@ function faults(main) {
   async function refresh() {
     try {
       const answer = await api("GET", "/v1/faults");
-      list.replaceChildren(answer.faults.length ? table(["id", "match", "action", "left", "hits", ""], answer.faults.map((rule) => {
+      show(list, JSON.stringify(answer.faults), () => answer.faults.length ? table(["id", "match", "action", "left", "hits", ""], answer.faults.map((rule) => {
         const matchText = Object.entries(rule.match).map(([k, v]) => k + "=" + v).join(", ") || "every notification";
         const actionText = rule.action + (rule.reason ? " " + rule.reason : "") + (rule.milliseconds ? " " + rule.milliseconds + " ms" : "");
         const left = [rule.remaining !== undefined && rule.remaining !== null ? rule.remaining + " more" : "", rule.until ? "until " + shortTime(rule.until) : ""].filter(Boolean).join(", ") || "until removed";
@@ -594,7 +603,7 @@ function provisioning(main) {
   async function refresh() {
     try {
       await loadTeams();
-      teams.replaceChildren(state.teams.length ? table(["team", "apps", "auth keys", ""], state.teams.map((team) => h("tr", {},
+      show(teams, JSON.stringify(state.teams), () => state.teams.length ? table(["team", "apps", "auth keys", ""], state.teams.map((team) => h("tr", {},
         h("td", {}, h("span", { class: "mono" }, team.id), " ", team.name),
         h("td", { class: "wrap" }, team.apps.map((a) => a.bundleID).join(", ") || "—"),
         h("td", {}, team.authKeys.length ? team.authKeys.map((k) => h("div", {}, h("span", { class: "mono" }, k.keyID), k.revokedAt ? h("span", { class: "bad" }, " revoked") :
@@ -602,7 +611,7 @@ function provisioning(main) {
             if (!confirm("Revoke auth key " + k.keyID + "? Its tokens stop working at once.")) return;
             try { await api("POST", "/v1/keys/" + encodeURIComponent(k.keyID) + "/revoke"); say("Revoked " + k.keyID + "."); refresh(); } catch (error) { failed(error); }
           } }, "Revoke"))) : "—"),
-        h("td", {}, h("button", { type: "button", class: "secondary", onclick: async () => {
+        h("td", {}, h("button", { type: "button", class: "secondary", "aria-label": "New auth key for " + team.id, onclick: async () => {
           try {
             const key = await api("POST", "/v1/teams/" + encodeURIComponent(team.id) + "/keys");
             download(key.fileName, key.p8, "application/x-pem-file");
@@ -611,7 +620,7 @@ function provisioning(main) {
           } catch (error) { failed(error); }
         } }, "New auth key (.p8)"))))) : h("p", { class: "muted" }, "No teams yet."));
       const list = (await api("GET", "/v1/certificates")).certificates.filter((c) => c.kind !== "authority");
-      certificates.replaceChildren(table(["serial", "kind", "subject", "environments", "valid until", ""], list.map((c) => h("tr", {},
+      show(certificates, JSON.stringify(list), () => table(["serial", "kind", "subject", "environments", "valid until", ""], list.map((c) => h("tr", {},
         h("td", { class: "mono wrap" }, c.serial), h("td", {}, c.kind), h("td", { class: "wrap" }, c.subject), h("td", {}, c.environments.join(", ")),
         h("td", {}, shortTime(c.notAfter)),
         h("td", { class: "actions" },
@@ -622,7 +631,7 @@ function provisioning(main) {
               try { await api("POST", "/v1/certificates/" + encodeURIComponent(c.serial) + "/revoke"); say("Revoked " + c.serial + "."); refresh(); } catch (error) { failed(error); }
             } }, "Revoke"))))));
       const online = await api("GET", "/v1/devices");
-      devices.replaceChildren(online.devices.length ? table(["device", "environment", "connected", "apps"], online.devices.map((d) => h("tr", {},
+      show(devices, JSON.stringify(online.devices), () => online.devices.length ? table(["device", "environment", "connected", "apps"], online.devices.map((d) => h("tr", {},
         h("td", { class: "mono" }, d.deviceID), h("td", {}, d.environment), h("td", {}, shortTime(d.connectedAt)),
         h("td", { class: "wrap" }, d.registrations.filter((r) => r.active).map((r) => h("div", {}, r.bundleID + " ", h("a", { class: "mono", href: "#lookup?token=" + r.token }, r.token.slice(0, 16) + "…"))))))) :
         h("p", { class: "muted" }, "No device is connected."));
