@@ -280,7 +280,7 @@ struct JSONErrors: RouterMiddleware {
     /// The paths the API has (`*` one segment) and their methods: another
     /// method on one of them is a 405, with `Allow`.
     static let routes: [(path: [Substring], methods: [HTTPRequest.Method])] = [
-        ("health/live", [.get]), ("health/ready", [.get]), ("metrics", [.get]), ("openapi.json", [.get]), ("v1/inbox", [.get, .delete]), ("v1/inbox/wait", [.get]),
+        ("", [.get]), ("console.js", [.get]), ("console.css", [.get]), ("health/live", [.get]), ("health/ready", [.get]), ("metrics", [.get]), ("openapi.json", [.get]), ("v1/inbox", [.get, .delete]), ("v1/inbox/wait", [.get]),
         ("v1/inbox/stream", [.get]), ("v1/push", [.post]), ("console/session", [.get, .post, .delete]),
         ("v1/notifications/*", [.get]), ("v1/tokens/*/notifications", [.get]), ("v1/status", [.get]), ("v1/connections", [.get]), ("v1/faults", [.get, .post]),
         ("v1/faults/*", [.delete]), ("v1/tokens/*/unregister", [.post]), ("v1/devices", [.get, .post]), ("v1/teams", [.get, .post]),
