@@ -8,58 +8,132 @@ public struct ProcessResult: Sendable {
     public var stderr: String
 }
 
-/// Foundation's `Process` watches each child through a socket pair that
-/// its run loop `select()`s on; `select` takes descriptors below 1024
-/// only, and a socket numbered higher overruns its sets and corrupts
-/// memory (seen: a crash in `Process.run`, and a test process hung). The
-/// tests that open a thousand connections push this process's descriptor
-/// numbers past 1024 while they run, so a program is started only while
-/// the next descriptor is low enough; starts are taken one at a time.
-private let spawning = NSLock()
+/// A child process started with `posix_spawnp`: standard input, output and
+/// error on the descriptors given, every other descriptor closed in the
+/// child. Foundation's `Process` is not used: on Linux it watches each child
+/// through a socket that its run loop `select()`s on (a descriptor above 1023
+/// overruns the sets), and it lists the parent's open descriptors while
+/// starting one; both crashed the test process while other tests opened and
+/// closed thousands of connections (seen: a crash in `Process.run`).
+struct Child: Sendable {
+    let pid: pid_t
 
-private func startSafely(_ process: Process) throws {
-    spawning.lock()
-    defer { spawning.unlock() }
-    let deadline = Date().addingTimeInterval(120)
-    while true {
-        // The next descriptors a socket pair would get, with room for the pipes.
-        let probe = open("/dev/null", O_RDONLY | O_CLOEXEC)
-        if probe >= 0 { close(probe) }
-        if probe < 900 || Date() > deadline { break }
-        usleep(20_000)
+    /// glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34 and later)
+    /// and `posix_spawn_file_actions_addchdir_np` (2.29), which the Glibc
+    /// module does not declare.
+    private static let addCloseFrom = unsafeBitCast(
+        dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np"),
+        to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32)?.self)
+    private static let addChangeDirectory = unsafeBitCast(
+        dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addchdir_np"),
+        to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32)?.self)
+
+    /// Starts `program` (looked up on the PATH unless it is a path).
+    static func start(_ program: String, _ arguments: [String], directory: String?, input: Int32, output: Int32, error: Int32) throws -> Child {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, input, 0)
+        posix_spawn_file_actions_adddup2(&actions, output, 1)
+        posix_spawn_file_actions_adddup2(&actions, error, 2)
+        guard let addCloseFrom, let addChangeDirectory else { throw POSIXError(.ENOSYS) }
+        _ = addCloseFrom(&actions, 3)
+        if let directory { _ = addChangeDirectory(&actions, directory) }
+        // The child starts with no signal blocked and the default handlers.
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var none = sigset_t()
+        sigemptyset(&none)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for signal in [SIGPIPE, SIGINT, SIGTERM, SIGCHLD] { sigaddset(&defaults, signal) }
+        posix_spawnattr_setsigmask(&attributes, &none)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+        let argv: [UnsafeMutablePointer<CChar>?] = ([program] + arguments).map { strdup($0) } + [nil]
+        defer { for pointer in argv { free(pointer) } }
+        var pid: pid_t = 0
+        let result = posix_spawnp(&pid, program, &actions, &attributes, argv, environ)
+        guard result == 0 else { throw POSIXError(POSIXErrorCode(rawValue: result) ?? .EIO) }
+        return Child(pid: pid)
     }
-    try process.run()
+
+    /// A pipe (every child closes the descriptors it does not get through `dup2`).
+    static func pipe() throws -> (read: Int32, write: Int32) {
+        var descriptors: [Int32] = [0, 0]
+        guard Glibc.pipe(&descriptors) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        return (descriptors[0], descriptors[1])
+    }
+
+    /// Everything until the end of the file, then closes it.
+    static func readAll(_ descriptor: Int32) -> Data {
+        defer { close(descriptor) }
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let count = read(descriptor, &buffer, buffer.count)
+            if count > 0 {
+                data.append(contentsOf: buffer[0..<count])
+            } else if count == 0 || errno != EINTR {
+                return data
+            }
+        }
+    }
+
+    /// Writes all of `data`, then closes the descriptor.
+    static func writeAll(_ data: Data, to descriptor: Int32) {
+        defer { close(descriptor) }
+        let bytes = [UInt8](data)
+        var offset = 0
+        while offset < bytes.count {
+            let count = bytes[offset...].withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+            if count > 0 { offset += count } else if count < 0 && errno != EINTR { return }
+        }
+    }
+
+    /// The exit status once the child ended (128 + the signal when a signal
+    /// ended it); nil while it runs, when `block` is false.
+    func wait(block: Bool = true) -> Int32? {
+        var status: Int32 = 0
+        while true {
+            let result = waitpid(pid, &status, block ? 0 : WNOHANG)
+            if result == pid { break }
+            if result == 0 { return nil }
+            if result < 0 && errno == EINTR { continue }
+            return -1
+        }
+        let signal = status & 0x7f
+        return signal == 0 ? (status >> 8) & 0xff : 128 + signal
+    }
 }
 
 /// Runs a program to its end. `program` is looked up on the PATH.
 public func runProgram(_ program: String, _ arguments: [String], input: Data? = nil, directory: String? = nil) throws -> ProcessResult {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: program.hasPrefix("/") ? program : "/usr/bin/env")
-    process.arguments = program.hasPrefix("/") ? arguments : [program] + arguments
-    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
-    let out = Pipe()
-    let err = Pipe()
-    let inPipe = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    process.standardInput = inPipe
-    try startSafely(process)
-    if let input { inPipe.fileHandleForWriting.write(input) }
-    try inPipe.fileHandleForWriting.close()
-    // Read both pipes to their end before waiting, so a full pipe never blocks the child.
+    let inPipe = try Child.pipe()
+    let out = try Child.pipe()
+    let err = try Child.pipe()
+    let child: Child
+    do {
+        child = try Child.start(program, arguments, directory: directory, input: inPipe.read, output: out.write, error: err.write)
+    } catch {
+        for descriptor in [inPipe.read, inPipe.write, out.read, out.write, err.read, err.write] { close(descriptor) }
+        throw error
+    }
+    for descriptor in [inPipe.read, out.write, err.write] { close(descriptor) }
+    // Input written and both outputs read at once, so a full pipe never blocks the child.
+    let writer = Thread { Child.writeAll(input ?? Data(), to: inPipe.write) }
+    writer.start()
     let errData = CollectedData()
     let errDone = DispatchSemaphore(value: 0)
-    let errHandle = err.fileHandleForReading
     Thread {
-        errData.set(errHandle.readDataToEndOfFile())
+        errData.set(Child.readAll(err.read))
         errDone.signal()
     }.start()
-    let outData = out.fileHandleForReading.readDataToEndOfFile()
+    let outData = Child.readAll(out.read)
     errDone.wait()
-    process.waitUntilExit()
-    return ProcessResult(
-        status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
-        stderr: String(decoding: errData.get(), as: UTF8.self))
+    let status = child.wait() ?? -1
+    return ProcessResult(status: status, stdout: String(decoding: outData, as: UTF8.self), stderr: String(decoding: errData.get(), as: UTF8.self))
 }
 
 /// `runProgram` for async tests: the wait happens on a thread of its own,
@@ -81,29 +155,33 @@ final class CollectedData: Sendable {
 
 /// A program running beside the test, whose output lines can be awaited.
 public final class RunningProgram: Sendable {
-    private let process: Process
+    private let child: Child
+    private let exitStatus = Mutex<Int32?>(nil)
     private let lines = Mutex<[String]>([])
     private let newLine = DispatchSemaphore(value: 0)
     private let finished = DispatchSemaphore(value: 0)
 
     public init(_ program: String, _ arguments: [String], directory: String? = nil, mergeStandardError: Bool = false) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: program.hasPrefix("/") ? program : "/usr/bin/env")
-        process.arguments = program.hasPrefix("/") ? arguments : [program] + arguments
-        if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = mergeStandardError ? out : FileHandle.nullDevice
-        process.standardInput = FileHandle.nullDevice
-        self.process = process
-        try startSafely(process)
-        let handle = out.fileHandleForReading
+        let out = try Child.pipe()
+        let null = open("/dev/null", O_RDWR | O_CLOEXEC)
+        defer { close(null) }
+        do {
+            child = try Child.start(program, arguments, directory: directory, input: null, output: out.write, error: mergeStandardError ? out.write : null)
+        } catch {
+            close(out.read)
+            close(out.write)
+            throw error
+        }
+        close(out.write)
+        let descriptor = out.read
         Thread { [self] in
             var pending = Data()
+            var buffer = [UInt8](repeating: 0, count: 65536)
             while true {
-                let chunk = handle.availableData
-                if chunk.isEmpty { break }
-                pending.append(chunk)
+                let count = read(descriptor, &buffer, buffer.count)
+                if count < 0 && errno == EINTR { continue }
+                if count <= 0 { break }
+                pending.append(contentsOf: buffer[0..<count])
                 while let end = pending.firstIndex(of: 0x0A) {
                     let line = String(decoding: pending[pending.startIndex..<end], as: UTF8.self)
                     pending.removeSubrange(pending.startIndex...end)
@@ -111,15 +189,24 @@ public final class RunningProgram: Sendable {
                     self.newLine.signal()
                 }
             }
+            close(descriptor)
             if !pending.isEmpty { self.lines.withLock { $0.append(String(decoding: pending, as: UTF8.self)) } }
             self.finished.signal()
             self.newLine.signal()
         }.start()
     }
 
-    public var processIdentifier: Int32 { process.processIdentifier }
+    public var processIdentifier: Int32 { child.pid }
 
-    public var isRunning: Bool { process.isRunning }
+    public var isRunning: Bool { status(block: false) == nil }
+
+    /// The exit status, once the program ended (reaped once, then remembered).
+    private func status(block: Bool) -> Int32? {
+        exitStatus.withLock { known in
+            if known == nil { known = child.wait(block: block) }
+            return known
+        }
+    }
 
     /// Every line printed so far.
     public var output: [String] { lines.withLock { $0 } }
@@ -130,36 +217,40 @@ public final class RunningProgram: Sendable {
         let deadline = Date().addingTimeInterval(limit)
         while true {
             if let line = output.first(where: { $0.contains(text) }) { return line }
-            if !process.isRunning && finished.wait(timeout: .now()) == .success {
+            if !isRunning && finished.wait(timeout: .now()) == .success {
                 finished.signal()
                 return output.first(where: { $0.contains(text) })
             }
             let remaining = deadline.timeIntervalSinceNow
             if remaining <= 0 { return nil }
-            _ = newLine.wait(timeout: .now() + remaining)
+            _ = newLine.wait(timeout: .now() + min(remaining, 0.05))
         }
     }
 
     public func signal(_ signal: Int32) {
-        kill(process.processIdentifier, signal)
+        if isRunning { kill(child.pid, signal) }
     }
 
     /// Waits for the program to end (at most `limit` seconds; then kills it)
     /// and returns its exit status, or nil if it had to be killed.
     public func waitForExit(limit: TimeInterval = 60) -> Int32? {
         let deadline = Date().addingTimeInterval(limit)
-        while process.isRunning {
+        while isRunning {
             if Date() > deadline {
-                process.terminate()
+                kill(child.pid, SIGTERM)
+                _ = status(block: true)
                 return nil
             }
             _ = newLine.wait(timeout: .now() + 0.05)
         }
-        return process.terminationStatus
+        return status(block: false)
     }
 
     deinit {
-        if process.isRunning { process.terminate() }
+        if isRunning {
+            kill(child.pid, SIGTERM)
+            _ = status(block: true)
+        }
     }
 }
 
