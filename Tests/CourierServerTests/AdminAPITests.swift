@@ -556,13 +556,13 @@ private func outcome(_ entry: [String: Any]) -> [String: Any] { entry["outcome"]
             #expect(plain.status != 0)
             #expect(plain.stderr.hasPrefix("courier: no Courier admin API at http://127.0.0.1:\(port)"), "\(plain.stderr)")
             #expect(plain.stderr.split(separator: "\n").count == 1)
-            // Over HTTPS the console's session cookie is Secure: never sent in the clear.
+            // Over HTTPS the console's session cookie is Secure (never sent in the clear) and __Host- (this host's alone).
             let signIn = try await runProgram(
                 "curl", [
                     "-sS", "-i", "--cacert", server.application.provisioner.caCertificatePath, "-H", "Content-Type: application/json",
                     "-d", #"{"token": "\#(server.application.report.adminToken)"}"#, "https://127.0.0.1:\(port)/console/session",
                 ])
-            let cookie = try #require(signIn.stdout.split(separator: "\r\n").first { $0.lowercased().hasPrefix("set-cookie: courier_session=") })
+            let cookie = try #require(signIn.stdout.split(separator: "\r\n").first { $0.lowercased().hasPrefix("set-cookie: __host-courier_session=") })
             #expect(cookie.contains("; Secure") && cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "\(cookie)")
             // Another data directory: another CA, which does not vouch for this server.
             let other = try temporaryDirectory()

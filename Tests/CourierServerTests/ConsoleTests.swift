@@ -74,7 +74,9 @@ extension TestServer {
             #expect(script.header("Content-Type")?.hasPrefix("text/javascript") == true)
             #expect(script.text.contains("X-CSRF-Token"))
             // Server values go in as text: the script never writes markup.
-            #expect(!script.text.contains("innerHTML"))
+            for sink in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "srcdoc", "eval(", "new Function"] {
+                #expect(!script.text.contains(sink), "\(sink)")
+            }
             let style = try await server.console("GET", "/console.css")
             #expect(style.status == 200)
             #expect(style.header("Content-Type")?.hasPrefix("text/css") == true)
@@ -133,6 +135,10 @@ extension TestServer {
                 "POST", "/v1/faults", headers: json.merging(["X-CSRF-Token": csrf, "Origin": "https://attacker.example"]) { $1 }, body: rule)
             #expect(elsewhere.status == 403)
             #expect(elsewhere.message?.contains("another site") == true)
+            // The same host on another port is another origin too.
+            let otherPort = try await server.console(
+                "POST", "/v1/faults", headers: json.merging(["X-CSRF-Token": csrf, "Origin": "http://127.0.0.1:\(port + 1)"]) { $1 }, body: rule)
+            #expect(otherPort.status == 403)
             let cleared = try await server.console("DELETE", "/v1/inbox", headers: ["Cookie": cookie])
             #expect(cleared.status == 403)
             #expect((try await server.admin("GET", "/v1/faults").object["faults"] as? [Any])?.count == 0)
@@ -160,6 +166,14 @@ extension TestServer {
             #expect(cleared.contains("Max-Age=0"))
             #expect(try await server.console("GET", "/v1/status", headers: ["Cookie": cookie]).status == 401)
             #expect(try await server.console("GET", "/console/session", headers: ["Cookie": cookie]).status == 401)
+
+            // Signing in again in the same browser ends the session it had.
+            let (first, _) = try await server.signIn()
+            let again = try await server.console(
+                "POST", "/console/session", headers: ["Content-Type": "application/json", "Cookie": first],
+                body: #"{"token": "\#(server.application.report.adminToken)"}"#)
+            #expect(again.status == 201)
+            #expect(try await server.console("GET", "/v1/status", headers: ["Cookie": first]).status == 401)
 
             let (later, _) = try await server.signIn()
             server.clock.advance(by: 12 * 3600 - 1)
@@ -199,13 +213,37 @@ extension TestServer {
             #expect(refused.object["status"] as? Int == 400)
             #expect(refused.object["reason"] as? String == "BadDeviceToken")
 
-            // Its key revoked, the console makes another and the push goes through.
+            // The console's key is kept in the data directory, the owner's only.
             let keyID = String(provider.dropFirst("key ".count))
+            let keyFile = server.directory + "/console/DEMOTEAM01/AuthKey_\(keyID).p8"
+            let attributes = try FileManager.default.attributesOfItem(atPath: keyFile)
+            #expect((attributes[.posixPermissions] as? NSNumber)?.intValue == 0o600)
+
+            // A fault rule answering InvalidProviderToken is answered as it is: no new key.
+            #expect(
+                try await server.admin("POST", "/v1/faults", body: #"{"match": {"token": "\#(token)"}, "action": "reject", "reason": "InvalidProviderToken", "count": 1}"#)
+                    .status == 201)
+            let faulted = try await push()
+            #expect(faulted.object["status"] as? Int == 403)
+            #expect(faulted.object["reason"] as? String == "InvalidProviderToken")
+            func keys() async throws -> [String] {
+                let teams = try await server.admin("GET", "/v1/teams").object["teams"] as? [[String: Any]] ?? []
+                let team = teams.first { $0["id"] as? String == "DEMOTEAM01" }
+                return (team?["authKeys"] as? [[String: Any]] ?? []).compactMap { $0["keyID"] as? String }
+            }
+            let keysBefore = try await keys()
+            #expect(try await push().object["status"] as? Int == 200)
+            _ = try #require(await device.next())
+            #expect(try await keys() == keysBefore)
+
+            // Its key revoked, the console makes another and the push goes through.
             #expect(try await server.admin("POST", "/v1/keys/\(keyID)/revoke").status == 200)
             let again = try await push(#", "apnsID": "0a0b0c0d-0000-4000-8000-000000000001""#)
             #expect(again.object["status"] as? Int == 200, "\(again.object)")
             #expect(again.object["apnsID"] as? String == "0a0b0c0d-0000-4000-8000-000000000001")
             _ = try #require(await device.next())
+            #expect(try await keys().count == keysBefore.count + 1)
+            #expect(!FileManager.default.fileExists(atPath: keyFile))
 
             // What the server checks is answered by the HTTP/2 API itself.
             let badPayload = try await server.admin(
@@ -224,6 +262,28 @@ extension TestServer {
             let noTeam = try await server.admin(
                 "POST", "/v1/push", body: #"{"environment": "production", "team": "NOSUCHTEAM", "topic": "com.example.demo", "token": "\#(token)", "payload": "{}"}"#)
             #expect(noTeam.status == 404)
+        }
+    }
+
+    @Test func pushesAtOnceForATeamMakeOneKey() async throws {
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = Hex.encode(try await device.client.register("com.example.demo"))
+            let body = #"{"environment": "production", "team": "DEMOTEAM01", "topic": "com.example.demo", "token": "\#(token)", "payload": "{}"}"#
+            let statuses = try await withThrowingTaskGroup(of: Int?.self) { group in
+                for _ in 0..<8 { group.addTask { try await server.admin("POST", "/v1/push", body: body).object["status"] as? Int } }
+                return try await group.reduce(into: [Int?]()) { $0.append($1) }
+            }
+            #expect(statuses == Array(repeating: 200, count: 8))
+            let entries = try await server.inboxEntries("?interface=http2")
+            #expect(Set(entries.compactMap { $0["provider"] as? String }).count == 1)
+            let keyFiles = try FileManager.default.contentsOfDirectory(atPath: server.directory + "/console/DEMOTEAM01")
+            #expect(keyFiles.count == 1)
+            // A team that does not exist gets no folder.
+            let noTeam = try await server.admin(
+                "POST", "/v1/push", body: #"{"environment": "production", "team": "../../x", "topic": "t", "token": "\#(token)", "payload": "{}"}"#)
+            #expect(noTeam.status == 404)
+            #expect(!FileManager.default.fileExists(atPath: server.directory + "/console/../../x"))
         }
     }
 
@@ -246,8 +306,10 @@ extension TestServer {
             #expect(more.contains("id: 2\n"))
             await stream.close()
 
-            // Resumed after what the browser saw (Last-Event-ID): only what is newer.
-            let resumed = try await EventStream.open(port: port, path: "/v1/inbox/stream", token: server.application.report.adminToken, lastEventID: "1")
+            // Resumed after what the browser saw (Last-Event-ID): only what is newer,
+            // though the URL still asks for everything (as an EventSource's does).
+            let resumed = try await EventStream.open(
+                port: port, path: "/v1/inbox/stream?after=0", token: server.application.report.adminToken, lastEventID: "1")
             let text = try await resumed.read(until: second.apnsID)
             #expect(!text.contains(first.apnsID))
             await resumed.close()

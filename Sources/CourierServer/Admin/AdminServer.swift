@@ -54,7 +54,7 @@ public struct AdminServer: Service {
         self.providerConnections = providerConnections
         self.ready = ready
         self.logger = logger
-        sessions = ConsoleSessions(clock: dispatcher.clock)
+        sessions = ConsoleSessions(clock: dispatcher.clock, secure: configuration.network.adminUsesTLS)
         consoleProvider = ConsoleProvider(provisioner: provisioner, configuration: configuration, ports: ports, logger: logger)
     }
 
@@ -107,7 +107,7 @@ public struct AdminServer: Service {
                 status: .ok, headers: [.contentType: "application/json"],
                 body: ResponseBody(byteBuffer: ByteBuffer(string: AdminOpenAPI.document)))
         }
-        ConsoleRoutes(token: token, sessions: sessions, secure: configuration.network.adminUsesTLS).add(to: router)
+        ConsoleRoutes(token: token, sessions: sessions).add(to: router)
         let api = router.group("v1").add(middleware: AdminAccess(token: token, sessions: sessions))
         api.get("inbox") { [inbox, dispatcher] request, _ in
             let query = try InboxQuery(query(request))

@@ -9,15 +9,16 @@ import Logging
 /// provider like any other. It sends over Courier's own HTTP/2 port with
 /// token trust, so the push is checked, recorded in the inbox, matched by
 /// fault rules and delivered exactly as a provider's would be. For that it
-/// makes, the first time it sends for a team, an auth key of that team
-/// (listed with the team's keys, revocable; its private key stays in this
-/// process's memory). A revoked key is replaced at the next push.
+/// uses an auth key of the team, made the first time the console sends for
+/// that team and kept in the data directory (`console/<team>/AuthKey_<id>.p8`,
+/// the owner's only), so that restarts reuse it. A key that was revoked is
+/// replaced by a new one at the next push.
 actor ConsoleProvider {
     let provisioner: Provisioner
     let configuration: CourierConfiguration
     let ports: BoundPorts
     let logger: Logger
-    private var keys: [String: AuthKey] = [:]
+    private var keys: [String: Task<AuthKey, any Error>] = [:]
     private var clients: [String: HTTP2ProviderClient] = [:]
 
     init(provisioner: Provisioner, configuration: CourierConfiguration, ports: BoundPorts, logger: Logger) {
@@ -30,8 +31,11 @@ actor ConsoleProvider {
     /// Sends one push for `teamID` to `environment`'s HTTP/2 port.
     func send(_ push: HTTP2Push, teamID: String, environment: CourierCore.Environment) async throws -> HTTP2PushResult {
         let result = try await client(teamID: teamID, environment: environment).send(push)
-        guard result.reason == Reason(.invalidProviderToken) else { return result }
-        // The console's key was revoked: a new one, and the push once more.
+        // Refused for its key: sent again with a new one only when the key
+        // was revoked (not for a fault rule that answers the same reason).
+        guard result.reason == Reason(.invalidProviderToken), let key = try await keys[teamID]?.value,
+            try await provisioner.store.authKey(id: key.keyID)?.revokedAt != nil
+        else { return result }
         await forget(teamID: teamID)
         return try await client(teamID: teamID, environment: environment).send(push)
     }
@@ -39,22 +43,58 @@ actor ConsoleProvider {
     private func client(teamID: String, environment: CourierCore.Environment) async throws -> HTTP2ProviderClient {
         let name = "\(teamID).\(environment.rawValue)"
         if let client = clients[name] { return client }
-        let key: AuthKey
-        if let known = keys[teamID] {
-            key = known
-        } else {
-            let created = try await provisioner.createAuthKey(teamID: teamID)
-            key = try AuthKey(keyID: created.record.keyID, p8PEM: created.p8)
-            keys[teamID] = key
-        }
+        let key = try await key(teamID: teamID)
+        let port = try await ports.port(.http2, environment)
+        // Another push may have made it meanwhile.
+        if let client = clients[name] { return client }
         let network = configuration.network
         let wildcard = ["0.0.0.0", "::", ""].contains(network.host)
         let options = HTTP2ProviderClient.Options(
-            host: wildcard ? "127.0.0.1" : network.host, port: try await ports.port(.http2, environment), caPath: provisioner.caCertificatePath,
+            host: wildcard ? "127.0.0.1" : network.host, port: port, caPath: provisioner.caCertificatePath,
             serverName: network.serverDNSNames.first, connections: 1)
         let client = try HTTP2ProviderClient(options: options, credentials: .token(key, teamID: teamID), logger: logger)
         clients[name] = client
         return client
+    }
+
+    /// The team's console key: one at a time is looked up or made.
+    private func key(teamID: String) async throws -> AuthKey {
+        if let pending = keys[teamID] { return try await pending.value }
+        let task = Task { [provisioner, directory = directory(teamID)] in
+            try await Self.storedOrNewKey(teamID: teamID, directory: directory, provisioner: provisioner)
+        }
+        keys[teamID] = task
+        do {
+            return try await task.value
+        } catch {
+            keys[teamID] = nil
+            throw error
+        }
+    }
+
+    private func directory(_ teamID: String) -> String {
+        configuration.resolve("console") + "/" + teamID
+    }
+
+    /// The key kept in `directory` while the store has it unrevoked; else a
+    /// new one, written there in place of the old.
+    private static func storedOrNewKey(teamID: String, directory: String, provisioner: Provisioner) async throws -> AuthKey {
+        // A team of the store (its id letters and digits only) before its folder is looked at.
+        guard teamID.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) }), try await provisioner.store.team(id: teamID) != nil
+        else { throw PKIError(.notFound, "team \(teamID) does not exist") }
+        let files = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        for file in files where file.hasPrefix("AuthKey_") && file.hasSuffix(".p8") {
+            let keyID = String(file.dropFirst("AuthKey_".count).dropLast(".p8".count))
+            let path = directory + "/" + file
+            if let record = try await provisioner.store.authKey(id: keyID), record.teamID == teamID, record.revokedAt == nil,
+                let text = try? String(contentsOfFile: path, encoding: .utf8), let key = try? AuthKey(keyID: keyID, p8PEM: text)
+            {
+                return key
+            }
+            try? FileManager.default.removeItem(atPath: path)
+        }
+        let (record, file) = try await provisioner.createAuthKey(teamID: teamID, directory: directory)
+        return try AuthKey(keyID: record.keyID, p8PEM: String(contentsOfFile: file.path, encoding: .utf8))
     }
 
     private func forget(teamID: String) async {

@@ -13,8 +13,6 @@ import NIOCore
 struct ConsoleRoutes {
     let token: String
     let sessions: ConsoleSessions
-    /// The admin server has TLS: the cookie is `Secure`.
-    let secure: Bool
 
     /// What every console asset is sent with: nothing from another origin, no
     /// inline script, no framing.
@@ -42,12 +40,12 @@ struct ConsoleRoutes {
             }
         }
         router.get("/console/session") { [sessions] request, _ in
-            guard let id = request.cookies[ConsoleSessions.cookieName]?.value, let session = sessions.session(id) else {
+            guard let (_, session) = sessions.session(of: request) else {
                 throw HTTPError(.unauthorized, message: "not signed in: give the admin token")
             }
             return SessionAnswer(csrf: session.csrf, expiresAt: adminTime(session.expires))
         }
-        router.post("/console/session") { [token, sessions, secure] request, context in
+        router.post("/console/session") { [token, sessions] request, context in
             // JSON only: a form of another site cannot send it without the
             // browser asking this server first, which it never allows.
             guard request.headers[.contentType]?.lowercased().hasPrefix("application/json") == true else {
@@ -57,19 +55,21 @@ struct ConsoleRoutes {
             guard AdminToken.matches(Substring(body.token.trimmingCharacters(in: .whitespacesAndNewlines)), token) else {
                 throw HTTPError(.unauthorized, message: "the admin token was refused")
             }
+            // Signing in again ends the session the browser had.
+            if let (old, _) = sessions.session(of: request) { sessions.end(old) }
             let (id, session) = sessions.create()
             var response = EditedResponse(status: .created, response: SessionAnswer(csrf: session.csrf, expiresAt: adminTime(session.expires)))
-            response.setCookie(ConsoleSessions.cookie(id, maxAge: Int(ConsoleSessions.lifetime), secure: secure))
+            response.setCookie(sessions.cookie(id, maxAge: Int(ConsoleSessions.lifetime)))
             return response
         }
-        router.delete("/console/session") { [sessions, secure] request, _ in
-            guard let id = request.cookies[ConsoleSessions.cookieName]?.value, let session = sessions.session(id) else {
+        router.delete("/console/session") { [sessions] request, _ in
+            guard let (id, session) = sessions.session(of: request) else {
                 throw HTTPError(.unauthorized, message: "not signed in")
             }
             try AdminAccess.checkForgery(request, session: session)
             sessions.end(id)
             var response = EditedResponse(status: .ok, response: SignedOut(signedOut: true))
-            response.setCookie(ConsoleSessions.cookie("", maxAge: 0, secure: secure))
+            response.setCookie(sessions.cookie("", maxAge: 0))
             return response
         }
     }
@@ -90,7 +90,7 @@ struct ConsoleRoutes {
 }
 
 /// `GET /v1/inbox/stream`: the inbox as server-sent events, the entries
-/// after `after` (or the browser's `Last-Event-ID`) that match the inbox's
+/// after the browser's `Last-Event-ID` (a reconnection), else after `after`, that match the inbox's
 /// filters, each as an `entry` event whose id is its sequence, then each new
 /// one as it comes. A comment every 15 s keeps the connection from being
 /// idle; the stream ends when the server shuts down.
@@ -99,7 +99,8 @@ struct InboxStream {
 
     static func response(_ request: Request, inbox: NotificationInbox, dispatcher: Dispatcher) throws -> Response {
         var parameters = query(request)
-        if parameters["after"] == nil, let last = request.headers[HTTPField.Name("Last-Event-ID")!] { parameters["after"] = last }
+        // A reconnecting EventSource sends the last id it saw; its URL still has the first `after`.
+        if let last = request.headers[HTTPField.Name("Last-Event-ID")!] { parameters["after"] = last }
         let query = try InboxQuery(parameters)
         let body = ResponseBody { writer in
             var after = query.after

@@ -13,7 +13,6 @@ import Synchronization
 /// browser send the cookie (were SameSite ignored) but cannot read that
 /// token. Sessions live in memory: a restart signs everyone out.
 final class ConsoleSessions: Sendable {
-    static let cookieName = "courier_session"
     static let csrfHeader = HTTPField.Name("X-CSRF-Token")!
     /// A session lasts this long from its sign-in.
     static let lifetime: TimeInterval = 12 * 3600
@@ -27,10 +26,17 @@ final class ConsoleSessions: Sendable {
 
     private let sessions = Mutex<[String: Session]>([:])
     let clock: any WallClock
+    /// The admin server speaks HTTPS: the cookie is `Secure`, and named with
+    /// the `__Host-` prefix (the browser then takes it only from this host,
+    /// over HTTPS, for every path).
+    let secure: Bool
 
-    init(clock: any WallClock) {
+    init(clock: any WallClock, secure: Bool) {
         self.clock = clock
+        self.secure = secure
     }
+
+    var cookieName: String { secure ? "__Host-courier_session" : "courier_session" }
 
     /// A new session: its id (the cookie's value) and its anti-forgery token.
     func create() -> (id: String, session: Session) {
@@ -71,8 +77,14 @@ final class ConsoleSessions: Sendable {
     }
 
     /// The cookie that names a session (or, with `maxAge` 0, ends it).
-    static func cookie(_ value: String, maxAge: Int, secure: Bool) -> Cookie {
+    func cookie(_ value: String, maxAge: Int) -> Cookie {
         Cookie(name: cookieName, value: value, maxAge: maxAge, path: "/", secure: secure, httpOnly: true, sameSite: .strict)
+    }
+
+    /// The live session a request's cookie names, with its id.
+    func session(of request: Request) -> (id: String, session: Session)? {
+        guard let id = request.cookies[cookieName]?.value, let session = session(id) else { return nil }
+        return (id, session)
     }
 }
 
@@ -93,7 +105,7 @@ struct AdminAccess: RouterMiddleware {
             }
             return try await next(request, context)
         }
-        guard let id = request.cookies[ConsoleSessions.cookieName]?.value, let session = sessions.session(id) else {
+        guard let (_, session) = sessions.session(of: request) else {
             throw HTTPError(
                 .unauthorized, headers: [.wwwAuthenticate: "Bearer"],
                 message: "this endpoint needs the admin token (Authorization: Bearer <token>) or a console session")

@@ -4,7 +4,7 @@
 // shows as that HTML's text.
 "use strict";
 
-const state = { csrf: null, timers: [], stream: null, status: null, teams: [] };
+const state = { csrf: null, timers: [], stream: null, status: null, teams: [], page: 0 };
 
 // MARK: DOM helpers
 
@@ -112,10 +112,12 @@ function every(milliseconds, work) {
 function route() {
   if (!state.csrf) return;
   stopPage();
+  state.page += 1;
   const [name, queryText] = (location.hash.slice(1) || "overview").split("?");
-  const page = pages[name] || overview;
+  const known = Object.hasOwn(pages, name);
+  const page = known ? pages[name] : overview;
   for (const link of document.querySelectorAll("nav a")) {
-    if (link.getAttribute("href") === "#" + (pages[name] ? name : "overview")) link.setAttribute("aria-current", "page");
+    if (link.getAttribute("href") === "#" + (known ? name : "overview")) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }
   document.getElementById("status").textContent = "";
@@ -292,7 +294,7 @@ function send(main) {
   const token = h("input", { name: "token", class: "mono", placeholder: "hex", spellcheck: "false", autocomplete: "off" });
   const pushType = h("select", { name: "pushType" }, options(pushTypes, "alert"));
   const priority = h("select", { name: "priority" }, options([["", "not set (10)"], "10", "5", "1"], ""));
-  const expiration = h("input", { name: "expiration", inputmode: "numeric", placeholder: "not set", autocomplete: "off" });
+  const expiration = h("input", { name: "expiration", type: "number", min: "0", step: "1", placeholder: "not set", autocomplete: "off" });
   const collapseID = h("input", { name: "collapseID", maxlength: "64", autocomplete: "off" });
   const apnsID = h("input", { name: "apnsID", class: "mono", placeholder: "made by the server", autocomplete: "off" });
   const payload = h("textarea", { name: "payload", spellcheck: "false" });
@@ -358,13 +360,13 @@ function send(main) {
     if (b.apnsID) headers.push(["apns-id", b.apnsID]);
     const curl = ["curl --http2 --cacert courier-data/pki/ca.pem \\", "  --cert PROVIDER-CERT.pem --key PROVIDER-KEY.pem \\"]
       .concat(headers.map(([n, v]) => "  -H " + shellQuote(n + ": " + v) + " \\"))
-      .concat(["  --data-binary " + shellQuote(b.payload) + " \\", "  https://" + host + ":" + (port || "PORT") + "/3/device/" + (b.token || "TOKEN")]).join("\n");
-    const courier = ["courier push --p8 AuthKey_KEYID.p8 --team-id " + (b.team || "TEAMID") + " --ca courier-data/pki/ca.pem \\",
+      .concat(["  --data-binary " + shellQuote(b.payload) + " \\", "  " + shellQuote("https://" + host + ":" + (port || "PORT") + "/3/device/" + (b.token || "TOKEN"))]).join("\n");
+    const courier = ["courier push --p8 AuthKey_KEYID.p8 --team-id " + shellQuote(b.team || "TEAMID") + " --ca courier-data/pki/ca.pem \\",
       "  --host " + host + " --port " + (port || "PORT") + (b.environment === "sandbox" ? " --sandbox" : "") + " \\",
-      "  --topic " + shellQuote(b.topic) + " --push-type " + b.pushType + (b.priority ? " --priority " + b.priority : "") +
+      "  --topic " + shellQuote(b.topic) + " --push-type " + shellQuote(b.pushType) + (b.priority ? " --priority " + b.priority : "") +
         (b.expiration !== undefined ? " --expiration " + b.expiration : "") + (b.collapseID ? " --collapse-id " + shellQuote(b.collapseID) : "") +
-        (b.apnsID ? " --id " + b.apnsID : "") + " \\",
-      "  --token " + (b.token || "TOKEN") + " --payload " + shellQuote(b.payload)].join("\n");
+        (b.apnsID ? " --id " + shellQuote(b.apnsID) : "") + " \\",
+      "  --token " + shellQuote(b.token || "TOKEN") + " --payload " + shellQuote(b.payload)].join("\n");
     const copyable = (title, text, id) => {
       const pre = h("pre", { id, tabindex: "0" }, text);
       return h("div", {}, h("div", { class: "actions" }, h("h3", {}, title),
@@ -490,8 +492,9 @@ function inbox(main, query) {
     event.preventDefault();
     const params = new URLSearchParams();
     for (const name of inboxFilters) if (inputs[name].value.trim()) params.set(name, inputs[name].value.trim());
-    location.hash = "#inbox" + (params.toString() ? "?" + params : "");
-    if (location.hash === "#inbox" + (params.toString() ? "?" + params : "")) route();
+    const hash = "#inbox" + (params.toString() ? "?" + params : "");
+    // The same filters again: no hashchange, so the tail starts over here.
+    if (location.hash === hash) route(); else location.hash = hash;
   } },
     inboxFilters.map((name) => field(name, inputs[name])),
     h("div", { class: "actions" }, h("button", { type: "submit" }, "Apply"),
@@ -501,19 +504,29 @@ function inbox(main, query) {
   main.append(h("h2", {}, "Inbox — live"), h("section", {}, form, state_),
     h("section", {}, h("div", { class: "table" }, h("table", {}, h("thead", {}, h("tr", {}, entryHeaders.map((t) => h("th", { scope: "col" }, t)))), body))));
 
+  const page = state.page;
   (async () => {
     try {
       const params = new URLSearchParams();
       for (const name of inboxFilters) if (query.get(name)) params.set(name, query.get(name));
-      // The last 100 entries received, then each new one.
+      // What matches among the last 100 entries received, then each new one.
       const last = (await api("GET", "/v1/inbox?limit=1")).last;
+      if (page !== state.page) return; // left the page meanwhile
       params.set("after", String(Math.max(0, last - 100)));
       const stream = new EventSource("/v1/inbox/stream?" + params, { withCredentials: true });
       state.stream = stream;
+      let newest = 0;
       stream.addEventListener("open", () => { state_.textContent = "Live: new notifications appear at the top."; });
-      stream.addEventListener("error", () => { state_.textContent = "The live tail is reconnecting…"; });
+      stream.addEventListener("error", async () => {
+        state_.textContent = "The live tail is reconnecting…";
+        // A session that ended gets the sign-in, not endless reconnections.
+        try { await api("GET", "/console/session"); } catch (error) { if (error.status === 401) showSignIn("Your session ended: sign in again."); }
+      });
       stream.addEventListener("entry", (event) => {
-        body.prepend(renderEntry(JSON.parse(event.data)));
+        const entry = JSON.parse(event.data);
+        if (entry.sequence <= newest) return;
+        newest = entry.sequence;
+        body.prepend(renderEntry(entry));
         while (body.children.length > 500) body.lastElementChild.remove();
       });
     } catch (error) { failed(error); }
@@ -532,9 +545,9 @@ function faults(main) {
   const reason = h("input", { name: "reason", list: "reasons", autocomplete: "off", placeholder: "BadDeviceToken" });
   const reasons = h("datalist", { id: "reasons" }, options(["BadDeviceToken", "Unregistered", "TooManyRequests", "InternalServerError", "ServiceUnavailable",
     "Shutdown", "ExpiredProviderToken", "InvalidProviderToken", "DeviceTokenNotForTopic", "PayloadTooLarge", "TopicDisallowed", "BadCertificate"]));
-  const milliseconds = h("input", { name: "milliseconds", inputmode: "numeric", autocomplete: "off" });
-  const count = h("input", { name: "count", inputmode: "numeric", autocomplete: "off" });
-  const seconds = h("input", { name: "seconds", inputmode: "numeric", autocomplete: "off" });
+  const milliseconds = h("input", { name: "milliseconds", type: "number", min: "1", max: "60000", step: "1", autocomplete: "off" });
+  const count = h("input", { name: "count", type: "number", min: "1", step: "1", autocomplete: "off" });
+  const seconds = h("input", { name: "seconds", type: "number", min: "1", step: "any", autocomplete: "off" });
   async function refresh() {
     try {
       const answer = await api("GET", "/v1/faults");
@@ -554,9 +567,12 @@ function faults(main) {
     const rule = { match: {}, action: action.value };
     for (const [name, control] of Object.entries(match)) if (control.value.trim()) rule.match[name] = control.value.trim();
     if (reason.value.trim()) rule.reason = reason.value.trim();
-    if (milliseconds.value.trim()) rule.milliseconds = Number(milliseconds.value);
-    if (count.value.trim()) rule.count = Number(count.value);
-    if (seconds.value.trim()) rule.seconds = Number(seconds.value);
+    for (const [name, control] of [["milliseconds", milliseconds], ["count", count], ["seconds", seconds]]) {
+      if (!control.value.trim()) continue;
+      const value = Number(control.value);
+      if (!Number.isFinite(value)) { failed(new Error("'" + name + "' must be a number")); return; }
+      rule[name] = value;
+    }
     try { const added = await api("POST", "/v1/faults", rule); say("Added " + added.id + "."); refresh(); } catch (error) { failed(error); }
   } },
     field("Token", match.token), field("Topic", match.topic), field("Team", match.team), field("Key id", match.keyID), field("Certificate serial", match.certificateSerial),
@@ -686,7 +702,12 @@ function provisioning(main) {
 // MARK: Start
 
 document.getElementById("sign-out").addEventListener("click", async () => {
-  try { await api("DELETE", "/console/session"); } catch (_) { /* signed out already */ }
+  try {
+    await api("DELETE", "/console/session");
+  } catch (error) {
+    // 401: the session had ended already. Anything else: still signed in.
+    if (error.status !== 401) { failed(new Error("Not signed out: " + error.message)); return; }
+  }
   showSignIn("Signed out.");
 });
 window.addEventListener("hashchange", route);
