@@ -129,11 +129,8 @@ public struct AdminServer: Service {
             let (push, environment) = try body.push()
             do {
                 return ConsolePushAnswer(try await consoleProvider.send(push, teamID: body.team, environment: environment))
-            } catch let error as HTTPError {
-                throw error
-            } catch let error as PKIError {
-                throw error
-            } catch {
+            } catch let error where !(error is HTTPError) && !(error is PKIError) {
+                // The connection to the HTTP/2 port failed (no team or key problem: those keep their own answer).
                 throw HTTPError(.badGateway, message: "the push could not be sent to the HTTP/2 port: \(error)")
             }
         }
@@ -280,8 +277,9 @@ struct JSONErrors: RouterMiddleware {
     /// The paths the API has (`*` one segment) and their methods: another
     /// method on one of them is a 405, with `Allow`.
     static let routes: [(path: [Substring], methods: [HTTPRequest.Method])] = [
-        ("", [.get]), ("console.js", [.get]), ("console.css", [.get]), ("health/live", [.get]), ("health/ready", [.get]), ("metrics", [.get]), ("openapi.json", [.get]), ("v1/inbox", [.get, .delete]), ("v1/inbox/wait", [.get]),
-        ("v1/inbox/stream", [.get]), ("v1/push", [.post]), ("console/session", [.get, .post, .delete]),
+        ("", [.get]), ("console.js", [.get]), ("console.css", [.get]), ("console/session", [.get, .post, .delete]), ("health/live", [.get]),
+        ("health/ready", [.get]), ("metrics", [.get]), ("openapi.json", [.get]), ("v1/inbox", [.get, .delete]), ("v1/inbox/wait", [.get]),
+        ("v1/inbox/stream", [.get]), ("v1/push", [.post]),
         ("v1/notifications/*", [.get]), ("v1/tokens/*/notifications", [.get]), ("v1/status", [.get]), ("v1/connections", [.get]), ("v1/faults", [.get, .post]),
         ("v1/faults/*", [.delete]), ("v1/tokens/*/unregister", [.post]), ("v1/devices", [.get, .post]), ("v1/teams", [.get, .post]),
         ("v1/apps", [.post]), ("v1/teams/*/keys", [.post]), ("v1/keys/*/revoke", [.post]), ("v1/certificates", [.get]),
