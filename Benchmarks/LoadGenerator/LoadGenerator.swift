@@ -15,6 +15,9 @@
 // `--mode broadcast`: N devices subscribe to one broadcast channel of the
 // demo app, and each of `--broadcasts` broadcasts is timed until every
 // device has it.
+//
+// `--mode mqtt`: the light delivery benchmark's fixed rate and saturation
+// against an MQTT broker (MQTTLoad.swift, Benchmarks/mqtt/compare.sh).
 import ArgumentParser
 import CourierCore
 import CourierDevice
@@ -53,7 +56,7 @@ struct Arguments: ParsableCommand {
     var broadcasts = 5
     @Option
     var host = "127.0.0.1"
-    @Option(help: "delivery (devices and pushes), broadcast (devices subscribed to one channel, the time until all have each broadcast), binary (the provider library), binary-raw (pre-encoded frames) or tls-idle (device connections that finish the TLS handshake and send nothing: the server's memory per connection without a device session).")
+    @Option(help: "delivery (devices and pushes), broadcast (devices subscribed to one channel, the time until all have each broadcast), binary (the provider library), binary-raw (pre-encoded frames), tls-idle (device connections that finish the TLS handshake and send nothing: the server's memory per connection without a device session) or mqtt (the light delivery benchmark against an MQTT broker: --devices QoS 1 subscribers over TLS, one publisher; Benchmarks/mqtt/compare.sh).")
     var mode = "delivery"
     @Option(help: "Provider connections (binary mode).")
     var connections = 1
@@ -65,6 +68,10 @@ struct Arguments: ParsableCommand {
     var connectWave = 0
     @Option(name: .customLong("latency-file"), help: "Write each phase's latencies to PATH.fixed and PATH.saturation, one line per notification in arrival order: send time (Unix seconds) and latency (ms).")
     var latencyFile: String?
+    @Option(name: .customLong("mqtt-port"), help: "The MQTT broker's TLS port (mqtt mode).")
+    var mqttPort = 8883
+    @Option(name: .customLong("mqtt-ca"), help: "The CA of the MQTT broker's certificate, PEM (mqtt mode).")
+    var mqttCA: String?
     @Option(name: .customLong("write-interval"), help: "Microseconds between the provider's writes in the fixed-rate phase (--light): each write carries the notifications due by then.")
     var writeInterval = 1000
 }
@@ -181,6 +188,10 @@ struct LoadGenerator {
         }
         if arguments.mode == "binary-raw" {
             try await rawBinaryThroughput(arguments, logger: logger)
+            return
+        }
+        if arguments.mode == "mqtt" {
+            try await mqttDelivery(arguments)
             return
         }
         var configuration = CourierConfiguration(dataDirectory: arguments.data)
