@@ -210,33 +210,27 @@ func rawProviderConnection(_ arguments: Arguments) async throws -> (any Channel,
         }
 }
 
-/// Writes notifications carrying their send time to the devices' tokens in turn.
-struct RawPusher {
-    let channel: any Channel
-    let tokens: [[UInt8]]
-    var sent = 0
+/// A sender of messages carrying their send time, one connection's worth:
+/// the binary provider's frames, or an MQTT publisher's messages.
+protocol StampedSender {
+    var channel: any Channel { get }
+    /// Messages made so far.
+    var sent: Int { get set }
+    /// The next `count` messages in one buffer, each stamped as it is encoded.
+    mutating func batch(_ count: Int) -> ByteBuffer
+}
 
-    /// Writes `count` notifications in one write and waits until TCP took them.
-    mutating func push(_ count: Int, expiry: UInt32) async throws {
-        try await channel.writeAndFlush(frames(count, expiry: expiry))
+extension StampedSender {
+    /// Writes `count` messages in one write and waits until TCP took them.
+    mutating func send(_ count: Int) async throws {
+        try await channel.writeAndFlush(batch(count))
     }
 
-    /// The next `count` notifications, each stamped with the time it is encoded.
-    mutating func frames(_ count: Int, expiry: UInt32) -> ByteBuffer {
-        var buffer = channel.allocator.buffer(capacity: count * 160)
-        for _ in 0..<count {
-            let payload = #"{"aps":{"alert":"load"},"t":\#(nanoseconds())}"#.utf8
-            buffer.writeBinaryNotification(token: tokens[sent % tokens.count], payload: payload, identifier: UInt32(truncatingIfNeeded: sent), expiry: expiry, priority: 10)
-            sent += 1
-        }
-        return buffer
-    }
-
-    /// Sends `total` never-stored notifications at `rate` per second from
-    /// the channel's own event loop: every `interval` the ones due by then
-    /// go out in one write, with no thread between the clock and the
-    /// socket. Returns the seconds the sending took.
-    mutating func pushAtRate(_ rate: Int, total: Int, interval: TimeAmount) async throws -> Double {
+    /// Sends `total` messages at `rate` per second from the channel's own
+    /// event loop: every `interval` the ones due by then go out in one
+    /// write, with no thread between the clock and the socket. Returns the
+    /// seconds the sending took.
+    mutating func sendAtRate(_ rate: Int, total: Int, interval: TimeAmount) async throws -> Double {
         let loop = channel.eventLoop
         let finished = loop.makePromise(of: (sent: Int, seconds: Double).self)
         let start = NIODeadline.now()
@@ -247,7 +241,7 @@ struct RawPusher {
                 let elapsed = Double((NIODeadline.now() - start).nanoseconds) / 1e9
                 let due = min(total, Int(elapsed * Double(rate)))
                 if due > state.value.sent {
-                    state.value.channel.writeAndFlush(state.value.frames(due - state.value.sent, expiry: 0), promise: nil)
+                    state.value.channel.writeAndFlush(state.value.batch(due - state.value.sent), promise: nil)
                 }
                 if state.value.sent >= total {
                     task.cancel()
@@ -258,6 +252,33 @@ struct RawPusher {
         let (sent, seconds) = try await finished.futureResult.get()
         self.sent = sent
         return seconds
+    }
+}
+
+/// Writes notifications carrying their send time to the devices' tokens in turn.
+struct RawPusher: StampedSender {
+    let channel: any Channel
+    let tokens: [[UInt8]]
+    var sent = 0
+    /// The expiry of the notifications `batch` makes (0: never stored).
+    var expiry: UInt32 = 0
+
+    /// Writes `count` notifications in one write and waits until TCP took them.
+    mutating func push(_ count: Int, expiry: UInt32) async throws {
+        try await channel.writeAndFlush(frames(count, expiry: expiry))
+    }
+
+    mutating func batch(_ count: Int) -> ByteBuffer { frames(count, expiry: expiry) }
+
+    /// The next `count` notifications, each stamped with the time it is encoded.
+    mutating func frames(_ count: Int, expiry: UInt32) -> ByteBuffer {
+        var buffer = channel.allocator.buffer(capacity: count * 160)
+        for _ in 0..<count {
+            let payload = #"{"aps":{"alert":"load"},"t":\#(nanoseconds())}"#.utf8
+            buffer.writeBinaryNotification(token: tokens[sent % tokens.count], payload: payload, identifier: UInt32(truncatingIfNeeded: sent), expiry: expiry, priority: 10)
+            sent += 1
+        }
+        return buffer
     }
 
     /// Ends with a bad notification; returns its error response.
@@ -299,7 +320,7 @@ func lightDelivery(_ arguments: Arguments, directories: [String]) async throws {
     do {
         let total = Int(Double(arguments.rate) * (arguments.seconds ?? 5))
         cpu?.start()
-        let sendSeconds = try await pusher.pushAtRate(arguments.rate, total: total, interval: .microseconds(Int64(arguments.writeInterval)))
+        let sendSeconds = try await pusher.sendAtRate(arguments.rate, total: total, interval: .microseconds(Int64(arguments.writeInterval)))
         await collector.waitFor(total, limit: 30)
         collector.report("fixed rate \(arguments.rate)/s", sent: total, seconds: sendSeconds)
         cpu?.report()

@@ -200,12 +200,12 @@ final class MQTTPublisherHandler: ChannelInboundHandler {
 }
 
 /// Writes QoS 1 messages carrying their send time to the subscribers' topics in turn.
-struct MQTTPublisher {
+struct MQTTPublisher: StampedSender {
     let channel: any Channel
     let topics: [String]
     var sent = 0
 
-    mutating func messages(_ count: Int) -> ByteBuffer {
+    mutating func batch(_ count: Int) -> ByteBuffer {
         var buffer = channel.allocator.buffer(capacity: count * 80)
         for _ in 0..<count {
             let payload = #"{"aps":{"alert":"load"},"t":\#(nanoseconds())}"#.utf8
@@ -213,36 +213,6 @@ struct MQTTPublisher {
             sent += 1
         }
         return buffer
-    }
-
-    mutating func publish(_ count: Int) async throws {
-        try await channel.writeAndFlush(messages(count))
-    }
-
-    /// As `RawPusher.pushAtRate`: every `interval` the messages due by then
-    /// go out in one write, from the channel's own event loop.
-    mutating func publishAtRate(_ rate: Int, total: Int, interval: TimeAmount) async throws -> Double {
-        let loop = channel.eventLoop
-        let finished = loop.makePromise(of: (sent: Int, seconds: Double).self)
-        let start = NIODeadline.now()
-        let initial = self
-        loop.execute {
-            let state = NIOLoopBoundBox(initial, eventLoop: loop)
-            loop.scheduleRepeatedTask(initialDelay: .zero, delay: interval) { task in
-                let elapsed = Double((NIODeadline.now() - start).nanoseconds) / 1e9
-                let due = min(total, Int(elapsed * Double(rate)))
-                if due > state.value.sent {
-                    state.value.channel.writeAndFlush(state.value.messages(due - state.value.sent), promise: nil)
-                }
-                if state.value.sent >= total {
-                    task.cancel()
-                    finished.succeed((state.value.sent, Double((NIODeadline.now() - start).nanoseconds) / 1e9))
-                }
-            }
-        }
-        let (sent, seconds) = try await finished.futureResult.get()
-        self.sent = sent
-        return seconds
     }
 }
 
@@ -295,7 +265,7 @@ func mqttDelivery(_ arguments: Arguments) async throws {
     do {
         let total = Int(Double(arguments.rate) * (arguments.seconds ?? 5))
         cpu?.start()
-        let sendSeconds = try await publisher.publishAtRate(arguments.rate, total: total, interval: .microseconds(Int64(arguments.writeInterval)))
+        let sendSeconds = try await publisher.sendAtRate(arguments.rate, total: total, interval: .microseconds(Int64(arguments.writeInterval)))
         await collector.waitFor(total, limit: 30)
         collector.report("fixed rate \(arguments.rate)/s", sent: total, seconds: sendSeconds)
         cpu?.report()
@@ -305,7 +275,7 @@ func mqttDelivery(_ arguments: Arguments) async throws {
         let first = publisher.sent
         cpu?.start()
         let start = ContinuousClock.now
-        while publisher.sent - first < total { try await publisher.publish(min(100, total - (publisher.sent - first))) }
+        while publisher.sent - first < total { try await publisher.send(min(100, total - (publisher.sent - first))) }
         await collector.waitFor(total, limit: 120)
         let seconds = (ContinuousClock.now - start) / .seconds(1)
         collector.report("saturation", sent: total, seconds: seconds)
