@@ -255,6 +255,34 @@ extension StampedSender {
     }
 }
 
+/// The delivery benchmark's two phases on one sender: `--rate` a second for
+/// `--seconds` (every `--write-interval` the messages due by then in one
+/// write), then `--count` as fast as the connection takes them, 100 a write;
+/// each reported once every message arrived.
+func fixedRateAndSaturation(
+    _ sender: inout some StampedSender, arguments: Arguments, collector: Collector, cpu: CPUMeter?, saturation: String
+) async throws {
+    do {
+        let total = Int(Double(arguments.rate) * (arguments.seconds ?? 5))
+        cpu?.start()
+        let sendSeconds = try await sender.sendAtRate(arguments.rate, total: total, interval: .microseconds(Int64(arguments.writeInterval)))
+        await collector.waitFor(total, limit: 30)
+        collector.report("fixed rate \(arguments.rate)/s", sent: total, seconds: sendSeconds)
+        cpu?.report()
+    }
+    do {
+        let total = arguments.count
+        let first = sender.sent
+        cpu?.start()
+        let start = ContinuousClock.now
+        while sender.sent - first < total { try await sender.send(min(100, total - (sender.sent - first))) }
+        await collector.waitFor(total, limit: 120)
+        let seconds = (ContinuousClock.now - start) / .seconds(1)
+        collector.report(saturation, sent: total, seconds: seconds)
+        cpu?.report()
+    }
+}
+
 /// Writes notifications carrying their send time to the devices' tokens in turn.
 struct RawPusher: StampedSender {
     let channel: any Channel
@@ -315,29 +343,8 @@ func lightDelivery(_ arguments: Arguments, directories: [String]) async throws {
     var (channel, answer) = try await rawProviderConnection(arguments)
     var pusher = RawPusher(channel: channel, tokens: tokens)
 
-    // A fixed rate, the in-memory path (expiration 0, devices online): every
-    // --write-interval the notifications due by then are written in one write.
-    do {
-        let total = Int(Double(arguments.rate) * (arguments.seconds ?? 5))
-        cpu?.start()
-        let sendSeconds = try await pusher.sendAtRate(arguments.rate, total: total, interval: .microseconds(Int64(arguments.writeInterval)))
-        await collector.waitFor(total, limit: 30)
-        collector.report("fixed rate \(arguments.rate)/s", sent: total, seconds: sendSeconds)
-        cpu?.report()
-    }
-
-    // Saturation: as fast as the connection takes them, 100 per write.
-    do {
-        let total = arguments.count
-        let first = pusher.sent
-        cpu?.start()
-        let start = ContinuousClock.now
-        while pusher.sent - first < total { try await pusher.push(min(100, total - (pusher.sent - first)), expiry: 0) }
-        await collector.waitFor(total, limit: 120)
-        let seconds = (ContinuousClock.now - start) / .seconds(1)
-        collector.report("saturation (in-memory path)", sent: total, seconds: seconds)
-        cpu?.report()
-    }
+    // The in-memory path: expiration 0, devices online.
+    try await fixedRateAndSaturation(&pusher, arguments: arguments, collector: collector, cpu: cpu, saturation: "saturation (in-memory path)")
     _ = try await pusher.finish(answer: answer)
     try? await channel.close()
 

@@ -262,25 +262,7 @@ func mqttDelivery(_ arguments: Arguments) async throws {
     var publisher = MQTTPublisher(channel: channel, topics: topics)
     let cpu = arguments.serverPID.map { CPUMeter(server: $0) }
 
-    do {
-        let total = Int(Double(arguments.rate) * (arguments.seconds ?? 5))
-        cpu?.start()
-        let sendSeconds = try await publisher.sendAtRate(arguments.rate, total: total, interval: .microseconds(Int64(arguments.writeInterval)))
-        await collector.waitFor(total, limit: 30)
-        collector.report("fixed rate \(arguments.rate)/s", sent: total, seconds: sendSeconds)
-        cpu?.report()
-    }
-    do {
-        let total = arguments.count
-        let first = publisher.sent
-        cpu?.start()
-        let start = ContinuousClock.now
-        while publisher.sent - first < total { try await publisher.send(min(100, total - (publisher.sent - first))) }
-        await collector.waitFor(total, limit: 120)
-        let seconds = (ContinuousClock.now - start) / .seconds(1)
-        collector.report("saturation", sent: total, seconds: seconds)
-        cpu?.report()
-    }
+    try await fixedRateAndSaturation(&publisher, arguments: arguments, collector: collector, cpu: cpu, saturation: "saturation")
     try? await channel.close()
     for subscriber in subscribers { subscriber.close(promise: nil) }
 }
