@@ -12,9 +12,8 @@ public struct ProcessResult: Sendable {
 /// error on the descriptors given, every other descriptor closed in the
 /// child. Foundation's `Process` is not used: on Linux it watches each child
 /// through a socket that its run loop `select()`s on (a descriptor above 1023
-/// overruns the sets), and it lists the parent's open descriptors while
-/// starting one; both crashed the test process while other tests opened and
-/// closed thousands of connections (seen: a crash in `Process.run`).
+/// overruns the sets), and a fresh-clone CI run crashed inside `Process.run`
+/// (a memcpy) while other tests opened and closed thousands of connections.
 struct Child: Sendable {
     let pid: pid_t
 
@@ -88,7 +87,7 @@ struct Child: Sendable {
         var offset = 0
         while offset < bytes.count {
             let count = bytes[offset...].withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
-            if count > 0 { offset += count } else if count < 0 && errno != EINTR { return }
+            if count > 0 { offset += count } else if count == 0 || errno != EINTR { return }
         }
     }
 
@@ -237,7 +236,8 @@ public final class RunningProgram: Sendable {
         let deadline = Date().addingTimeInterval(limit)
         while isRunning {
             if Date() > deadline {
-                kill(child.pid, SIGTERM)
+                // Killed, so that reaping it cannot wait.
+                kill(child.pid, SIGKILL)
                 _ = status(block: true)
                 return nil
             }
@@ -246,11 +246,9 @@ public final class RunningProgram: Sendable {
         return status(block: false)
     }
 
+    /// One still running is asked to stop (SIGTERM), without waiting for it.
     deinit {
-        if isRunning {
-            kill(child.pid, SIGTERM)
-            _ = status(block: true)
-        }
+        if isRunning { kill(child.pid, SIGTERM) }
     }
 }
 

@@ -17,7 +17,7 @@ public enum AdminToken {
             guard token.count >= 32 else { throw ConfigurationError("\(path) holds no admin token; remove it to have a new one made") }
             return (token, path, false)
         }
-        let token = Hex.encode(Array(SymmetricKey(size: .bits256).withUnsafeBytes { Array($0) }))
+        let token = randomHex()
         // Made 0600 from the start (no moment with the umask's permissions), and never over another file.
         let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
         guard descriptor >= 0 else { throw ConfigurationError("cannot write the admin token to \(path)") }
@@ -35,6 +35,11 @@ public enum AdminToken {
         guard let data = FileManager.default.contents(atPath: path) else { return nil }
         let token = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         return token.isEmpty ? nil : token
+    }
+
+    /// 32 random bytes in hex: the admin token, a console session's id and its anti-forgery token.
+    static func randomHex() -> String {
+        Hex.encode(Array(SymmetricKey(size: .bits256).withUnsafeBytes { Array($0) }))
     }
 
     /// Compares without stopping at the first difference.

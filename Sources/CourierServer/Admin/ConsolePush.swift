@@ -48,9 +48,8 @@ actor ConsoleProvider {
         // Another push may have made it meanwhile.
         if let client = clients[name] { return client }
         let network = configuration.network
-        let wildcard = ["0.0.0.0", "::", ""].contains(network.host)
         let options = HTTP2ProviderClient.Options(
-            host: wildcard ? "127.0.0.1" : network.host, port: port, caPath: provisioner.caCertificatePath,
+            host: CourierConfiguration.Network.reachable(network.host), port: port, caPath: provisioner.caCertificatePath,
             serverName: network.serverDNSNames.first, connections: 1)
         let client = try HTTP2ProviderClient(options: options, credentials: .token(key, teamID: teamID), logger: logger)
         clients[name] = client
@@ -80,8 +79,9 @@ actor ConsoleProvider {
     /// new one, written there in place of the old.
     private static func storedOrNewKey(teamID: String, directory: String, provisioner: Provisioner) async throws -> AuthKey {
         // A team of the store (its id letters and digits only) before its folder is looked at.
-        guard teamID.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) }), try await provisioner.store.team(id: teamID) != nil
-        else { throw PKIError(.notFound, "team \(teamID) does not exist") }
+        guard Identifiers.isTenCharacterID(teamID), try await provisioner.store.team(id: teamID) != nil else {
+            throw PKIError(.notFound, "team \(teamID) does not exist")
+        }
         let files = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
         for file in files where file.hasPrefix("AuthKey_") && file.hasSuffix(".p8") {
             let keyID = String(file.dropFirst("AuthKey_".count).dropLast(".p8".count))

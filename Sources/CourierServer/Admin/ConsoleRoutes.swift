@@ -104,6 +104,7 @@ struct InboxStream {
         let query = try InboxQuery(parameters)
         let body = ResponseBody { writer in
             var after = query.after
+            let encoder = JSONEncoder()
             try await writer.write(ByteBuffer(string: ": courier inbox\n\n"))
             while !inbox.isClosed {
                 guard let entry = await inbox.wait(for: query.filter, after: after, timeout: heartbeat) else {
@@ -111,7 +112,7 @@ struct InboxStream {
                     continue
                 }
                 after = entry.sequence
-                let json = try JSONEncoder().encode(InboxEntryJSON(entry, dispatcher))
+                let json = try encoder.encode(InboxEntryJSON(entry, dispatcher))
                 var buffer = ByteBuffer(string: "id: \(entry.sequence)\nevent: entry\ndata: ")
                 buffer.writeBytes(json)
                 buffer.writeString("\n\n")

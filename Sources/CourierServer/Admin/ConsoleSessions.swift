@@ -1,5 +1,4 @@
 import CourierCore
-import Crypto
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -41,8 +40,8 @@ final class ConsoleSessions: Sendable {
     /// A new session: its id (the cookie's value) and its anti-forgery token.
     func create() -> (id: String, session: Session) {
         let now = clock.now()
-        let id = Self.random()
-        let session = Session(csrf: Self.random(), expires: now.addingTimeInterval(Self.lifetime))
+        let id = AdminToken.randomHex()
+        let session = Session(csrf: AdminToken.randomHex(), expires: now.addingTimeInterval(Self.lifetime))
         sessions.withLock { sessions in
             sessions = sessions.filter { $0.value.expires > now }
             if sessions.count >= Self.capacity, let oldest = sessions.min(by: { $0.value.expires < $1.value.expires }) {
@@ -68,12 +67,6 @@ final class ConsoleSessions: Sendable {
 
     func end(_ id: String) {
         _ = sessions.withLock { $0.removeValue(forKey: id) }
-    }
-
-    var count: Int { sessions.withLock { $0.count } }
-
-    private static func random() -> String {
-        Hex.encode(Array(SymmetricKey(size: .bits256).withUnsafeBytes { Array($0) }))
     }
 
     /// The cookie that names a session (or, with `maxAge` 0, ends it).

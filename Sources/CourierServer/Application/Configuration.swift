@@ -79,13 +79,18 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         /// The admin API's URL as a client on this machine reaches it (a
         /// wildcard address through the loopback).
         public func adminURL(port: Int) -> String {
-            let host =
-                switch adminHost {
-                case "0.0.0.0": "127.0.0.1"
-                case "::": "::1"
-                default: adminHost
-                }
+            let host = Self.reachable(adminHost)
             return "\(adminUsesTLS ? "https" : "http")://\(host.contains(":") ? "[\(host)]" : host):\(port)"
+        }
+
+        /// The address a client on this machine uses for a listener bound to
+        /// `host`: a wildcard address is reached through the loopback.
+        public static func reachable(_ host: String) -> String {
+            switch host {
+            case "0.0.0.0": "127.0.0.1"
+            case "::": "::1"
+            default: host
+            }
         }
     }
 
