@@ -337,12 +337,12 @@ extension TestServer {
                     "--subscribe", channelID,
                 ], mergeStandardError: true)
             defer { run.signal(SIGTERM) }
-            _ = try #require(run.waitForLine(containing: "subscribed to channel \(channelID)"), "\(run.output)")
+            _ = try #require(await run.waitForLine(containing: "subscribed to channel \(channelID)"), "\(run.output)")
             let sent = try await runProgram(
                 courier, ["broadcast", "--app", bundleID, "--channel", channelID, "--payload", String(decoding: update, as: UTF8.self), "--port", pushPort] + auth)
             #expect(sent.status == 0, "\(sent)")
             #expect(sent.stdout.hasSuffix(": 200 sent on channel \(channelID)\n"), "\(sent.stdout)")
-            let line = try #require(run.waitForLine(containing: #""channel":"\#(channelID)""#), "\(run.output)")
+            let line = try #require(await run.waitForLine(containing: #""channel":"\#(channelID)""#), "\(run.output)")
             #expect(line.contains(#""pushType":"liveactivity""#))
 
             // Refusals: the status and reason on standard output, a failure exit; bad input a one-line error.

@@ -213,7 +213,7 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
             server.signal(SIGTERM)
             _ = server.waitForExit()
         }
-        #expect(server.waitForLine(containing: "Courier is running") != nil, "\(server.output)")
+        #expect(await server.waitForLine(containing: "Courier is running") != nil, "\(server.output)")
         let output = server.output.joined(separator: "\n")
         #expect(output.contains("Connections: at most 45 per device listener, 7 per provider listener, 45 per address; 146 in all (open files: 200)"))
         #expect(output.contains("Lowered from the configured 20000 to fit the open-file limit"))

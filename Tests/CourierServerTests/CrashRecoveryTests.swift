@@ -70,7 +70,7 @@ struct ServeProcess {
 
         // Kill the server hard, start it again on the same data.
         first.program.signal(SIGKILL)
-        #expect(first.program.waitForExit() != 0)
+        #expect(await first.program.waitForExit() != 0)
         let second = try ServeProcess.start(data: data, config: config)
         let newPort = try #require(second.ports["device.production"])
 
@@ -84,6 +84,6 @@ struct ServeProcess {
         await again.stop()
         await runningAgain.value
         second.program.signal(SIGTERM)
-        #expect(second.program.waitForExit() == 0)
+        #expect(await second.program.waitForExit() == 0)
     }
 }

@@ -53,7 +53,7 @@ import Testing
         }
         try await waitUntil(limit: 120) { ledger.acceptedCount >= killAfter }
         server.program.signal(SIGKILL)
-        #expect(server.program.waitForExit() != 0)
+        #expect(await server.program.waitForExit() != 0)
         for sender in senders { await sender.value }
         await provider.close()
 

@@ -108,12 +108,12 @@ import Testing
                     "--live-activity-push-to-start", "--live-activities", "2",
                 ], mergeStandardError: true)
             defer { run.signal(SIGTERM) }
-            let pushToStart = try #require(run.waitForLine(containing: "push-to-start token ")).split(separator: " ").last.map(String.init)
-            let first = try #require(run.waitForLine(containing: "live activity "), "\(run.output)")
+            let pushToStart = try #require(await run.waitForLine(containing: "push-to-start token ")).split(separator: " ").last.map(String.init)
+            let first = try #require(await run.waitForLine(containing: "live activity "), "\(run.output)")
             let token = try #require(first.split(separator: " ").last.map(String.init))
             let client = try await server.http2Client()
             #expect(try await client.send(liveActivityPush(try #require(Hex.decode(token)))).status == 200)
-            let line = try #require(run.waitForLine(containing: #""token":"\#(token)""#), "\(run.output)")
+            let line = try #require(await run.waitForLine(containing: #""token":"\#(token)""#), "\(run.output)")
             // Both activities were printed before the first notification.
             #expect(run.output.filter { $0.hasPrefix("live activity ") }.count == 2, "\(run.output)")
             #expect(line.contains(#""pushType":"liveactivity""#))

@@ -246,6 +246,23 @@ public final class RunningProgram: Sendable {
         return status(block: false)
     }
 
+    /// `waitForLine` for async tests: the wait happens on a thread of its own,
+    /// so that it holds none of the concurrency pool's threads (two of them
+    /// on two cores), which a server running in the same process needs to
+    /// answer the program.
+    public func waitForLine(containing text: String, limit: TimeInterval = 60) async -> String? {
+        await withCheckedContinuation { continuation in
+            Thread { continuation.resume(returning: self.waitForLine(containing: text, limit: limit) as String?) }.start()
+        }
+    }
+
+    /// `waitForExit` for async tests, on a thread of its own (see `waitForLine`).
+    public func waitForExit(limit: TimeInterval = 60) async -> Int32? {
+        await withCheckedContinuation { continuation in
+            Thread { continuation.resume(returning: self.waitForExit(limit: limit) as Int32?) }.start()
+        }
+    }
+
     /// One still running is asked to stop (SIGTERM), without waiting for it.
     deinit {
         if isRunning { kill(child.pid, SIGTERM) }
