@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "CourierWire", targets: ["CourierWire"]),
         .library(name: "CourierPKI", targets: ["CourierPKI"]),
         .library(name: "CourierSQLite", targets: ["CourierSQLite"]),
+        .library(name: "CourierPostgres", targets: ["CourierPostgres"]),
         .library(name: "CourierServer", targets: ["CourierServer"]),
         .library(name: "CourierDevice", targets: ["CourierDevice"]),
         .library(name: "CourierProvider", targets: ["CourierProvider"]),
@@ -29,6 +30,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/vapor/sqlite-nio.git", from: "1.13.2"),
+        // The store of several nodes.
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         // The command line's client of the admin API (HTTPS with Courier's CA).
@@ -71,6 +74,16 @@ let package = Package(
             dependencies: [
                 "CourierCore",
                 .product(name: "SQLiteNIO", package: "sqlite-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "CourierPostgres",
+            dependencies: [
+                "CourierCore",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -188,6 +201,12 @@ let package = Package(
         .testTarget(
             name: "CourierSQLiteTests",
             dependencies: ["CourierSQLite", "CourierStoreConformance", "CourierTestSupport", .product(name: "SQLiteNIO", package: "sqlite-nio")]
+        ),
+        .testTarget(
+            name: "CourierPostgresTests",
+            dependencies: [
+                "CourierPostgres", "CourierStoreConformance", "CourierTestSupport", .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         .testTarget(
             name: "CourierServerTests",

@@ -192,7 +192,7 @@ public final class SQLiteStore: Store {
             "INSERT INTO auth_keys (key_id, team_id, public_key, created_at, revoked_at, environments, bundle_ids) VALUES (?, ?, ?, ?, ?, ?, ?)",
             [
                 .text(key.keyID), .text(key.teamID), .bytes(key.publicKey), .millis(key.createdAt), .millis(key.revokedAt), .text(key.environments.encoded),
-                .optionalText(key.bundleIDs.map { $0.sorted().joined(separator: ",") }),
+                .optionalText(key.encodedBundleIDs),
             ],
             what: "auth key \(key.keyID)")
     }

@@ -297,6 +297,37 @@ public enum StoreConformance {
             report.equal(try await store.removePending([heldOne, heldOne]), [true, false], "removing: held, held again")
             report.equal(try await store.pending(deviceID: 1, environment: .production), [other], "left")
         },
+        StoreConformanceCase(name: "pending: batches longer than one statement store and remove as one") { store, report in
+            // More rows than either store writes in one statement, twice over.
+            let devices = UInt64(1)...UInt64(519)
+            func pending(_ device: UInt64, _ n: Int) -> PendingNotification {
+                PendingNotification(
+                    deviceID: device, bundleID: "com.example.a", environment: .production,
+                    notification: PushNotification(
+                        id: UUID(), token: [UInt8(truncatingIfNeeded: device)], topic: "com.example.a", payload: Array(#"{"n":\#(n)}"#.utf8),
+                        expiration: at(86_400), priority: .immediate),
+                    acceptedAt: at(Double(n)))
+            }
+            let old = Dictionary(uniqueKeysWithValues: devices.filter { $0.isMultiple(of: 2) }.map { ($0, pending($0, 1)) })
+            report.equal(try await store.storePending(devices.compactMap { old[$0] }), Array(repeating: nil, count: old.count), "nothing replaced at first")
+            let first = Dictionary(uniqueKeysWithValues: devices.map { ($0, pending($0, 2)) })
+            let second = Dictionary(uniqueKeysWithValues: devices.filter { $0.isMultiple(of: 3) }.map { ($0, pending($0, 3)) })
+            let replaced = try await store.storePending(devices.map { first[$0]! } + devices.compactMap { second[$0] })
+            let expected = devices.map { old[$0] } + devices.filter { second[$0] != nil }.map { first[$0] }
+            // Ids compared first, so that a failure prints something readable.
+            report.equal(replaced.map { $0?.notification.id }, expected.map { $0?.notification.id }, "replaced ids")
+            report.check(replaced == expected, "replaced notifications differ from the ones stored")
+            for device in devices {
+                report.equal(try await store.pending(deviceID: device, environment: .production), [second[device] ?? first[device]!], "held for \(device)")
+            }
+            // Every held one, then once more, then the replaced first ones of the devices that got a second.
+            let held = devices.map { PendingReference(second[$0] ?? first[$0]!) }
+            let stale = devices.filter { second[$0] != nil }.map { PendingReference(first[$0]!) }
+            report.equal(
+                try await store.removePending(held + held + stale), held.map { _ in true } + held.map { _ in false } + stale.map { _ in false },
+                "removed")
+            report.equal(try await store.pendingCount(), 0, "nothing held after")
+        },
         StoreConformanceCase(name: "pending: expiry and retention sweeps") { store, report in
             let token = Array(repeating: UInt8(2), count: 32)
             let soon = PendingNotification(

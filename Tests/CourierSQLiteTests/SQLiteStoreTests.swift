@@ -73,45 +73,6 @@ import Testing
     /// notifications were stored one after the other — each replaces what
     /// its (device, app) held before it, stored earlier or earlier in the
     /// batch — and removing works across statements too.
-    @Test func batchesLongerThanOneStatementStoreAndRemoveAsOneAfterTheOther() async throws {
-        let store = try await SQLiteStore.inMemory(logger: Logger(label: "test"))
-        let devices = UInt64(1)...UInt64(SQLiteStore.rowsPerStatement * 2 + 7)
-        func pending(_ device: UInt64, _ n: Int) -> PendingNotification {
-            PendingNotification(
-                deviceID: device, bundleID: "com.example.a", environment: .production,
-                notification: PushNotification(
-                    id: UUID(), token: [UInt8(truncatingIfNeeded: device)], topic: "com.example.a", payload: Array(#"{"n":\#(n)}"#.utf8),
-                    expiration: Date(timeIntervalSince1970: 9_999_999_999), priority: .immediate),
-                acceptedAt: Date(timeIntervalSince1970: Double(n)))
-        }
-        let old = Dictionary(uniqueKeysWithValues: devices.filter { $0.isMultiple(of: 2) }.map { ($0, pending($0, 1)) })
-        #expect(try await store.storePending(devices.compactMap { old[$0] }) == Array(repeating: nil, count: old.count))
-
-        let first = Dictionary(uniqueKeysWithValues: devices.map { ($0, pending($0, 2)) })
-        let second = Dictionary(uniqueKeysWithValues: devices.filter { $0.isMultiple(of: 3) }.map { ($0, pending($0, 3)) })
-        let batch = devices.map { first[$0]! } + devices.compactMap { second[$0] }
-        let replaced = try await store.storePending(batch)
-        // Ids compared, so that a failure prints something readable.
-        let expected = devices.map { old[$0] } + devices.filter { second[$0] != nil }.map { first[$0] }
-        #expect(replaced.map { $0?.notification.id } == expected.map { $0?.notification.id })
-        #expect(replaced == expected)
-
-        for device in devices {
-            #expect(try await store.pending(deviceID: device, environment: .production) == [second[device] ?? first[device]!])
-        }
-        func reference(_ pending: PendingNotification) -> PendingReference {
-            PendingReference(pending)
-        }
-        // Every held one, then once more, then the replaced first ones of the devices that got a second.
-        let held = devices.map { reference(second[$0] ?? first[$0]!) }
-        let stale = devices.filter { second[$0] != nil }.map { reference(first[$0]!) }
-        #expect(try await store.removePending(held + held + stale) == held.map { _ in true } + held.map { _ in false } + stale.map { _ in false })
-        for device in devices {
-            #expect(try await store.pending(deviceID: device, environment: .production) == [])
-        }
-        try await store.close()
-    }
-
     /// The batch statements look each row up by the primary key; none
     /// scans the table of held notifications.
     @Test func batchStatementsSearchThePrimaryKey() async throws {

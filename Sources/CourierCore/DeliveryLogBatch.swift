@@ -1,4 +1,3 @@
-import CourierCore
 import Foundation
 
 /// The delivery log's storage form: the events of one written batch packed

@@ -1,5 +1,4 @@
 import CourierCore
-import CourierSQLite
 import Foundation
 import Testing
 

@@ -1,0 +1,778 @@
+import CourierCore
+import Foundation
+import Logging
+import NIOCore
+import PostgresNIO
+
+/// Where a PostgreSQL store is and who Courier is there.
+public struct PostgresSettings: Sendable, Hashable {
+    public var host: String
+    public var port: Int
+    public var database: String
+    public var user: String
+    /// nil: the server asks for none (trust, peer) or the connection fails
+    /// saying that it wants one.
+    public var password: String?
+    /// Connections the store's pool keeps open at most.
+    public var connections: Int
+
+    public init(host: String, port: Int, database: String, user: String, password: String?, connections: Int = 8) {
+        self.host = host
+        self.port = port
+        self.database = database
+        self.user = user
+        self.password = password
+        self.connections = connections
+    }
+
+    /// Where, for a one-line message (never the password).
+    public var description: String { "postgresql://\(user)@\(host):\(port)/\(database)" }
+}
+
+/// The store of several nodes: one PostgreSQL database, shared by every
+/// node, through a pool of connections (postgres-nio's `PostgresClient`).
+/// Every write is durable when it returns (`synchronous_commit` as the
+/// server has it, `on` by default), except the delivery log's batches,
+/// written with `synchronous_commit = off` as SQLite's log is written
+/// without waiting for the disk: a crash of the database server may lose
+/// its last batches, a crash of Courier none.
+///
+/// Transactions run at PostgreSQL's default isolation (read committed);
+/// where a method must read and write as one (what a held notification
+/// replaced, a channel limit), it locks what it reads. A transaction that
+/// PostgreSQL ends for a deadlock with another node's is run again.
+public final class PostgresStore: Store {
+    public let endedActivitiesKept = 1_000
+    private let client: PostgresClient
+    private let runner: Task<Void, Never>
+    private let logger: Logger
+
+    private init(client: PostgresClient, runner: Task<Void, Never>, logger: Logger) {
+        self.client = client
+        self.runner = runner
+        self.logger = logger
+    }
+
+    /// Connects, migrates the schema and returns the store; an error with
+    /// a one-line message when the database cannot be reached or refuses
+    /// the user.
+    public static func open(_ settings: PostgresSettings, logger: Logger) async throws -> PostgresStore {
+        var configuration = PostgresClient.Configuration(
+            host: settings.host, port: settings.port, username: settings.user, password: settings.password, database: settings.database,
+            tls: .disable)
+        configuration.options.maximumConnections = settings.connections
+        configuration.options.connectTimeout = .seconds(5)
+        // The pool's own log (connections it opens and closes) from warnings up.
+        var background = logger
+        background.logLevel = max(logger.logLevel, .warning)
+        let client = PostgresClient(configuration: configuration, backgroundLogger: background)
+        let runner = Task { await client.run() }
+        // The pool retries a failed connection without end; one connection
+        // first tells whether the database is there and takes the user.
+        do {
+            let probe = try await PostgresConnection.connect(
+                configuration: PostgresConnection.Configuration(
+                    host: settings.host, port: settings.port, username: settings.user, password: settings.password, database: settings.database,
+                    tls: .disable),
+                id: 0, logger: logger)
+            try await probe.close()
+        } catch {
+            runner.cancel()
+            await runner.value
+            throw StoreError(.unavailable, "cannot connect to \(settings.description): \(Self.describe(error))")
+        }
+        let store = PostgresStore(client: client, runner: runner, logger: logger)
+        do {
+            try await store.migrate()
+        } catch {
+            await store.close()
+            throw error
+        }
+        return store
+    }
+
+    /// Closes the pool's connections.
+    public func close() async {
+        runner.cancel()
+        await runner.value
+    }
+
+    // MARK: Running statements
+
+    /// Runs `sql` with `values` bound to $1, $2, … (on `connection` when
+    /// inside a transaction) and returns its rows.
+    @discardableResult
+    func query(_ sql: String, _ values: [Value] = [], on connection: PostgresConnection? = nil) async throws -> [PostgresRandomAccessRow] {
+        var binds = PostgresBindings(capacity: values.count)
+        for value in values { value.bind(into: &binds) }
+        let query = PostgresQuery(unsafeSQL: sql, binds: binds)
+        do {
+            let rows =
+                if let connection {
+                    try await connection.query(query, logger: logger)
+                } else {
+                    try await client.query(query, logger: logger)
+                }
+            return try await rows.collect().map { $0.makeRandomAccess() }
+        } catch let error as PSQLError {
+            throw Self.storeError(error)
+        }
+    }
+
+    /// Runs `body` in a transaction (BEGIN … COMMIT, ROLLBACK when it
+    /// throws), again when PostgreSQL ends it for a deadlock or a
+    /// serialization failure (nodes writing the same rows at once).
+    func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try await client.withConnection { connection in
+                    try await self.query("BEGIN", on: connection)
+                    do {
+                        let result = try await body(connection)
+                        try await self.query("COMMIT", on: connection)
+                        return result
+                    } catch {
+                        _ = try? await self.query("ROLLBACK", on: connection)
+                        throw error
+                    }
+                }
+            } catch let conflict as TransactionConflict {
+                guard attempt < 5 else { throw StoreError(.unavailable, "a transaction failed \(attempt) times: \(conflict.message)") }
+                logger.debug("transaction run again", metadata: ["reason": "\(conflict.message)"])
+            } catch let error as PSQLError {
+                throw Self.storeError(error)
+            }
+        }
+    }
+
+    /// Inserts a row; a duplicate key or a missing parent row becomes the
+    /// store's own error naming `what` or `parent`.
+    private func insert(_ sql: String, _ values: [Value], what: String, parent: String? = nil) async throws {
+        do {
+            try await query(sql, values)
+        } catch let error as StoreError where error.code == .duplicate {
+            throw StoreError(.duplicate, "\(what) exists already")
+        } catch let error as StoreError where error.code == .notFound {
+            throw StoreError(.notFound, "\(parent ?? "a row \(what) names") does not exist")
+        }
+    }
+
+    /// The store's error for a failure of postgres-nio: a unique key
+    /// (23505) is `duplicate`, a missing parent row (23503) `notFound`,
+    /// a deadlock or serialization failure a `TransactionConflict` (run
+    /// again), anything else `unavailable`.
+    static func storeError(_ error: PSQLError) -> any Error {
+        switch error.serverInfo?[.sqlState] {
+        case "23505": StoreError(.duplicate, describe(error))
+        case "23503": StoreError(.notFound, describe(error))
+        case "40P01", "40001": TransactionConflict(message: describe(error))
+        default: StoreError(.unavailable, describe(error))
+        }
+    }
+
+    /// One line for an error of postgres-nio (whose own description hides
+    /// the server's message).
+    static func describe(_ error: any Error) -> String {
+        guard let error = error as? PSQLError else { return "\(error)" }
+        if let message = error.serverInfo?[.message] {
+            return message + (error.serverInfo?[.sqlState].map { " (SQLSTATE \($0))" } ?? "")
+        }
+        if let underlying = error.underlying { return "\(underlying)" }
+        return "\(error.code)"
+    }
+
+    // MARK: Schema
+
+    private func migrate() async throws {
+        try await transaction { connection in
+            // Nodes starting at once migrate one after another.
+            try await self.query("SELECT pg_advisory_xact_lock(\(PostgresMigrations.lock))", on: connection)
+            try await self.query(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)", on: connection)
+            let current = try await self.query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations", on: connection)
+                .first?.optionalInteger("v") ?? 0
+            for migration in PostgresMigrations.all where migration.version > current {
+                for statement in migration.statements {
+                    try await self.query(statement, on: connection)
+                }
+                try await self.query(
+                    "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
+                    [.integer(migration.version), .millis(Date())], on: connection)
+            }
+        }
+    }
+
+    public func schemaVersion() async throws -> Int {
+        try await query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations").first?.integer("v") ?? 0
+    }
+
+    // MARK: Teams and apps
+
+    public func createTeam(_ team: Team) async throws {
+        try await insert(
+            "INSERT INTO teams (id, name, created_at) VALUES ($1, $2, $3)", [.text(team.id), .text(team.name), .millis(team.createdAt)],
+            what: "team \(team.id)")
+    }
+
+    public func team(id: String) async throws -> Team? {
+        try await query("SELECT * FROM teams WHERE id = $1", [.text(id)]).first.map(Team.init(row:))
+    }
+
+    public func teams() async throws -> [Team] {
+        try await query("SELECT * FROM teams ORDER BY id").map(Team.init(row:))
+    }
+
+    public func createApp(_ app: App) async throws {
+        try await insert(
+            "INSERT INTO apps (bundle_id, team_id, topic_kinds, created_at) VALUES ($1, $2, $3, $4)",
+            [.text(app.bundleID), .text(app.teamID), .text(app.topicKinds.encoded), .millis(app.createdAt)],
+            what: "app \(app.bundleID)", parent: "team \(app.teamID)")
+    }
+
+    public func app(bundleID: String) async throws -> App? {
+        try await query("SELECT * FROM apps WHERE bundle_id = $1", [.text(bundleID)]).first.map(App.init(row:))
+    }
+
+    public func apps(teamID: String) async throws -> [App] {
+        try await query("SELECT * FROM apps WHERE team_id = $1 ORDER BY bundle_id", [.text(teamID)]).map(App.init(row:))
+    }
+
+    // MARK: Auth keys
+
+    public func addAuthKey(_ key: AuthKeyRecord) async throws {
+        try await insert(
+            """
+            INSERT INTO auth_keys (key_id, team_id, public_key, created_at, revoked_at, environments, bundle_ids)
+            VALUES ($1, $2, $3, $4, $5, $6, $7)
+            """,
+            [
+                .text(key.keyID), .text(key.teamID), .bytes(key.publicKey), .millis(key.createdAt), .millis(key.revokedAt),
+                .text(key.environments.encoded), .optionalText(key.encodedBundleIDs),
+            ],
+            what: "auth key \(key.keyID)", parent: "team \(key.teamID)")
+    }
+
+    public func authKey(id: String) async throws -> AuthKeyRecord? {
+        try await query("SELECT * FROM auth_keys WHERE key_id = $1", [.text(id)]).first.map(AuthKeyRecord.init(row:))
+    }
+
+    public func authKeys(teamID: String) async throws -> [AuthKeyRecord] {
+        try await query("SELECT * FROM auth_keys WHERE team_id = $1 ORDER BY key_id", [.text(teamID)]).map(AuthKeyRecord.init(row:))
+    }
+
+    public func revokeAuthKey(id: String, at date: Date) async throws -> Bool {
+        !(try await query(
+            "UPDATE auth_keys SET revoked_at = $1 WHERE key_id = $2 AND revoked_at IS NULL RETURNING key_id", [.millis(date), .text(id)]
+        ).isEmpty)
+    }
+
+    // MARK: Certificates
+
+    public func addCertificate(_ certificate: CertificateRecord) async throws {
+        try await insert(
+            """
+            INSERT INTO certificates (serial, kind, subject, team_id, bundle_id, device_id, environments,
+                not_after, created_at, revoked_at, pem) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+            """,
+            [
+                .text(certificate.serial), .text(certificate.kind.rawValue), .text(certificate.subject),
+                .optionalText(certificate.teamID), .optionalText(certificate.bundleID), .device(certificate.deviceID),
+                .text(certificate.environments.encoded), .millis(certificate.notAfter), .millis(certificate.createdAt),
+                .millis(certificate.revokedAt), .text(certificate.pem),
+            ], what: "certificate \(certificate.serial)")
+    }
+
+    public func certificate(serial: String) async throws -> CertificateRecord? {
+        try await query("SELECT * FROM certificates WHERE serial = $1", [.text(serial.lowercased())]).first.map(CertificateRecord.init(row:))
+    }
+
+    public func certificates(kind: CertificateKind?) async throws -> [CertificateRecord] {
+        if let kind {
+            return try await query("SELECT * FROM certificates WHERE kind = $1 ORDER BY created_at, serial", [.text(kind.rawValue)])
+                .map(CertificateRecord.init(row:))
+        }
+        return try await query("SELECT * FROM certificates ORDER BY created_at, serial").map(CertificateRecord.init(row:))
+    }
+
+    public func revokeCertificate(serial: String, at date: Date) async throws -> Bool {
+        !(try await query(
+            "UPDATE certificates SET revoked_at = $1 WHERE serial = $2 AND revoked_at IS NULL RETURNING serial",
+            [.millis(date), .text(serial.lowercased())]
+        ).isEmpty)
+    }
+
+    public func certificatesRevoked(since date: Date) async throws -> [String] {
+        try await query("SELECT serial FROM certificates WHERE revoked_at >= $1 ORDER BY revoked_at, serial", [.millis(date)])
+            .map { try $0.text("serial") }
+    }
+
+    // MARK: Devices and registrations
+
+    public func createDevice(_ device: Device) async throws {
+        try await insert(
+            "INSERT INTO devices (id, certificate_serial, generation, created_at, last_seen) VALUES ($1, $2, $3, $4, $5)",
+            [.device(device.id), .text(device.certificateSerial), .integer(Int(device.generation)), .millis(device.createdAt), .millis(device.lastSeen)],
+            what: "device \(device.id)")
+    }
+
+    public func device(id: UInt64) async throws -> Device? {
+        try await query("SELECT * FROM devices WHERE id = $1", [.device(id)]).first.map(Device.init(row:))
+    }
+
+    @discardableResult
+    public func setDeviceGeneration(id: UInt64, generation: UInt32) async throws -> [PendingNotification] {
+        try await transaction { connection in
+            let updated = try await self.query(
+                "UPDATE devices SET generation = $1 WHERE id = $2 RETURNING id", [.integer(Int(generation)), .device(id)], on: connection)
+            guard !updated.isEmpty else { throw StoreError(.notFound, "device \(id) does not exist") }
+            try await self.query("DELETE FROM app_registrations WHERE device_id = $1", [.device(id)], on: connection)
+            // Its Live Activity tokens ended with its other tokens.
+            try await self.query("DELETE FROM ended_activities WHERE device_id = $1", [.device(id)], on: connection)
+            return try await self.takePending(where: "device_id = $1", [.device(id)], on: connection)
+        }
+    }
+
+    public func markDeviceSeen(id: UInt64, at date: Date) async throws {
+        try await query("UPDATE devices SET last_seen = $1 WHERE id = $2", [.millis(date), .device(id)])
+    }
+
+    public func register(_ registration: AppRegistration) async throws {
+        do {
+            try await query(
+                """
+                INSERT INTO app_registrations (device_id, bundle_id, environment, token, active, registered_at, unregistered_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7)
+                ON CONFLICT (device_id, bundle_id, environment) DO UPDATE SET
+                    token = excluded.token, active = excluded.active,
+                    registered_at = excluded.registered_at, unregistered_at = excluded.unregistered_at
+                """,
+                [
+                    .device(registration.deviceID), .text(registration.bundleID), .text(registration.environment.rawValue),
+                    .bytes(registration.token), .integer(registration.active ? 1 : 0), .millis(registration.registeredAt),
+                    .millis(registration.unregisteredAt),
+                ])
+        } catch let error as StoreError where error.code == .notFound {
+            throw StoreError(.notFound, "device \(registration.deviceID) does not exist")
+        }
+    }
+
+    public func registration(deviceID: UInt64, bundleID: String, environment: Environment) async throws -> AppRegistration? {
+        try await query(
+            "SELECT * FROM app_registrations WHERE device_id = $1 AND bundle_id = $2 AND environment = $3",
+            [.device(deviceID), .text(bundleID), .text(environment.rawValue)]
+        ).first.map(AppRegistration.init(row:))
+    }
+
+    public func registrations(deviceID: UInt64) async throws -> [AppRegistration] {
+        try await query("SELECT * FROM app_registrations WHERE device_id = $1 ORDER BY bundle_id, environment", [.device(deviceID)])
+            .map(AppRegistration.init(row:))
+    }
+
+    public func unregister(deviceID: UInt64, bundleID: String, environment: Environment, at date: Date) async throws -> Bool {
+        !(try await query(
+            """
+            UPDATE app_registrations SET active = 0, unregistered_at = $1
+            WHERE device_id = $2 AND bundle_id = $3 AND environment = $4 AND active = 1 RETURNING device_id
+            """, [.millis(date), .device(deviceID), .text(bundleID), .text(environment.rawValue)]
+        ).isEmpty)
+    }
+
+    public func endActivity(deviceID: UInt64, bundleID: String, environment: Environment, activity: UInt32, at date: Date) async throws -> Bool {
+        let key: [Value] = [.device(deviceID), .text(bundleID), .text(environment.rawValue)]
+        return try await transaction { connection in
+            let inserted = try await self.query(
+                """
+                INSERT INTO ended_activities (device_id, bundle_id, environment, activity, ended_at) VALUES ($1, $2, $3, $4, $5)
+                ON CONFLICT DO NOTHING RETURNING activity
+                """, key + [.integer(Int(activity)), .millis(date)], on: connection)
+            guard !inserted.isEmpty else { return false }
+            // The most recent ends only, so that a device cannot grow the table without bound.
+            try await self.query(
+                """
+                DELETE FROM ended_activities WHERE device_id = $1 AND bundle_id = $2 AND environment = $3 AND activity NOT IN (
+                    SELECT activity FROM ended_activities WHERE device_id = $1 AND bundle_id = $2 AND environment = $3
+                    ORDER BY ended_at DESC, activity DESC LIMIT \(self.endedActivitiesKept))
+                """, key, on: connection)
+            return true
+        }
+    }
+
+    public func activityEnd(deviceID: UInt64, bundleID: String, environment: Environment, activity: UInt32) async throws -> Date? {
+        try await query(
+            "SELECT ended_at FROM ended_activities WHERE device_id = $1 AND bundle_id = $2 AND environment = $3 AND activity = $4",
+            [.device(deviceID), .text(bundleID), .text(environment.rawValue), .integer(Int(activity))]
+        ).first.map { try $0.date("ended_at") }
+    }
+
+    // MARK: Broadcast channels
+
+    public func createChannel(_ channel: BroadcastChannel, limit: Int) async throws -> Bool {
+        try await transaction { connection in
+            // Two nodes adding a channel for the same app count one after the other.
+            try await self.query(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                [.text("channels \(channel.environment.rawValue) \(channel.bundleID)")], on: connection)
+            let count = try await self.query(
+                "SELECT COUNT(*) AS n FROM broadcast_channels WHERE bundle_id = $1 AND environment = $2",
+                [.text(channel.bundleID), .text(channel.environment.rawValue)], on: connection
+            ).first?.integer("n") ?? 0
+            guard count < limit else { return false }
+            let inserted = try await self.query(
+                """
+                INSERT INTO broadcast_channels (environment, id, bundle_id, storage_policy, created_at) VALUES ($1, $2, $3, $4, $5)
+                ON CONFLICT DO NOTHING RETURNING id
+                """,
+                [
+                    .text(channel.environment.rawValue), .text(channel.id), .text(channel.bundleID), .integer(channel.storagePolicy.rawValue),
+                    .millis(channel.createdAt),
+                ], on: connection)
+            guard !inserted.isEmpty else { throw StoreError(.duplicate, "channel \(channel.id) exists already") }
+            return true
+        }
+    }
+
+    public func channel(id: String, environment: Environment) async throws -> BroadcastChannel? {
+        try await query("SELECT * FROM broadcast_channels WHERE environment = $1 AND id = $2", [.text(environment.rawValue), .text(id)])
+            .first.map(BroadcastChannel.init(row:))
+    }
+
+    public func channels(bundleID: String, environment: Environment) async throws -> [BroadcastChannel] {
+        try await query(
+            "SELECT * FROM broadcast_channels WHERE bundle_id = $1 AND environment = $2 ORDER BY created_at, id",
+            [.text(bundleID), .text(environment.rawValue)]
+        ).map(BroadcastChannel.init(row:))
+    }
+
+    public func deleteChannel(id: String, environment: Environment) async throws -> Bool {
+        let key: [Value] = [.text(environment.rawValue), .text(id)]
+        return try await transaction { connection in
+            try await self.query("DELETE FROM stored_broadcasts WHERE environment = $1 AND channel_id = $2", key, on: connection)
+            return !(try await self.query("DELETE FROM broadcast_channels WHERE environment = $1 AND id = $2 RETURNING id", key, on: connection).isEmpty)
+        }
+    }
+
+    public func storeBroadcast(_ broadcast: StoredBroadcast) async throws -> Bool {
+        let n = broadcast.notification
+        return try await transaction { connection in
+            // The channel stays until this commits (a delete waits for it).
+            let exists = try await self.query(
+                "SELECT 1 FROM broadcast_channels WHERE environment = $1 AND id = $2 FOR SHARE",
+                [.text(broadcast.environment.rawValue), .text(broadcast.channelID)], on: connection)
+            guard !exists.isEmpty else { return false }
+            try await self.query(
+                """
+                INSERT INTO stored_broadcasts (environment, channel_id, id, delivery_id, topic, payload, expiration, priority, push_type, stored_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                ON CONFLICT (environment, channel_id) DO UPDATE SET
+                    id = excluded.id, delivery_id = excluded.delivery_id, topic = excluded.topic, payload = excluded.payload,
+                    expiration = excluded.expiration, priority = excluded.priority, push_type = excluded.push_type, stored_at = excluded.stored_at
+                """,
+                [
+                    .text(broadcast.environment.rawValue), .text(broadcast.channelID), .uuid(n.id), .uuid(n.deliveryID),
+                    .text(n.topic), .bytes(n.payload), .millis(n.expiration), .integer(Int(n.priority.rawValue)), .optionalText(n.pushType),
+                    .millis(broadcast.storedAt),
+                ], on: connection)
+            return true
+        }
+    }
+
+    public func storedBroadcast(channelID: String, environment: Environment) async throws -> StoredBroadcast? {
+        try await query("SELECT * FROM stored_broadcasts WHERE environment = $1 AND channel_id = $2", [.text(environment.rawValue), .text(channelID)])
+            .first.map(StoredBroadcast.init(row:))
+    }
+
+    // MARK: Pending notifications
+
+    /// Rows per multi-row statement (13 values each, within PostgreSQL's
+    /// 65,535 parameters).
+    static let rowsPerStatement = 256
+
+    public func storePending(_ notifications: [PendingNotification]) async throws -> [PendingNotification?] {
+        guard !notifications.isEmpty else { return [] }
+        // Only the last of each (device, app) is written: the ones before it are replaced in the same transaction.
+        var last: [PendingSlot: Int] = [:]
+        for (index, pending) in notifications.enumerated() { last[PendingSlot(pending)] = index }
+        // In key order, so that two nodes' batches lock shared rows in the same order.
+        let written = notifications.indices.filter { last[PendingSlot(notifications[$0])] == $0 }.map { notifications[$0] }
+            .sorted { PendingSlot($0) < PendingSlot($1) }
+        var held = try await transaction { connection in
+            var held: [PendingSlot: PendingNotification] = [:]
+            for chunk in written.slices(of: Self.rowsPerStatement) {
+                // What the slots hold, locked until the commit.
+                held.merge(try await self.lockHeld(chunk.map(PendingSlot.init), on: connection)) { $1 }
+                // The empty slots are filled; a slot another node filled meanwhile is not (ON CONFLICT DO NOTHING) …
+                let empty = chunk.filter { held[PendingSlot($0)] == nil }
+                var filled = Set<PendingSlot>()
+                if !empty.isEmpty {
+                    filled = Set(
+                        try await self.query(
+                            Self.insertPendingSQL(empty.count, onConflict: "DO NOTHING RETURNING device_id, bundle_id, environment"),
+                            empty.flatMap(Self.values), on: connection
+                        ).map(PendingSlot.init(row:)))
+                }
+                // … it is read (it has committed) and replaced with the rest.
+                let racing = empty.map(PendingSlot.init).filter { !filled.contains($0) }
+                if !racing.isEmpty { held.merge(try await self.lockHeld(racing, on: connection)) { $1 } }
+                let replacing = chunk.filter { !filled.contains(PendingSlot($0)) }
+                if !replacing.isEmpty {
+                    try await self.query(
+                        Self.insertPendingSQL(
+                            replacing.count,
+                            onConflict: """
+                                (device_id, bundle_id, environment) DO UPDATE SET
+                                    id = excluded.id, token = excluded.token, topic = excluded.topic, payload = excluded.payload,
+                                    expiration = excluded.expiration, priority = excluded.priority, collapse_id = excluded.collapse_id,
+                                    push_type = excluded.push_type, accepted_at = excluded.accepted_at, delivery_id = excluded.delivery_id
+                                """),
+                        replacing.flatMap(Self.values), on: connection)
+                }
+            }
+            return held
+        }
+        // Each replaced what its (device, app) held before it: the stored row, then the batch's earlier ones in turn.
+        return notifications.map { pending in
+            let slot = PendingSlot(pending)
+            defer { held[slot] = pending }
+            return held[slot]
+        }
+    }
+
+    /// The notifications `slots` hold, each row locked until the transaction ends.
+    private func lockHeld(_ slots: [PendingSlot], on connection: PostgresConnection) async throws -> [PendingSlot: PendingNotification] {
+        let rows = try await query(
+            """
+            SELECT held.* FROM pending_notifications AS held
+            JOIN (VALUES \(Self.rows(slots.count, of: 3))) AS slot(device_id, bundle_id, environment) USING (device_id, bundle_id, environment)
+            FOR UPDATE OF held
+            """, slots.flatMap(\.values), on: connection)
+        var held: [PendingSlot: PendingNotification] = [:]
+        for row in rows {
+            let pending = try PendingNotification(row: row)
+            held[PendingSlot(pending)] = pending
+        }
+        return held
+    }
+
+    private static func insertPendingSQL(_ count: Int, onConflict: String) -> String {
+        """
+        INSERT INTO pending_notifications (device_id, bundle_id, environment, id, token, topic,
+            payload, expiration, priority, collapse_id, push_type, accepted_at, delivery_id)
+        VALUES \(rows(count, of: 13))
+        ON CONFLICT \(onConflict)
+        """
+    }
+
+    private static func values(_ pending: PendingNotification) -> [Value] {
+        let n = pending.notification
+        return PendingSlot(pending).values + [
+            .uuid(n.id), .bytes(n.token), .text(n.topic), .bytes(n.payload), .millis(n.expiration), .integer(Int(n.priority.rawValue)),
+            .optionalText(n.collapseID), .optionalText(n.pushType), .millis(pending.acceptedAt), .uuid(n.deliveryID),
+        ]
+    }
+
+    /// `count` rows of `columns` numbered parameters each: "($1, $2), ($3, $4)".
+    static func rows(_ count: Int, of columns: Int) -> String {
+        (0..<count).map { row in
+            "(" + (1...columns).map { "$\(row * columns + $0)" }.joined(separator: ", ") + ")"
+        }.joined(separator: ", ")
+    }
+
+    public func pendingCount() async throws -> Int {
+        try await query("SELECT count(*) AS held FROM pending_notifications").first?.integer("held") ?? 0
+    }
+
+    public func pending(deviceID: UInt64, environment: Environment) async throws -> [PendingNotification] {
+        try await query(
+            "SELECT * FROM pending_notifications WHERE device_id = $1 AND environment = $2 ORDER BY accepted_at, bundle_id",
+            [.device(deviceID), .text(environment.rawValue)]
+        ).map(PendingNotification.init(row:))
+    }
+
+    public func removePending(_ references: [PendingReference]) async throws -> [Bool] {
+        guard !references.isEmpty else { return [] }
+        var removed = try await transaction { connection in
+            var removed = Set<PendingReference>()
+            for chunk in references.slices(of: Self.rowsPerStatement) {
+                let rows = try await self.query(
+                    """
+                    DELETE FROM pending_notifications AS held
+                    USING (VALUES \(Self.rows(chunk.count, of: 4))) AS named(device_id, bundle_id, environment, delivery_id)
+                    WHERE held.device_id = named.device_id AND held.bundle_id = named.bundle_id
+                        AND held.environment = named.environment AND held.delivery_id = named.delivery_id
+                    RETURNING held.device_id, held.bundle_id, held.environment, held.delivery_id
+                    """, chunk.flatMap { PendingSlot($0).values + [.uuid($0.deliveryID)] }, on: connection)
+                for row in rows {
+                    removed.insert(
+                        PendingReference(
+                            deviceID: try row.device("device_id"), bundleID: try row.text("bundle_id"),
+                            environment: try row.environment("environment"), deliveryID: try row.uuid("delivery_id")))
+                }
+            }
+            return removed
+        }
+        // A reference named twice: the first removed the row.
+        return references.map { removed.remove($0) != nil }
+    }
+
+    public func removeExpiredPending(before date: Date) async throws -> [PendingNotification] {
+        try await transaction { try await self.takePending(where: "expiration IS NOT NULL AND expiration < $1", [.millis(date)], on: $0) }
+    }
+
+    public func removePending(acceptedBefore date: Date) async throws -> [PendingNotification] {
+        try await transaction { try await self.takePending(where: "accepted_at < $1", [.millis(date)], on: $0) }
+    }
+
+    /// Removes and returns the held notifications that meet `condition`, oldest first.
+    private func takePending(where condition: String, _ values: [Value], on connection: PostgresConnection) async throws -> [PendingNotification] {
+        try await query("DELETE FROM pending_notifications WHERE \(condition) RETURNING *", values, on: connection)
+            .map(PendingNotification.init(row:))
+            .sorted { $0.acceptedAt < $1.acceptedAt }
+    }
+
+    // MARK: Feedback
+
+    public func addFeedback(_ entry: FeedbackEntry) async throws {
+        try await query(
+            """
+            INSERT INTO feedback (environment, topic, token, timestamp) VALUES ($1, $2, $3, $4)
+            ON CONFLICT (environment, topic, token) DO UPDATE SET timestamp = GREATEST(feedback.timestamp, excluded.timestamp)
+            """, [.text(entry.environment.rawValue), .text(entry.topic), .bytes(entry.token), .millis(entry.timestamp)])
+    }
+
+    public func feedback(environment: Environment, topic: String) async throws -> [FeedbackEntry] {
+        try await query(
+            "SELECT * FROM feedback WHERE environment = $1 AND topic = $2 ORDER BY timestamp, token",
+            [.text(environment.rawValue), .text(topic)]
+        ).map(FeedbackEntry.init(row:))
+    }
+
+    public func removeFeedback(_ entries: [FeedbackEntry]) async throws {
+        guard !entries.isEmpty else { return }
+        try await transaction { connection in
+            for chunk in entries.slices(of: Self.rowsPerStatement) {
+                try await self.query(
+                    """
+                    DELETE FROM feedback AS entry
+                    USING (VALUES \(Self.rows(chunk.count, of: 4))) AS named(environment, topic, token, timestamp)
+                    WHERE entry.environment = named.environment AND entry.topic = named.topic
+                        AND entry.token = named.token AND entry.timestamp = named.timestamp
+                    """,
+                    chunk.flatMap { [.text($0.environment.rawValue), .text($0.topic), .bytes($0.token), .millis($0.timestamp)] },
+                    on: connection)
+            }
+        }
+    }
+
+    // MARK: Delivery log
+
+    /// Events per batch row: a row stays a few hundred kilobytes at most.
+    static let eventsPerBatch = 4096
+
+    public func appendDeliveryEvents(_ events: [DeliveryEvent]) async throws {
+        guard !events.isEmpty else { return }
+        let batches = events.slices(of: Self.eventsPerBatch).map(DeliveryLogBatch.init)
+        try await transaction { connection in
+            // The log does not wait for the disk (the next durable commit takes it along).
+            try await self.query("SET LOCAL synchronous_commit = off", on: connection)
+            try await self.query(
+                "INSERT INTO delivery_batches (filter, events) VALUES \(Self.rows(batches.count, of: 2))",
+                batches.flatMap { [.bytes($0.filter), .bytes($0.events)] }, on: connection)
+        }
+    }
+
+    public func deliveryEvents(notificationID: UUID) async throws -> [DeliveryEvent] {
+        var events: [DeliveryEvent] = []
+        for row in try await query("SELECT seq, filter FROM delivery_batches ORDER BY seq") {
+            guard DeliveryLogBatch.filter(try row.bytes("filter"), mayContain: notificationID) else { continue }
+            guard let batch = try await query("SELECT filter, events FROM delivery_batches WHERE seq = $1", [.integer(try row.integer("seq"))]).first
+            else { continue }
+            events += try DeliveryLogBatch(filter: try batch.bytes("filter"), events: try batch.bytes("events")).decoded()
+                .filter { $0.notificationID == notificationID }
+        }
+        return events
+    }
+}
+
+/// A value bound to a statement's numbered parameter.
+enum Value: Sendable {
+    case text(String)
+    case integer(Int)
+    case bytes([UInt8])
+    case null
+
+    static func millis(_ date: Date) -> Value { .integer(date.storeMillis) }
+    static func millis(_ date: Date?) -> Value { date.map { .millis($0) } ?? .null }
+    static func optionalText(_ text: String?) -> Value { text.map(Value.text) ?? .null }
+    static func device(_ id: UInt64) -> Value { .integer(id.storeInteger) }
+    static func device(_ id: UInt64?) -> Value { id.map { .device($0) } ?? .null }
+    /// Ids as both stores keep them: lowercase text.
+    static func uuid(_ id: UUID) -> Value { .text(id.uuidString.lowercased()) }
+
+    func bind(into binds: inout PostgresBindings) {
+        switch self {
+        case .text(let text): binds.append(text)
+        case .integer(let integer): binds.append(integer)
+        case .bytes(let bytes): binds.append(ByteBuffer(bytes: bytes))
+        case .null: binds.appendNull()
+        }
+    }
+}
+
+extension PostgresRandomAccessRow: StoreRow {
+    public func optionalText(_ name: String) throws -> String? { try cell(name).decode(String?.self) }
+
+    public func optionalInteger(_ name: String) throws -> Int? { try cell(name).decode(Int64?.self).map(Int.init) }
+
+    public func optionalBytes(_ name: String) throws -> [UInt8]? { try cell(name).decode(ByteBuffer?.self).map { Array(buffer: $0) } }
+
+    private func cell(_ name: String) throws -> PostgresCell {
+        guard contains(name) else { throw StoreError(.corrupt, "column \(name) is missing") }
+        return self[name]
+    }
+}
+
+/// PostgreSQL ended a transaction for a deadlock or a serialization
+/// failure: it may be run again.
+struct TransactionConflict: Error {
+    var message: String
+}
+
+/// Where a pending notification is held: one per (device, app, environment).
+struct PendingSlot: Hashable, Comparable {
+    var deviceID: UInt64
+    var bundleID: String
+    var environment: Environment
+
+    init(_ pending: PendingNotification) {
+        deviceID = pending.deviceID
+        bundleID = pending.bundleID
+        environment = pending.environment
+    }
+
+    init(_ reference: PendingReference) {
+        deviceID = reference.deviceID
+        bundleID = reference.bundleID
+        environment = reference.environment
+    }
+
+    init(row: PostgresRandomAccessRow) throws {
+        deviceID = try row.device("device_id")
+        bundleID = try row.text("bundle_id")
+        environment = try row.environment("environment")
+    }
+
+    var values: [Value] { [.device(deviceID), .text(bundleID), .text(environment.rawValue)] }
+
+    static func < (lhs: PendingSlot, rhs: PendingSlot) -> Bool {
+        (lhs.deviceID, lhs.bundleID, lhs.environment.rawValue) < (rhs.deviceID, rhs.bundleID, rhs.environment.rawValue)
+    }
+}
+
+extension Array {
+    /// The array in consecutive slices of at most `size` elements.
+    fileprivate func slices(of size: Int) -> [ArraySlice<Element>] {
+        stride(from: 0, to: count, by: size).map { self[$0..<Swift.min($0 + size, count)] }
+    }
+}
