@@ -101,6 +101,7 @@ let package = Package(
                 "CourierWire",
                 "CourierPKI",
                 "CourierSQLite",
+                "CourierPostgres",
                 // The web console's test push is a provider of the HTTP/2 API.
                 "CourierProvider",
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -61,6 +61,7 @@ struct Serve: AsyncParsableCommand {
         let report = application.report
         var text = "Courier data directory: \(application.configuration.dataDirectory)\n"
         text += report.isFirstStart ? "First start: created what a newcomer needs.\n" : "Reusing the existing data directory.\n"
+        text += "Store: \(application.configuration.storeDescription)\n"
         for file in report.files {
             text += "  \(file.created ? "created" : "found  ")  \(file.path)  (\(file.what))\n"
         }

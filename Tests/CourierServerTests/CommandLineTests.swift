@@ -72,6 +72,35 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         #expect(result.stderr.split(separator: "\n").count == 1)
     }
 
+    /// A PostgreSQL store that cannot be used stops `serve` at once with
+    /// one line naming it, never the password.
+    @Test func anUnusablePostgreSQLStoreStopsServeWithAOneLineMessage() throws {
+        let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let port = try freePort()
+        func serve(_ store: String) throws -> ProcessResult {
+            try #"{"store": {"kind": "postgresql", "port": \#(port), \#(store)}, "logLevel": "critical"}"#
+                .write(toFile: directory + "/courier.json", atomically: true, encoding: .utf8)
+            return try courierRun(["serve", "--config", directory + "/courier.json", "--data", directory + "/data"])
+        }
+        try "secret-password\n".write(toFile: directory + "/pgpass", atomically: true, encoding: .utf8)
+        let unreachable = try serve(#""passwordFile": "\#(directory)/pgpass""#)
+        #expect(unreachable.status != 0)
+        #expect(unreachable.stderr.hasPrefix("courier: unavailable: cannot connect to postgresql://courier@127.0.0.1:\(port)/courier: "), "\(unreachable.stderr)")
+        #expect(unreachable.stderr.split(separator: "\n").count == 1, "\(unreachable.stderr)")
+        #expect(!unreachable.stderr.contains("secret-password"))
+
+        let noFile = try serve(#""passwordFile": "\#(directory)/missing""#)
+        #expect(noFile.status != 0)
+        #expect(noFile.stderr == "courier: cannot read the PostgreSQL password file \(directory)/missing ('store.passwordFile')\n", "\(noFile.stderr)")
+
+        let noVariable = try serve(#""passwordEnvironment": "COURIER_TEST_NO_SUCH_VARIABLE""#)
+        #expect(noVariable.status != 0)
+        #expect(
+            noVariable.stderr == "courier: the environment variable COURIER_TEST_NO_SUCH_VARIABLE ('store.passwordEnvironment') is not set\n",
+            "\(noVariable.stderr)")
+    }
+
     @Test func aPortAlreadyTakenStopsServeWithAOneLineMessage() throws {
         let directory = try temporaryDirectory()
         defer { removeTemporaryDirectory(directory) }

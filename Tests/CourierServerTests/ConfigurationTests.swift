@@ -1,5 +1,6 @@
 import CourierCore
 import CourierServer
+import CourierTestSupport
 import Foundation
 import NIOCore
 import NIOPosix
@@ -25,7 +26,9 @@ func documentedKeys() -> [String: String] {
     var keys: [String: String] = [:]
     for line in text.split(separator: "\n") where line.hasPrefix("| `") {
         let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
-        keys[cells[0].trimmingCharacters(in: CharacterSet(charactersIn: "`"))] = cells[1].trimmingCharacters(in: CharacterSet(charactersIn: "`"))
+        let shown = cells[1].trimmingCharacters(in: CharacterSet(charactersIn: "`"))
+        // An empty text is shown as `""`.
+        keys[cells[0].trimmingCharacters(in: CharacterSet(charactersIn: "`"))] = shown == #""""# ? "" : shown
     }
     return keys
 }
@@ -47,6 +50,9 @@ let everyKeyChanged = CourierConfiguration(
         payload: PayloadLimits(binaryLegacy: 300, binaryCommand2: 3000, http2: 5000, http2VoIP: 6000, broadcast: 7000), tokenLength: 64,
         deviceMaxFrameLength: 32_768, channelsPerApp: 12),
     paths: .init(database: "db.sqlite", pki: "certs", demo: "example"),
+    store: .init(
+        kind: .postgresql, host: "db.example.com", port: 6543, database: "push", user: "node", passwordFile: "/etc/courier/pgpass",
+        passwordEnvironment: "COURIER_PG_PASSWORD", connections: 16),
     demo: .init(enabled: false, teamID: "ABCDE12345", teamName: "Other", bundleID: "com.example.other"),
     qos: QoSConfiguration(burstWindow: 5, silentBudgetPerHour: 3, retention: 3600, tokenRateLimit: 10, tokenRateWindow: 1, tickInterval: 0.5, keepAlive: 30),
     threads: .init(realtimePriority: 5),
@@ -96,6 +102,26 @@ let everyKeyChanged = CourierConfiguration(
         }
     }
 
+    /// PostgreSQL's password: the environment variable when it is set,
+    /// else the file's first line (relative to the data directory).
+    @Test func thePostgreSQLPasswordComesFromItsVariableOrElseItsFile() throws {
+        let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        try "from-the-file\r\nsecond line\n".write(toFile: directory + "/pgpass", atomically: true, encoding: .utf8)
+        var configuration = CourierConfiguration(dataDirectory: directory)
+        configuration.store = .init(kind: .postgresql, passwordFile: "pgpass", passwordEnvironment: "PG_PASSWORD")
+        #expect(try configuration.postgresSettings(environment: ["PG_PASSWORD": "from-the-variable"]).password == "from-the-variable")
+        #expect(try configuration.postgresSettings(environment: [:]).password == "from-the-file")
+        configuration.store.passwordFile = ""
+        #expect(throws: ConfigurationError("the environment variable PG_PASSWORD ('store.passwordEnvironment') is not set")) {
+            try configuration.postgresSettings(environment: [:])
+        }
+        configuration.store.passwordEnvironment = ""
+        let settings = try configuration.postgresSettings(environment: [:])
+        #expect(settings.password == nil, "neither: no password")
+        #expect(settings.description == "postgresql://courier@127.0.0.1:5432/courier")
+    }
+
     @Test func anEmptyObjectGivesTheDefaults() throws {
         #expect(try CourierConfiguration.decode(Data("{}".utf8)) == CourierConfiguration())
     }
@@ -122,6 +148,11 @@ let everyKeyChanged = CourierConfiguration(
         (#"{"threads": {"realtimePriority": -1}}"#, "'threads.realtimePriority' must be 0 (off) or 1 to 99"),
         (#"{"demo": {"teamID": "short"}}"#, "'demo.teamID' must be ten characters"),
         (#"{"demo": {"bundleID": "nodots"}}"#, "'demo.bundleID' is not a bundle id"),
+        (#"{"store": {"knd": "postgresql"}}"#, "unknown key 'store.knd'"),
+        (#"{"store": {"kind": "mysql"}}"#, "'store.kind' is 'mysql', not one of sqlite, postgresql"),
+        (#"{"store": {"kind": "postgresql", "port": 0}}"#, "'store.port' is 0, not a port (1-65535)"),
+        (#"{"store": {"kind": "postgresql", "database": ""}}"#, "'store.database' is empty"),
+        (#"{"store": {"kind": "postgresql", "connections": 0}}"#, "'store.connections' must be 1 to 1000"),
         (#"[1]"#, "must hold a JSON object"),
         (#"{"#, "is not valid JSON"),
     ])

@@ -32,17 +32,43 @@ struct ServeProcess {
 
 @Suite(.timeLimit(.minutes(2))) struct CrashRecoveryTests {
     @Test func aStoredNotificationSurvivesSIGKILL() async throws {
+        try await survivesSIGKILL(store: nil)
+    }
+
+    @Test(.enabled(if: PostgresServer.available, Comment(rawValue: PostgresServer.unavailable)))
+    func aNotificationStoredInPostgreSQLSurvivesSIGKILL() async throws {
+        let server = try await PostgresServer.shared()
+        let database = try await server.createDatabase()
+        try await survivesSIGKILL(store: (server, database))
+    }
+
+    /// `store`: PostgreSQL's server and database; nil for SQLite.
+    private func survivesSIGKILL(store: (server: PostgresServer, database: String)?) async throws {
         let directory = try temporaryDirectory()
         defer { removeTemporaryDirectory(directory) }
         let data = directory + "/data"
         let config = directory + "/courier.json"
         let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0}"#
-        try #"{"network": {"production": \#(zero), "sandbox": \#(zero), "adminPort": 0}, "logLevel": "warning"}"#
+        var storeSection = ""
+        if let store {
+            // The password from a file outside the data directory, as an operator would keep it.
+            try (store.server.password + "\n").write(toFile: directory + "/pgpass", atomically: true, encoding: .utf8)
+            storeSection = """
+                , "store": {"kind": "postgresql", "host": "\(store.server.host)", "port": \(store.server.port), \
+                "database": "\(store.database)", "user": "\(store.server.user)", "passwordFile": "\(directory)/pgpass"}
+                """
+        }
+        try #"{"network": {"production": \#(zero), "sandbox": \#(zero), "adminPort": 0}, "logLevel": "warning"\#(storeSection)}"#
             .write(toFile: config, atomically: true, encoding: .utf8)
         var logger = Logger(label: "crash-test")
         logger.logLevel = .warning
 
         let first = try ServeProcess.start(data: data, config: config)
+        if let store {
+            #expect(first.program.output.contains("Store: PostgreSQL postgresql://courier@127.0.0.1:\(store.server.port)/\(store.database)"))
+            #expect(!first.program.output.joined().contains(store.server.password), "the password is never printed")
+            #expect(!FileManager.default.fileExists(atPath: data + "/courier.sqlite"), "no SQLite file beside PostgreSQL")
+        }
         let devicePort = try #require(first.ports["device.production"])
         let binaryPort = try #require(first.ports["binary.production"])
 

@@ -266,12 +266,51 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         }
     }
 
+    /// Which store keeps what must survive a restart: the SQLite file
+    /// (`paths.database`), or a PostgreSQL database shared by several nodes.
+    public struct StoreSettings: Sendable, Hashable, Codable {
+        public enum Kind: String, Sendable, Hashable, Codable, CaseIterable {
+            case sqlite
+            case postgresql
+        }
+
+        public var kind: Kind
+        /// PostgreSQL's address, database and user.
+        public var host: String
+        public var port: Int
+        public var database: String
+        public var user: String
+        /// A file whose first line is the user's password (relative to the
+        /// data directory unless absolute); "" when it is not in a file.
+        public var passwordFile: String
+        /// An environment variable holding the password; "" when it is not in
+        /// one. When it is set it is taken over `passwordFile`.
+        public var passwordEnvironment: String
+        /// Connections the node keeps open to PostgreSQL at most.
+        public var connections: Int
+
+        public init(
+            kind: Kind = .sqlite, host: String = "127.0.0.1", port: Int = 5432, database: String = "courier", user: String = "courier",
+            passwordFile: String = "", passwordEnvironment: String = "", connections: Int = 8
+        ) {
+            self.kind = kind
+            self.host = host
+            self.port = port
+            self.database = database
+            self.user = user
+            self.passwordFile = passwordFile
+            self.passwordEnvironment = passwordEnvironment
+            self.connections = connections
+        }
+    }
+
     public var dataDirectory: String
     public var network: Network
     public var connections: Connections
     public var http2: HTTP2
     public var limits: Limits
     public var paths: Paths
+    public var store: StoreSettings
     public var demo: Demo
     /// Quality of service: bursts, budgets, retention, rates, keepalive.
     public var qos: QoSConfiguration
@@ -282,7 +321,7 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
 
     public init(
         dataDirectory: String = "./courier-data", network: Network = Network(), connections: Connections = Connections(), http2: HTTP2 = HTTP2(),
-        limits: Limits = Limits(), paths: Paths = Paths(), demo: Demo = Demo(), qos: QoSConfiguration = QoSConfiguration(), threads: Threads = Threads(),
+        limits: Limits = Limits(), paths: Paths = Paths(), store: StoreSettings = StoreSettings(), demo: Demo = Demo(), qos: QoSConfiguration = QoSConfiguration(), threads: Threads = Threads(),
         inbox: InboxSettings = InboxSettings(), logLevel: String = "info"
     ) {
         self.inbox = inbox
@@ -294,6 +333,7 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         self.http2 = http2
         self.limits = limits
         self.paths = paths
+        self.store = store
         self.demo = demo
         self.logLevel = logLevel
     }
@@ -332,6 +372,10 @@ extension CourierConfiguration {
         guard let object = parsed as? [String: Any] else { throw ConfigurationError("\(source) must hold a JSON object") }
         let defaults = try JSONSerialization.jsonObject(with: JSONEncoder().encode(CourierConfiguration())) as! [String: Any]
         let merged = try merge(object, over: defaults, path: "", source: source)
+        if let kind = (merged["store"] as? [String: Any])?["kind"] as? String, StoreSettings.Kind(rawValue: kind) == nil {
+            throw ConfigurationError(
+                "\(source): 'store.kind' is '\(kind)', not one of \(StoreSettings.Kind.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
         let configuration: CourierConfiguration
         do {
             configuration = try JSONDecoder().decode(CourierConfiguration.self, from: JSONSerialization.data(withJSONObject: merged))
@@ -408,6 +452,13 @@ extension CourierConfiguration {
             throw ConfigurationError("\(source): 'demo.bundleID' is not a bundle id")
         }
         guard !dataDirectory.isEmpty else { throw ConfigurationError("\(source): 'dataDirectory' is empty") }
+        if store.kind == .postgresql {
+            for (key, value) in [("store.host", store.host), ("store.database", store.database), ("store.user", store.user)] where value.isEmpty {
+                throw ConfigurationError("\(source): '\(key)' is empty")
+            }
+            guard (1...65_535).contains(store.port) else { throw ConfigurationError("\(source): 'store.port' is \(store.port), not a port (1-65535)") }
+            guard (1...1_000).contains(store.connections) else { throw ConfigurationError("\(source): 'store.connections' must be 1 to 1000") }
+        }
         let positive = [
             ("qos.burstWindow", qos.burstWindow), ("qos.retention", qos.retention), ("qos.tokenRateWindow", qos.tokenRateWindow),
             ("qos.tickInterval", qos.tickInterval),

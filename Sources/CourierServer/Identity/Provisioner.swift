@@ -1,5 +1,6 @@
 import CourierCore
 import CourierPKI
+import CourierPostgres
 import CourierSQLite
 import Crypto
 import Foundation
@@ -19,19 +20,20 @@ public struct ProvisionedFile: Sendable, Hashable {
 public final class Provisioner: Sendable {
     public let configuration: CourierConfiguration
     public let store: any Store
-    private let sqlite: SQLiteStore?
+    /// Closes the store this provisioner opened.
+    private let closeStore: @Sendable () async throws -> Void
     let clock: any WallClock
 
-    private init(configuration: CourierConfiguration, store: any Store, sqlite: SQLiteStore?, clock: any WallClock) {
+    private init(configuration: CourierConfiguration, store: any Store, clock: any WallClock, closeStore: @escaping @Sendable () async throws -> Void) {
         self.configuration = configuration
         self.store = store
-        self.sqlite = sqlite
+        self.closeStore = closeStore
         self.clock = clock
     }
 
-    /// Opens the data directory (creating it) and its SQLite store.
-    /// `wrapStore` puts a layer around the store (tests inject failures
-    /// with it).
+    /// Opens the data directory (creating it) and the configured store:
+    /// the SQLite file in it, or PostgreSQL. `wrapStore` puts a layer
+    /// around the store (tests inject failures with it).
     public static func open(
         configuration: CourierConfiguration, clock: any WallClock = SystemWallClock(), wrapStore: (@Sendable (any Store) -> any Store)? = nil,
         logger: Logger
@@ -43,15 +45,21 @@ public final class Provisioner: Sendable {
         } catch {
             throw PKIError(.badFile, "cannot create data directory \(directory): \(error.localizedDescription)")
         }
-        // The database holds payloads: its owner's only, from its first byte.
-        let database = configuration.resolve(configuration.paths.database)
-        try Files.restrict(database, logger: logger)
-        let store = try await SQLiteStore.open(path: database, logger: logger)
-        return Provisioner(configuration: configuration, store: wrapStore?(store) ?? store, sqlite: store, clock: clock)
+        switch configuration.store.kind {
+        case .sqlite:
+            // The database holds payloads: its owner's only, from its first byte.
+            let database = configuration.resolve(configuration.paths.database)
+            try Files.restrict(database, logger: logger)
+            let store = try await SQLiteStore.open(path: database, logger: logger)
+            return Provisioner(configuration: configuration, store: wrapStore?(store) ?? store, clock: clock) { try await store.close() }
+        case .postgresql:
+            let store = try await PostgresStore.open(try configuration.postgresSettings(), logger: logger)
+            return Provisioner(configuration: configuration, store: wrapStore?(store) ?? store, clock: clock) { await store.close() }
+        }
     }
 
     public func close() async throws {
-        try await sqlite?.close()
+        try await closeStore()
     }
 
     // MARK: Paths
@@ -439,6 +447,38 @@ enum Files {
             guard let mode = (try? FileManager.default.attributesOfItem(atPath: path))?[.posixPermissions] as? Int, mode & 0o077 != 0 else { continue }
             try FileManager.default.setAttributes([.posixPermissions: mode & 0o700], ofItemAtPath: path)
             logger.notice("made the database readable by its owner only", metadata: ["courier.path": "\(path)"])
+        }
+    }
+}
+
+extension CourierConfiguration {
+    /// The PostgreSQL store's settings, with the password from its
+    /// environment variable when that is set, else from its file (never
+    /// printed: errors name only where it was looked for).
+    public func postgresSettings(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> PostgresSettings {
+        var password: String?
+        if !store.passwordEnvironment.isEmpty, let value = environment[store.passwordEnvironment] {
+            password = value
+        } else if !store.passwordFile.isEmpty {
+            let path = resolve(store.passwordFile)
+            guard let text = Files.read(path) else {
+                throw ConfigurationError("cannot read the PostgreSQL password file \(path) ('store.passwordFile')")
+            }
+            password = String(text.prefix { !$0.isNewline })
+        } else if !store.passwordEnvironment.isEmpty {
+            throw ConfigurationError("the environment variable \(store.passwordEnvironment) ('store.passwordEnvironment') is not set")
+        }
+        return PostgresSettings(
+            host: store.host, port: store.port, database: store.database, user: store.user, password: password, connections: store.connections)
+    }
+}
+
+extension CourierConfiguration {
+    /// The store, for the banner: the SQLite file, or PostgreSQL's address (never the password).
+    public var storeDescription: String {
+        switch store.kind {
+        case .sqlite: "SQLite \(resolve(paths.database))"
+        case .postgresql: "PostgreSQL postgresql://\(store.user)@\(store.host):\(store.port)/\(store.database)"
         }
     }
 }
