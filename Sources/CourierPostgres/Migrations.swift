@@ -148,6 +148,26 @@ enum PostgresMigrations {
                 )
                 """,
             ]
-        )
+        ),
+        // Several nodes: each node's heartbeat, and which node each device
+        // is connected to (with its connection's generation).
+        Migration(
+            version: 2,
+            statements: [
+                "CREATE TABLE nodes (id \(text) PRIMARY KEY, started_at BIGINT NOT NULL, heartbeat_at BIGINT NOT NULL)",
+                "CREATE SEQUENCE presence_generation",
+                """
+                CREATE TABLE device_presence (
+                    device_id BIGINT NOT NULL,
+                    environment \(text) NOT NULL,
+                    node_id \(text) NOT NULL,
+                    generation BIGINT NOT NULL,
+                    since BIGINT NOT NULL,
+                    PRIMARY KEY (device_id, environment)
+                )
+                """,
+                "CREATE INDEX device_presence_node ON device_presence(node_id)",
+            ]
+        ),
     ]
 }

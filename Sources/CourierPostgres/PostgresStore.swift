@@ -45,11 +45,13 @@ public final class PostgresStore: Store {
     public let endedActivitiesKept = 1_000
     private let client: PostgresClient
     private let runner: Task<Void, Never>
-    private let logger: Logger
+    let settings: PostgresSettings
+    let logger: Logger
 
-    private init(client: PostgresClient, runner: Task<Void, Never>, logger: Logger) {
+    private init(client: PostgresClient, runner: Task<Void, Never>, settings: PostgresSettings, logger: Logger) {
         self.client = client
         self.runner = runner
+        self.settings = settings
         self.logger = logger
     }
 
@@ -70,18 +72,13 @@ public final class PostgresStore: Store {
         // The pool retries a failed connection without end; one connection
         // first tells whether the database is there and takes the user.
         do {
-            let probe = try await PostgresConnection.connect(
-                configuration: PostgresConnection.Configuration(
-                    host: settings.host, port: settings.port, username: settings.user, password: settings.password, database: settings.database,
-                    tls: .disable),
-                id: 0, logger: logger)
-            try await probe.close()
+            try await connect(settings, logger: logger).close()
         } catch {
             runner.cancel()
             await runner.value
             throw StoreError(.unavailable, "cannot connect to \(settings.description): \(Self.describe(error))")
         }
-        let store = PostgresStore(client: client, runner: runner, logger: logger)
+        let store = PostgresStore(client: client, runner: runner, settings: settings, logger: logger)
         do {
             try await store.migrate()
         } catch {
@@ -89,6 +86,15 @@ public final class PostgresStore: Store {
             throw error
         }
         return store
+    }
+
+    /// One connection outside the pool (a check, or a subscription's).
+    static func connect(_ settings: PostgresSettings, logger: Logger) async throws -> PostgresConnection {
+        try await PostgresConnection.connect(
+            configuration: PostgresConnection.Configuration(
+                host: settings.host, port: settings.port, username: settings.user, password: settings.password, database: settings.database,
+                tls: .disable),
+            id: 0, logger: logger)
     }
 
     /// Closes the pool's connections.

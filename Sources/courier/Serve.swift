@@ -62,6 +62,7 @@ struct Serve: AsyncParsableCommand {
         var text = "Courier data directory: \(application.configuration.dataDirectory)\n"
         text += report.isFirstStart ? "First start: created what a newcomer needs.\n" : "Reusing the existing data directory.\n"
         text += "Store: \(application.configuration.storeDescription)\n"
+        if let node = application.node { text += "Node: \(node) (several nodes may share this store)\n" }
         for file in report.files {
             text += "  \(file.created ? "created" : "found  ")  \(file.path)  (\(file.what))\n"
         }

@@ -20,7 +20,7 @@ struct ServeProcess {
         var ports: [String: Int] = [:]
         for line in program.output {
             let parts = line.split(separator: " ", omittingEmptySubsequences: true)
-            if parts.count == 2, parts[0].contains("."), let port = Int(parts[1]) { ports[String(parts[0])] = port }
+            if parts.count == 2, parts[0].contains(".") || parts[0] == "admin", let port = Int(parts[1]) { ports[String(parts[0])] = port }
         }
         return ServeProcess(program: program, ports: ports)
     }

@@ -395,7 +395,7 @@ enum AdminOpenAPI {
                 }
               },
               "get": {
-                "summary": "Devices connected now, the longest connected first, with their app registrations in that environment",
+                "summary": "Devices connected now (to every node, with several), the longest connected first, with their app registrations in that environment",
                 "parameters": [{"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}}],
                 "responses": {
                   "200": {
@@ -408,7 +408,7 @@ enum AdminOpenAPI {
                           "type": "object", "required": ["deviceID", "environment", "connectedAt", "registrations"],
                           "properties": {
                             "deviceID": {"type": "string"}, "environment": {"type": "string", "enum": ["production", "sandbox"]},
-                            "connectedAt": {"type": "string", "format": "date-time"},
+                            "node": {"type": "string"}, "connectedAt": {"type": "string", "format": "date-time"},
                             "registrations": {"type": "array", "items": {
                               "type": "object", "required": ["bundleID", "token", "active", "registeredAt"],
                               "properties": {

@@ -216,12 +216,18 @@ public struct AdminServer: Service {
         ProvisioningRoutes(provisioner: provisioner, afterRevocation: afterRevocation).add(to: api)
         api.get("devices") { [dispatcher] request, _ in
             let limit = try InboxQuery.integer(query(request), "limit", default: 100, range: 1...1000)
+            // This node's devices and, with several nodes, the others'.
+            let node = dispatcher.cluster?.node
+            let remote = dispatcher.cluster?.remoteDevices() ?? []
+            let all =
+                dispatcher.sessions.sessions(limit: limit).map { (key: $0.key, node: node, since: $0.connectedAt) }
+                + remote.map { (key: $0.key, node: Optional($0.node), since: $0.since) }
             var devices: [DeviceJSON] = []
-            for session in dispatcher.sessions.sessions(limit: limit) {
-                let registrations = try await dispatcher.registrations(ofDevice: session.deviceID).filter { $0.environment == session.environment }
-                devices.append(DeviceJSON(session, registrations: registrations))
+            for device in all.sorted(by: { ($0.since, $0.key.deviceID) < ($1.since, $1.key.deviceID) }).prefix(limit) {
+                let registrations = try await dispatcher.registrations(ofDevice: device.key.deviceID).filter { $0.environment == device.key.environment }
+                devices.append(DeviceJSON(device.key, node: device.node, connectedAt: device.since, registrations: registrations))
             }
-            return DeviceList(online: dispatcher.sessions.online, devices: devices)
+            return DeviceList(online: dispatcher.sessions.online + remote.count, devices: devices)
         }
         return router
     }
@@ -712,13 +718,16 @@ struct DeviceJSON: Codable {
     /// The device id in hex, as its certificate names it.
     var deviceID: String
     var environment: String
+    /// The node it is connected to, with several nodes.
+    var node: String?
     var connectedAt: String
     var registrations: [Registration]
 
-    init(_ session: DeviceSession, registrations: [AppRegistration]) {
-        deviceID = String(session.deviceID, radix: 16)
-        environment = session.environment.rawValue
-        connectedAt = adminTime(session.connectedAt)
+    init(_ key: DeviceKey, node: String?, connectedAt: Date, registrations: [AppRegistration]) {
+        deviceID = String(key.deviceID, radix: 16)
+        environment = key.environment.rawValue
+        self.node = node
+        self.connectedAt = adminTime(connectedAt)
         self.registrations = registrations.map {
             Registration(
                 bundleID: $0.bundleID, token: Hex.encode($0.token), active: $0.active, registeredAt: adminTime($0.registeredAt),
@@ -728,7 +737,7 @@ struct DeviceJSON: Codable {
 }
 
 struct DeviceList: ResponseCodable {
-    /// Devices connected now, all of them.
+    /// Devices connected now, all of them (to every node).
     var online: Int
     /// The longest connected first, at most `limit`.
     var devices: [DeviceJSON]

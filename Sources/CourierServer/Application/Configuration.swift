@@ -304,6 +304,28 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         }
     }
 
+    /// Several nodes on one PostgreSQL store (`store.kind` postgresql).
+    public struct ClusterSettings: Sendable, Hashable, Codable {
+        /// This node's id among them (a-z, 0-9 and '-', 1 to 40); "" makes
+        /// one at each start.
+        public var node: String
+        /// Seconds between the node's heartbeats.
+        public var heartbeatInterval: Double
+        /// Seconds without a heartbeat after which a node is taken for dead
+        /// and its devices' presence removed.
+        public var nodeTimeout: Double
+
+        public init(node: String = "", heartbeatInterval: Double = 1, nodeTimeout: Double = 10) {
+            self.node = node
+            self.heartbeatInterval = heartbeatInterval
+            self.nodeTimeout = nodeTimeout
+        }
+
+        static func isNodeID(_ id: String) -> Bool {
+            (1...40).contains(id.utf8.count) && id.utf8.allSatisfy { (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2D }
+        }
+    }
+
     public var dataDirectory: String
     public var network: Network
     public var connections: Connections
@@ -311,6 +333,7 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
     public var limits: Limits
     public var paths: Paths
     public var store: StoreSettings
+    public var cluster: ClusterSettings
     public var demo: Demo
     /// Quality of service: bursts, budgets, retention, rates, keepalive.
     public var qos: QoSConfiguration
@@ -321,7 +344,8 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
 
     public init(
         dataDirectory: String = "./courier-data", network: Network = Network(), connections: Connections = Connections(), http2: HTTP2 = HTTP2(),
-        limits: Limits = Limits(), paths: Paths = Paths(), store: StoreSettings = StoreSettings(), demo: Demo = Demo(), qos: QoSConfiguration = QoSConfiguration(), threads: Threads = Threads(),
+        limits: Limits = Limits(), paths: Paths = Paths(), store: StoreSettings = StoreSettings(),
+        cluster: ClusterSettings = ClusterSettings(), demo: Demo = Demo(), qos: QoSConfiguration = QoSConfiguration(), threads: Threads = Threads(),
         inbox: InboxSettings = InboxSettings(), logLevel: String = "info"
     ) {
         self.inbox = inbox
@@ -334,6 +358,7 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         self.limits = limits
         self.paths = paths
         self.store = store
+        self.cluster = cluster
         self.demo = demo
         self.logLevel = logLevel
     }
@@ -452,6 +477,13 @@ extension CourierConfiguration {
             throw ConfigurationError("\(source): 'demo.bundleID' is not a bundle id")
         }
         guard !dataDirectory.isEmpty else { throw ConfigurationError("\(source): 'dataDirectory' is empty") }
+        guard cluster.node.isEmpty || ClusterSettings.isNodeID(cluster.node) else {
+            throw ConfigurationError("\(source): 'cluster.node' must be 1 to 40 characters a-z, 0-9 and '-'")
+        }
+        guard cluster.heartbeatInterval > 0 else { throw ConfigurationError("\(source): 'cluster.heartbeatInterval' must be more than 0") }
+        guard cluster.nodeTimeout >= 2 * cluster.heartbeatInterval else {
+            throw ConfigurationError("\(source): 'cluster.nodeTimeout' must be at least twice 'cluster.heartbeatInterval'")
+        }
         if store.kind == .postgresql {
             for (key, value) in [("store.host", store.host), ("store.database", store.database), ("store.user", store.user)] where value.isEmpty {
                 throw ConfigurationError("\(source): '\(key)' is empty")

@@ -48,6 +48,9 @@ public struct CourierApplication: Sendable {
     /// What peers may hold, and the connections each certificate authenticated.
     let policy: ConnectionPolicy
 
+    /// This node's id among several sharing a PostgreSQL store; nil with SQLite.
+    public var node: String? { dispatcher.cluster?.node }
+
     /// The connection sweep (the timer, every `qos.tickInterval`; tests
     /// call it after moving the clock): idle HTTP/2 connections, and the
     /// connections of revoked auth keys and certificates on every
@@ -89,9 +92,16 @@ public struct CourierApplication: Sendable {
             var codecs: [Environment: DeviceTokenCodec] = [:]
             for environment in Environment.allCases { codecs[environment] = try provisioner.tokenCodec(environment) }
             let feedback = FeedbackList(store: provisioner.store)
+            // Several nodes: a store that coordinates them (PostgreSQL's).
+            let cluster = (provisioner.coordination).map {
+                Cluster(
+                    node: configuration.cluster.node.isEmpty ? Cluster.makeNodeID() : configuration.cluster.node, coordination: $0,
+                    heartbeatInterval: configuration.cluster.heartbeatInterval, nodeTimeout: configuration.cluster.nodeTimeout, clock: clock,
+                    logger: logger)
+            }
             let dispatcher = Dispatcher(
                 store: provisioner.store, codecs: codecs, clock: clock, qos: configuration.qos, log: log, feedback: feedback, metrics: metrics,
-                channelLimit: configuration.limits.channelsPerApp, logger: logger)
+                channelLimit: configuration.limits.channelsPerApp, cluster: cluster, logger: logger)
             if let directory = report.demoDeviceDirectory, let bundleID = report.demoBundleID {
                 report.demoDeviceToken = try await registerDemoApp(bundleID, deviceDirectory: directory, dispatcher: dispatcher, store: provisioner.store)
             }
@@ -99,6 +109,7 @@ public struct CourierApplication: Sendable {
             let ports = BoundPorts()
             // Shutdown runs in reverse: listeners first, the store last.
             var services: [any Service] = [StoreService(provisioner: provisioner, logger: logger), log] + dispatcher.writers
+            if let cluster { services.append(ClusterService(cluster: cluster, dispatcher: dispatcher, logger: logger)) }
             let keys = ProviderKeys(store: provisioner.store)
             let certificates = CertificateConnections(store: provisioner.store, clock: clock, logger: logger)
             let policy = ConnectionPolicy(

@@ -119,11 +119,12 @@ final class DeviceSessions: Sendable {
     /// presence and silent budget as they are now; the device's session
     /// when it is connected.
     func admit(
-        _ notification: PushNotification, to key: DeviceKey, bundleID: String, now: Date, events: inout [DeliveryEvent]
+        _ notification: PushNotification, to key: DeviceKey, bundleID: String, elsewhere: Bool = false, now: Date, events: inout [DeliveryEvent]
     ) -> (DeliveryRules.Admission, DeviceSession?) {
         state.withLock { state in
             let session = state.sessions[key]
-            let presence: DevicePresence = session.map { $0.accepts(bundleID: bundleID) ? .online : .appDisabled } ?? .offline
+            // Connected to another node (`elsewhere`): online, handed over there.
+            let presence: DevicePresence = session.map { $0.accepts(bundleID: bundleID) ? .online : .appDisabled } ?? (elsewhere ? .online : .offline)
             // Only a silent push counts against (and makes) the device's budget.
             var silentWindow = notification.isSilent ? state.silent[key] : nil
             let admission = rules.admit(notification, presence: presence, silentWindow: &silentWindow, now: now, events: &events)
@@ -159,6 +160,11 @@ final class DeviceSessions: Sendable {
             let keys = state.bursts.keys.filter { $0.deviceID == deviceID }
             return keys.flatMap { state.bursts.removeValue(forKey: $0)?.elements ?? [] }
         }
+    }
+
+    /// The device's session here, if it is connected here.
+    func session(_ key: DeviceKey) -> DeviceSession? {
+        state.withLock { $0.sessions[key] }
     }
 
     /// The device connected: returns the session it replaces, if any.

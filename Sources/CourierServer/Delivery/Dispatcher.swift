@@ -54,11 +54,14 @@ public final class Dispatcher: Sendable {
     private let pruned = Mutex<Date?>(nil)
     private let pendingWriter: GroupCommit<PendingNotification, Void>
     private let acknowledger: GroupCommit<PendingReference, Bool>
+    /// The other nodes sharing the store, when there are (PostgreSQL).
+    let cluster: Cluster?
 
     init(
         store: any Store, codecs: [Environment: DeviceTokenCodec], clock: any WallClock, qos: QoSConfiguration, log: DeliveryLogWriter,
-        feedback: FeedbackList, metrics: ServerMetrics, channelLimit: Int = BroadcastChannel.defaultLimit, logger: Logger
+        feedback: FeedbackList, metrics: ServerMetrics, channelLimit: Int = BroadcastChannel.defaultLimit, cluster: Cluster? = nil, logger: Logger
     ) {
+        self.cluster = cluster
         self.metrics = metrics
         self.store = store
         self.feedback = feedback
@@ -264,14 +267,28 @@ public final class Dispatcher: Sendable {
         events.reserveCapacity(4)
         defer { log.append(events) }
         let deviceKey = DeviceKey(environment: environment, deviceID: token.contents.deviceID)
-        let (admission, session) = sessions.admit(notification, to: deviceKey, bundleID: bundleID, now: now, events: &events)
+        let remote = cluster?.remoteNode(of: deviceKey)
+        let (admission, session) = sessions.admit(notification, to: deviceKey, bundleID: bundleID, elsewhere: remote != nil, now: now, events: &events)
         guard case .kept(let stored, let sending) = admission else { return (.accepted, nil) }
         var durable: Pending<Void>?
         if stored {
             durable = pendingWriter.enqueue(
                 PendingNotification(deviceID: token.contents.deviceID, bundleID: bundleID, environment: environment, notification: notification, acceptedAt: now))
         }
-        guard let session else { return (.accepted, durable) }
+        guard let session else {
+            guard let cluster else { return (.accepted, durable) }
+            if remote != nil, !stored {
+                // Expiration 0 to a device on another node: held there briefly, for the hand-over.
+                var handed = notification
+                handed.expiration = now.addingTimeInterval(Cluster.handOverExpiration)
+                durable = pendingWriter.enqueue(
+                    PendingNotification(deviceID: token.contents.deviceID, bundleID: bundleID, environment: environment, notification: handed, acceptedAt: now))
+            }
+            durable?.whenResolved { result in
+                if case .success = result { cluster.held(for: deviceKey) }
+            }
+            return (.accepted, durable)
+        }
         let queued = QueuedNotification(notification: notification, bundleID: bundleID, acceptedAt: now, durable: durable)
         switch sending {
         case .later: break
@@ -323,12 +340,15 @@ public final class Dispatcher: Sendable {
     /// Issues (or returns again) the token of an app on a device and records
     /// the registration. Nil when there is no such app.
     public func register(deviceID: UInt64, generation: UInt32, bundleID: String, environment: Environment) async throws -> [UInt8]? {
-        try await registrations.register(deviceID: deviceID, generation: generation, bundleID: bundleID, environment: environment)
+        let token = try await registrations.register(deviceID: deviceID, generation: generation, bundleID: bundleID, environment: environment)
+        if token != nil { cluster?.registrationChanged(deviceID: deviceID, bundleID: bundleID, environment: environment) }
+        return token
     }
 
     /// The app was removed from the device. False when it was not registered.
     public func unregister(deviceID: UInt64, bundleID: String, environment: Environment) async throws -> Bool {
         guard try await registrations.unregister(deviceID: deviceID, bundleID: bundleID, environment: environment) else { return false }
+        cluster?.registrationChanged(deviceID: deviceID, bundleID: bundleID, environment: environment)
         // Its broadcast subscriptions end with it.
         broadcasts.appRemoved(bundleID, deviceID: deviceID, environment: environment)
         return true
@@ -354,6 +374,7 @@ public final class Dispatcher: Sendable {
         else { return false }
         let deviceID = checked.contents.deviceID
         guard try await registrations.unregister(deviceID: deviceID, bundleID: bundleID, environment: environment, at: date) else { return false }
+        cluster?.registrationChanged(deviceID: deviceID, bundleID: bundleID, environment: environment)
         broadcasts.appRemoved(bundleID, deviceID: deviceID, environment: environment)
         return true
     }
@@ -378,6 +399,7 @@ public final class Dispatcher: Sendable {
     func resetDevice(id deviceID: UInt64, generation: UInt32) async throws {
         let held = try await store.setDeviceGeneration(id: deviceID, generation: generation)
         registrations.forgetDevice(deviceID)
+        cluster?.deviceReset(deviceID)
         let queued = sessions.removeBursts(ofDevice: deviceID)
         let now = clock.now()
         // A queued notification that may be stored is among the held ones too.
@@ -389,7 +411,21 @@ public final class Dispatcher: Sendable {
     /// device, gets everything held for it, then NoStorage.
     public func connected(_ session: DeviceSession) async {
         if let previous = sessions.connected(session), previous !== session { previous.link.close() }
+        // Announced to the other nodes before what is held is read.
+        await cluster?.connected(session)
         await drain(session)
+    }
+
+    /// What another node asks (`Cluster.apply`).
+    func perform(_ action: Cluster.Action) async {
+        switch action {
+        case .drain(let key):
+            if let session = sessions.session(key) { await drain(session) }
+        case .forgetRegistration(let key):
+            registrations.forget(key)
+        case .forgetDevice(let deviceID):
+            registrations.forgetDevice(deviceID)
+        }
     }
 
     /// Sends a device what is held for it (apps it enabled), then NoStorage.
@@ -422,6 +458,7 @@ public final class Dispatcher: Sendable {
         // store and go out on the next connection; the others are lost.
         let dropped = sessions.disconnected(session)
         broadcasts.disconnected(session)
+        cluster?.disconnected(session)
         let now = clock.now()
         log.append(dropped.compactMap { rules.wentOffline(queued: $0.notification, at: now) })
     }

@@ -291,6 +291,15 @@ final class Registrations: Sendable {
         return true
     }
 
+    /// Another node changed the registration: read again from the store
+    /// when next needed.
+    func forget(_ key: RegistrationKey) {
+        state.withLock { state in
+            state.registrations[key] = nil
+            state.epoch += 1
+        }
+    }
+
     /// The device was reset: its registrations end (the store's were
     /// ended with its new generation).
     func forgetDevice(_ deviceID: UInt64) {

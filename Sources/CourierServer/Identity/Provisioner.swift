@@ -20,13 +20,19 @@ public struct ProvisionedFile: Sendable, Hashable {
 public final class Provisioner: Sendable {
     public let configuration: CourierConfiguration
     public let store: any Store
+    /// The store's coordination of several nodes, when it has it (PostgreSQL).
+    public let coordination: (any NodeCoordination)?
     /// Closes the store this provisioner opened.
     private let closeStore: @Sendable () async throws -> Void
     let clock: any WallClock
 
-    private init(configuration: CourierConfiguration, store: any Store, clock: any WallClock, closeStore: @escaping @Sendable () async throws -> Void) {
+    private init(
+        configuration: CourierConfiguration, store: any Store, coordination: (any NodeCoordination)? = nil, clock: any WallClock,
+        closeStore: @escaping @Sendable () async throws -> Void
+    ) {
         self.configuration = configuration
         self.store = store
+        self.coordination = coordination
         self.closeStore = closeStore
         self.clock = clock
     }
@@ -54,7 +60,7 @@ public final class Provisioner: Sendable {
             return Provisioner(configuration: configuration, store: wrapStore?(store) ?? store, clock: clock) { try await store.close() }
         case .postgresql:
             let store = try await PostgresStore.open(try configuration.postgresSettings(), logger: logger)
-            return Provisioner(configuration: configuration, store: wrapStore?(store) ?? store, clock: clock) { await store.close() }
+            return Provisioner(configuration: configuration, store: wrapStore?(store) ?? store, coordination: store, clock: clock) { await store.close() }
         }
     }
 

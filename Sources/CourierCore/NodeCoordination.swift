@@ -1,0 +1,63 @@
+import Foundation
+
+/// Where a device is connected, when several nodes share one store: the
+/// node, and the connection's generation (a number the store gives each
+/// connection, higher for later ones) so that an older connection's
+/// departure never erases a newer one's presence.
+public struct DevicePresenceRecord: Sendable, Hashable {
+    public var deviceID: UInt64
+    public var environment: Environment
+    public var node: String
+    public var generation: Int64
+    /// When the connection was made.
+    public var since: Date
+
+    public init(deviceID: UInt64, environment: Environment, node: String, generation: Int64, since: Date) {
+        self.deviceID = deviceID
+        self.environment = environment
+        self.node = node
+        self.generation = generation
+        self.since = since
+    }
+}
+
+/// A message one node published to others through the store.
+public struct NodeMessage: Sendable, Hashable {
+    public var channel: String
+    public var payload: String
+
+    public init(channel: String, payload: String) {
+        self.channel = channel
+        self.payload = payload
+    }
+}
+
+/// What several nodes sharing one store coordinate through it, and only
+/// through it (no protocol of Courier's own between nodes): each node's
+/// heartbeat, each device's presence, and short messages. PostgreSQL's
+/// store provides it (`LISTEN`/`NOTIFY`); the SQLite store, which serves
+/// one node, does not.
+public protocol NodeCoordination: Sendable {
+    /// Records that `node` is alive at `date`.
+    func heartbeat(node: String, at date: Date) async throws
+    /// Removes the nodes whose last heartbeat is older than `date`, with
+    /// the presence they held; returns their ids.
+    func removeNodes(silentSince date: Date) async throws -> [String]
+    /// Removes `node` and the presence it holds (a graceful shutdown).
+    func removeNode(_ node: String) async throws
+    /// Records that the device is connected to `node` from `date`, and
+    /// returns the connection's generation.
+    func recordPresence(deviceID: UInt64, environment: Environment, node: String, at date: Date) async throws -> Int64
+    /// Removes the device's presence if it is still the connection of
+    /// `generation`; false when a newer one replaced it.
+    func removePresence(deviceID: UInt64, environment: Environment, generation: Int64) async throws -> Bool
+    /// Every presence held by a node alive now.
+    func presences() async throws -> [DevicePresenceRecord]
+    /// Sends `payload` to whoever listens on `channel`.
+    func publish(_ payload: String, to channel: String) async throws
+    /// The messages published on `channels` from now on, until the task
+    /// that reads them is cancelled; a lost connection to the store is
+    /// made again (messages published meanwhile are lost, as `NOTIFY`'s
+    /// are). `listening` is called each time the subscription is in place.
+    func messages(on channels: [String], listening: @escaping @Sendable () -> Void) -> AsyncStream<NodeMessage>
+}

@@ -1,0 +1,127 @@
+import CourierCore
+import Foundation
+import Logging
+import PostgresNIO
+import Synchronization
+
+/// Several nodes on one PostgreSQL: heartbeats in `nodes`, presence in
+/// `device_presence`, messages by `NOTIFY` (`pg_notify`) and `LISTEN` on a
+/// connection of their own.
+extension PostgresStore: NodeCoordination {
+    public func heartbeat(node: String, at date: Date) async throws {
+        try await query(
+            """
+            INSERT INTO nodes (id, started_at, heartbeat_at) VALUES ($1, $2, $2)
+            ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at
+            """, [.text(node), .millis(date)])
+    }
+
+    public func removeNodes(silentSince date: Date) async throws -> [String] {
+        try await transaction { connection in
+            let gone = try await self.query("DELETE FROM nodes WHERE heartbeat_at < $1 RETURNING id", [.millis(date)], on: connection)
+                .map { try $0.text("id") }
+            if !gone.isEmpty {
+                try await self.query(
+                    "DELETE FROM device_presence WHERE node_id IN (\((1...gone.count).map { "$\($0)" }.joined(separator: ", ")))",
+                    gone.map(Value.text), on: connection)
+            }
+            return gone.sorted()
+        }
+    }
+
+    public func removeNode(_ node: String) async throws {
+        try await transaction { connection in
+            try await self.query("DELETE FROM device_presence WHERE node_id = $1", [.text(node)], on: connection)
+            try await self.query("DELETE FROM nodes WHERE id = $1", [.text(node)], on: connection)
+        }
+    }
+
+    public func recordPresence(deviceID: UInt64, environment: Environment, node: String, at date: Date) async throws -> Int64 {
+        let rows = try await query(
+            """
+            INSERT INTO device_presence (device_id, environment, node_id, generation, since)
+            VALUES ($1, $2, $3, nextval('presence_generation'), $4)
+            ON CONFLICT (device_id, environment) DO UPDATE SET
+                node_id = excluded.node_id, generation = excluded.generation, since = excluded.since
+            RETURNING generation
+            """, [.device(deviceID), .text(environment.rawValue), .text(node), .millis(date)])
+        guard let generation = try rows.first?.integer("generation") else { throw StoreError(.corrupt, "no presence generation returned") }
+        return Int64(generation)
+    }
+
+    public func removePresence(deviceID: UInt64, environment: Environment, generation: Int64) async throws -> Bool {
+        !(try await query(
+            "DELETE FROM device_presence WHERE device_id = $1 AND environment = $2 AND generation = $3 RETURNING generation",
+            [.device(deviceID), .text(environment.rawValue), .integer(Int(generation))]
+        ).isEmpty)
+    }
+
+    public func presences() async throws -> [DevicePresenceRecord] {
+        try await query(
+            "SELECT device_id, environment, node_id, generation, since FROM device_presence JOIN nodes ON nodes.id = device_presence.node_id"
+        ).map {
+            DevicePresenceRecord(
+                deviceID: try $0.device("device_id"), environment: try $0.environment("environment"), node: try $0.text("node_id"),
+                generation: Int64(try $0.integer("generation")), since: try $0.date("since"))
+        }
+    }
+
+    public func publish(_ payload: String, to channel: String) async throws {
+        try await query("SELECT pg_notify($1, $2)", [.text(channel), .text(payload)])
+    }
+
+    public func messages(on channels: [String], listening: @escaping @Sendable () -> Void) -> AsyncStream<NodeMessage> {
+        let (stream, continuation) = AsyncStream.makeStream(of: NodeMessage.self)
+        let settings = settings
+        let logger = logger
+        let task = Task {
+            var delay: Duration = .milliseconds(100)
+            while !Task.isCancelled {
+                do {
+                    let connection = try await Self.connect(settings, logger: logger)
+                    delay = .milliseconds(100)
+                    let started = ListenCount()
+                    try await withThrowingTaskGroup(of: Void.self) { group in
+                        for channel in channels {
+                            group.addTask {
+                                try await connection.listen(on: channel) { notifications in
+                                    // Once every channel's LISTEN is in place, the subscription is.
+                                    if started.increment() == channels.count { listening() }
+                                    for try await notification in notifications {
+                                        continuation.yield(NodeMessage(channel: channel, payload: notification.payload))
+                                    }
+                                }
+                            }
+                        }
+                        // Until the connection fails or the reader goes.
+                        try await group.next()
+                        group.cancelAll()
+                    }
+                    try? await connection.close()
+                } catch {
+                    if Task.isCancelled { break }
+                    logger.warning(
+                        "listening to the other nodes failed; trying again", metadata: ["courier.error": "\(Self.describe(error))"])
+                }
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(5))
+            }
+            continuation.finish()
+        }
+        continuation.onTermination = { _ in task.cancel() }
+        return stream
+    }
+}
+
+/// Channels whose LISTEN is in place on one connection.
+private final class ListenCount: Sendable {
+    private let count = Mutex(0)
+
+    /// Counts one more; returns the count.
+    func increment() -> Int {
+        count.withLock { count in
+            count += 1
+            return count
+        }
+    }
+}

@@ -1,0 +1,349 @@
+import CourierCore
+import Foundation
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// This node's part among several sharing one PostgreSQL store
+/// (docs/operations.md): where the other nodes' devices are, and the
+/// messages that keep the nodes in step, all through the store
+/// (`NodeCoordination`), never a protocol of Courier's own.
+///
+/// - Presence: a device that connects here is recorded in the store with
+///   a new generation and announced (`online`); its departure removes the
+///   record if it is still that generation's and is announced (`offline`).
+///   Every node keeps the others' presence in memory, so a push looks up
+///   its device without asking the store.
+/// - Hand-over: a push accepted here for a device connected to another
+///   node is held in the store (expiration 0 too, for
+///   `handOverExpiration` seconds) and, once committed, that node is told
+///   to send the device what is held for it (`drain`).
+/// - A push held for a device that is offline everywhere, whose device
+///   then connects to another node before this node heard of it: when the
+///   `online` arrives, that node is told to drain (`recentlyHeld`).
+/// - Registrations and resets are announced, so that every node's cache
+///   of registrations forgets what changed (an uninstall seen as 410 on
+///   every node).
+final class Cluster: Sendable {
+    /// Seconds a push of expiration 0 handed to another node waits there
+    /// for its device.
+    static let handOverExpiration: TimeInterval = 30
+    /// Seconds a push held for an offline device is remembered, in case its
+    /// device turns out to have connected to another node meanwhile.
+    static let recentWindow: TimeInterval = 60
+    static let broadcastChannel = "courier"
+
+    let node: String
+    let coordination: any NodeCoordination
+    let heartbeatInterval: TimeInterval
+    let nodeTimeout: TimeInterval
+    private let clock: any WallClock
+    private let logger: Logger
+
+    private struct Presence {
+        var node: String
+        var generation: Int64
+        var since: Date
+    }
+
+    private struct State {
+        /// Devices connected to any node, as announced.
+        var presence: [DeviceKey: Presence] = [:]
+        /// The generation of each session connected here.
+        var local: [ObjectIdentifier: Int64] = [:]
+        /// Devices something was held for while they were offline everywhere, and when.
+        var recentlyHeld: [DeviceKey: Date] = [:]
+    }
+
+    private let state = Mutex(State())
+
+    init(
+        node: String, coordination: any NodeCoordination, heartbeatInterval: TimeInterval, nodeTimeout: TimeInterval, clock: any WallClock,
+        logger: Logger
+    ) {
+        self.node = node
+        self.coordination = coordination
+        self.heartbeatInterval = heartbeatInterval
+        self.nodeTimeout = nodeTimeout
+        self.clock = clock
+        self.logger = logger
+    }
+
+    static func channel(of node: String) -> String { "courier_node_" + node }
+
+    /// A node id for a node not given one: "node-" and eight random hex digits.
+    static func makeNodeID() -> String { "node-" + String(format: "%08x", UInt32.random(in: .min ... .max)) }
+    var channels: [String] { [Self.broadcastChannel, Self.channel(of: node)] }
+
+    // MARK: Presence
+
+    /// The other node the device is connected to, if any.
+    func remoteNode(of key: DeviceKey) -> String? {
+        state.withLock { state in
+            guard let presence = state.presence[key], presence.node != node else { return nil }
+            return presence.node
+        }
+    }
+
+    /// The devices connected to the other nodes: their keys, nodes and
+    /// when they connected (the admin API's device list).
+    func remoteDevices() -> [(key: DeviceKey, node: String, since: Date)] {
+        state.withLock { state in
+            state.presence.compactMap { key, presence in presence.node == node ? nil : (key, presence.node, presence.since) }
+        }
+    }
+
+    /// A device connected here: recorded and announced, before what is
+    /// held for it is read (a node that held something meanwhile hears of
+    /// it and asks again).
+    func connected(_ session: DeviceSession) async {
+        do {
+            let since = session.connectedAt
+            let generation = try await coordination.recordPresence(
+                deviceID: session.deviceID, environment: session.environment, node: node, at: since)
+            state.withLock { state in
+                state.local[ObjectIdentifier(session)] = generation
+                state.presence[session.key] = Presence(node: node, generation: generation, since: since)
+            }
+            await publish("online \(node) \(session.environment.rawValue) \(session.deviceID) \(generation) \(since.storeMillis)")
+        } catch {
+            logger.error("store failed recording a device's presence", metadata: ["courier.error": "\(error)"])
+        }
+    }
+
+    /// A device's connection here ended.
+    func disconnected(_ session: DeviceSession) {
+        guard let generation = state.withLock({ $0.local.removeValue(forKey: ObjectIdentifier(session)) }) else { return }
+        Task {
+            do {
+                guard
+                    try await coordination.removePresence(deviceID: session.deviceID, environment: session.environment, generation: generation)
+                else { return }
+                await publish("offline \(node) \(session.environment.rawValue) \(session.deviceID) \(generation)")
+            } catch {
+                logger.error("store failed removing a device's presence", metadata: ["courier.error": "\(error)"])
+            }
+        }
+    }
+
+    // MARK: Hand-over
+
+    /// Something for the device, not connected here, was committed to the
+    /// store: the node it is connected to is told to send it; when it is
+    /// connected nowhere, that is remembered for a while.
+    func held(for key: DeviceKey) {
+        if let remote = remoteNode(of: key) {
+            handOver(key, to: remote)
+            return
+        }
+        let now = clock.now()
+        state.withLock { state in
+            state.recentlyHeld[key] = now
+            if state.recentlyHeld.count > 10_000 {
+                state.recentlyHeld = state.recentlyHeld.filter { now.timeIntervalSince($0.value) < Self.recentWindow }
+            }
+        }
+    }
+
+    func handOver(_ key: DeviceKey, to remote: String) {
+        Task { await publish("drain \(key.environment.rawValue) \(key.deviceID)", to: Self.channel(of: remote)) }
+    }
+
+    // MARK: Registrations
+
+    func registrationChanged(deviceID: UInt64, bundleID: String, environment: Environment) {
+        Task { await publish("registration \(node) \(environment.rawValue) \(deviceID) \(bundleID)") }
+    }
+
+    func deviceReset(_ deviceID: UInt64) {
+        Task { await publish("reset \(node) \(deviceID)") }
+    }
+
+    // MARK: Messages
+
+    /// What a message asks of the dispatcher, once the cluster's own state took it in.
+    enum Action: Equatable {
+        case drain(DeviceKey)
+        case forgetRegistration(RegistrationKey)
+        case forgetDevice(UInt64)
+    }
+
+    /// Takes in a message of another node (or this one's own, echoed).
+    func apply(_ message: NodeMessage) -> [Action] {
+        let fields = message.payload.split(separator: " ").map(String.init)
+        guard let verb = fields.first else { return [] }
+        let from = fields.count > 1 ? fields[1] : ""
+        switch (verb, fields.count) {
+        case ("drain", 3):
+            guard let key = deviceKey(fields[1], fields[2]) else { break }
+            return [.drain(key)]
+        case ("online", 6):
+            guard let key = deviceKey(fields[2], fields[3]), let generation = Int64(fields[4]), let since = Int(fields[5]) else { break }
+            let wasHeld = state.withLock { state -> Bool in
+                if let known = state.presence[key], known.generation > generation { return false }
+                state.presence[key] = Presence(node: from, generation: generation, since: Date(storeMillis: since))
+                guard let held = state.recentlyHeld.removeValue(forKey: key) else { return false }
+                return clock.now().timeIntervalSince(held) < Self.recentWindow
+            }
+            if wasHeld, from != node { handOver(key, to: from) }
+        case ("offline", 5):
+            guard let key = deviceKey(fields[2], fields[3]), let generation = Int64(fields[4]) else { break }
+            state.withLock { state in
+                if state.presence[key]?.generation == generation { state.presence[key] = nil }
+            }
+        case ("registration", 5):
+            guard from != node, let environment = Environment(rawValue: fields[2]), let deviceID = UInt64(fields[3]) else { break }
+            return [.forgetRegistration(RegistrationKey(deviceID: deviceID, bundleID: fields[4], environment: environment))]
+        case ("reset", 3):
+            guard from != node, let deviceID = UInt64(fields[2]) else { break }
+            return [.forgetDevice(deviceID)]
+        case ("gone", 2):
+            forget(nodes: [from])
+        default:
+            break
+        }
+        return []
+    }
+
+    private func deviceKey(_ environment: String, _ device: String) -> DeviceKey? {
+        guard let environment = Environment(rawValue: environment), let deviceID = UInt64(device) else { return nil }
+        return DeviceKey(environment: environment, deviceID: deviceID)
+    }
+
+    /// Reads every live node's presence again (at start, and after the
+    /// subscription was made again: messages may have been lost).
+    func reload() async throws {
+        let records = try await coordination.presences()
+        state.withLock { state in
+            state.presence = [:]
+            for record in records {
+                state.presence[DeviceKey(environment: record.environment, deviceID: record.deviceID)] = Presence(
+                    node: record.node, generation: record.generation, since: record.since)
+            }
+        }
+    }
+
+    private func forget(nodes: [String]) {
+        let gone = Set(nodes)
+        state.withLock { state in state.presence = state.presence.filter { !gone.contains($0.value.node) } }
+    }
+
+    // MARK: Heartbeat
+
+    /// Records this node alive; removes nodes silent for `nodeTimeout`
+    /// (their devices' presence with them) and announces them gone.
+    func beat() async {
+        let now = clock.now()
+        do {
+            try await coordination.heartbeat(node: node, at: now)
+            let gone = try await coordination.removeNodes(silentSince: now.addingTimeInterval(-nodeTimeout))
+            if !gone.isEmpty {
+                logger.warning("nodes stopped beating; their devices' presence removed", metadata: ["courier.nodes": "\(gone)"])
+                forget(nodes: gone)
+                for dead in gone { await publish("gone \(dead)") }
+            }
+        } catch {
+            logger.error("store failed recording the node's heartbeat", metadata: ["courier.error": "\(error)"])
+        }
+    }
+
+    /// At start: what this node held before (a crash under the same id) is
+    /// removed, and it is recorded alive.
+    func start() async throws {
+        try await coordination.removeNode(node)
+        try await coordination.heartbeat(node: node, at: clock.now())
+    }
+
+    /// At a graceful stop: this node and its devices' presence removed, and
+    /// announced (its devices move to other nodes). A store that does not
+    /// answer within `stopLimit` seconds is left to the other nodes' timeout.
+    func stop() async {
+        let done = OnceFlag()
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            Task {
+                do {
+                    try await coordination.removeNode(node)
+                    await publish("gone \(node)")
+                } catch {
+                    logger.error("store failed removing the node", metadata: ["courier.error": "\(error)"])
+                }
+                if done.set() { continuation.resume() }
+            }
+            Task {
+                try? await Task.sleep(for: .seconds(Self.stopLimit))
+                if done.set() {
+                    logger.warning("the store did not answer at shutdown; the other nodes remove this one after their timeout")
+                    continuation.resume()
+                }
+            }
+        }
+    }
+
+    static let stopLimit: TimeInterval = 5
+
+    private func publish(_ payload: String, to channel: String = Cluster.broadcastChannel) async {
+        do {
+            try await coordination.publish(payload, to: channel)
+        } catch {
+            logger.error("store failed sending a message to the other nodes", metadata: ["courier.error": "\(error)"])
+        }
+    }
+}
+
+/// Runs the cluster: the subscription to the other nodes' messages and
+/// the heartbeat. Placed after the store's writers and before every
+/// interface, so that a graceful stop (listeners first) has closed the
+/// devices before the node is removed.
+struct ClusterService: Service {
+    let cluster: Cluster
+    let dispatcher: Dispatcher
+    let logger: Logger
+
+    func run() async throws {
+        let (subscribed, subscribedContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        let messages = cluster.coordination.messages(on: cluster.channels) { subscribedContinuation.yield() }
+        try await cluster.start()
+        await withGracefulShutdownHandler {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    for await message in messages {
+                        for action in cluster.apply(message) { await dispatcher.perform(action) }
+                    }
+                }
+                group.addTask {
+                    // Each time the subscription is in place (at first, and after a lost
+                    // connection): the presence is read (again), nothing announced since is missed.
+                    for await _ in subscribed {
+                        do { try await cluster.reload() } catch {
+                            logger.error("store failed reading the devices' presence", metadata: ["courier.error": "\(error)"])
+                        }
+                    }
+                }
+                group.addTask {
+                    while !Task.isCancelled {
+                        try? await Task.sleep(for: .seconds(cluster.heartbeatInterval))
+                        if Task.isCancelled { break }
+                        await cluster.beat()
+                    }
+                }
+                await group.next()
+                group.cancelAll()
+            }
+        } onGracefulShutdown: {
+            subscribedContinuation.finish()
+        }
+        await cluster.stop()
+    }
+}
+
+/// Set once; `set` says whether this call set it.
+private final class OnceFlag: Sendable {
+    private let flag = Mutex(false)
+
+    func set() -> Bool {
+        flag.withLock { set in
+            defer { set = true }
+            return !set
+        }
+    }
+}

@@ -1,0 +1,208 @@
+import CourierCore
+import CourierDevice
+import CourierProvider
+import CourierTestSupport
+import Foundation
+import Logging
+import Testing
+
+/// Several `courier serve` nodes on one PostgreSQL database, on this
+/// machine, every port 0 (docs/operations.md): the first node provisions,
+/// the others start on copies of its data directory (the same CA and
+/// token keys, as operators copy `pki/`).
+final class Nodes: @unchecked Sendable {
+    let directory: String
+    let server: PostgresServer
+    let database: String
+    /// Changed by the test's own task only.
+    var nodes: [String: ServeProcess] = [:]
+
+    init(directory: String, server: PostgresServer, database: String) {
+        self.directory = directory
+        self.server = server
+        self.database = database
+    }
+
+    static func start(_ names: [String]) async throws -> Nodes {
+        let server = try await PostgresServer.shared()
+        let nodes = Nodes(directory: try temporaryDirectory(), server: server, database: try await server.createDatabase())
+        try (server.password + "\n").write(toFile: nodes.directory + "/pgpass", atomically: true, encoding: .utf8)
+        for (index, name) in names.enumerated() {
+            if index > 0 {
+                let copied = try await runProgram("cp", ["-a", nodes.data(names[0]), nodes.data(name)])
+                guard copied.status == 0 else { throw TestServerError("cp: \(copied.stderr)") }
+            }
+            try nodes.start(name)
+        }
+        return nodes
+    }
+
+    func data(_ name: String) -> String { directory + "/" + name }
+
+    func start(_ name: String) throws {
+        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0}"#
+        let config = directory + "/\(name).json"
+        try #"""
+        {"network": {"production": \#(zero), "sandbox": \#(zero), "adminPort": 0}, "logLevel": "warning",
+         "store": {"kind": "postgresql", "host": "\#(server.host)", "port": \#(server.port), "database": "\#(database)",
+                   "user": "\#(server.user)", "passwordFile": "\#(directory)/pgpass"},
+         "cluster": {"node": "\#(name)", "heartbeatInterval": 0.2, "nodeTimeout": 1}}
+        """#.write(toFile: config, atomically: true, encoding: .utf8)
+        nodes[name] = try ServeProcess.start(data: data(name), config: config)
+    }
+
+    func port(_ name: String, _ listener: String) throws -> Int {
+        guard let port = nodes[name]?.ports[listener] else { throw TestServerError("no \(listener) port of \(name)") }
+        return port
+    }
+
+    /// A provider of the demo app (its certificate) on a node's HTTP/2 port.
+    func provider(_ name: String, logger: Logger) throws -> HTTP2ProviderClient {
+        let data = data(name)
+        return try HTTP2ProviderClient(
+            options: .init(host: "127.0.0.1", port: try port(name, "http2.production"), caPath: data + "/pki/ca.pem", serverName: "localhost", connections: 1),
+            credentials: .certificate(certificatePath: data + "/demo/com.example.demo.pem", keyPath: data + "/demo/com.example.demo-key.pem"),
+            logger: logger)
+    }
+
+    /// The demo device, connected to a node's device port.
+    func device(_ name: String, logger: Logger) throws -> DeviceClient {
+        try DeviceClient(
+            credentials: try DeviceCredentials.load(from: data(name) + "/demo/device"), environment: .production,
+            options: .init(host: "127.0.0.1", port: try port(name, "device.production"), serverName: "localhost"), logger: logger)
+    }
+
+    /// `GET /v1/devices` of a node's admin API.
+    func devices(_ name: String) async throws -> [[String: Any]] {
+        let token = try String(contentsOfFile: data(name) + "/admin-token", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        let result = try await runProgram(
+            "curl", ["-s", "-H", "Authorization: Bearer \(token)", "http://127.0.0.1:\(try port(name, "admin"))/v1/devices"])
+        let object = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
+        return object?["devices"] as? [[String: Any]] ?? []
+    }
+
+    /// Waits (at most `limit` seconds, polling) until `condition` holds.
+    func eventually(_ limit: TimeInterval = 10, _ condition: () async throws -> Bool) async throws -> Bool {
+        let deadline = Date().addingTimeInterval(limit)
+        while Date() < deadline {
+            if try await condition() { return true }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return try await condition()
+    }
+
+    /// Stops every node (SIGTERM) and waits for each; true when all
+    /// stopped cleanly. Then removes the folder.
+    func stop() async -> Bool {
+        for node in nodes.values { node.program.signal(SIGTERM) }
+        var clean = true
+        for node in nodes.values where await node.program.waitForExit() != 0 { clean = false }
+        nodes = [:]
+        removeTemporaryDirectory(directory)
+        return clean
+    }
+
+    /// For a test that failed before `stop`: kills what is left.
+    func kill() {
+        for node in nodes.values { node.program.signal(SIGKILL) }
+        removeTemporaryDirectory(directory)
+    }
+}
+
+@Suite(.enabled(if: PostgresServer.available, Comment(rawValue: PostgresServer.unavailable)), .timeLimit(.minutes(2)))
+struct ClusterTests {
+    let logger: Logger = {
+        var logger = Logger(label: "cluster-test")
+        logger.logLevel = .warning
+        return logger
+    }()
+
+    /// A push accepted on one node reaches the device connected to
+    /// another (expiration 0 and a stored one); every node lists the
+    /// device with its node; an uninstall on the device's node is 410 on
+    /// another.
+    @Test func aPushOnOneNodeReachesTheDeviceOnAnotherAndAnUninstallIsSeenEverywhere() async throws {
+        let nodes = try await Nodes.start(["node-a", "node-b", "node-c"])
+        defer { nodes.kill() }
+
+        let device = try nodes.device("node-b", logger: logger)
+        let running = Task { await device.run() }
+        try await device.waitUntilConnected()
+        let token = try await device.register("com.example.demo")
+        var received = device.notifications.makeAsyncIterator()
+
+        // Every node lists it, on node-b.
+        for name in ["node-a", "node-b", "node-c"] {
+            let listed = try await nodes.eventually {
+                try await nodes.devices(name).contains { $0["node"] as? String == "node-b" }
+            }
+            #expect(listed, "\(name) lists the device on node-b")
+        }
+
+        let provider = try nodes.provider("node-a", logger: logger)
+        let now = try await provider.send(
+            HTTP2Push(token: token, payload: Array(#"{"aps":{"alert":"now or never"}}"#.utf8), topic: "com.example.demo", expiration: Date(timeIntervalSince1970: 0)))
+        #expect(now.status == 200, "\(now)")
+        #expect(await received.next().map { String(decoding: $0.payload, as: UTF8.self) } == #"{"aps":{"alert":"now or never"}}"#)
+
+        let stored = try await provider.send(
+            HTTP2Push(token: token, payload: Array(#"{"aps":{"alert":"kept"}}"#.utf8), topic: "com.example.demo", expiration: Date().addingTimeInterval(3600)))
+        #expect(stored.status == 200, "\(stored)")
+        #expect(await received.next().map { String(decoding: $0.payload, as: UTF8.self) } == #"{"aps":{"alert":"kept"}}"#)
+
+        // The app is removed on node-b; node-a answers 410 Unregistered.
+        try await device.unregister("com.example.demo")
+        let gone = try await nodes.eventually {
+            try await provider.send(HTTP2Push(token: token, payload: Array(#"{"aps":{"alert":"gone?"}}"#.utf8), topic: "com.example.demo")).status == 410
+        }
+        #expect(gone, "node-a answers 410 after the uninstall on node-b")
+        let answer = try await provider.send(HTTP2Push(token: token, payload: Array(#"{"aps":{"alert":"gone?"}}"#.utf8), topic: "com.example.demo"))
+        #expect(answer.reason == .unregistered)
+
+        await provider.close()
+        await device.stop()
+        await running.value
+        // Gone from every node's list once it disconnected.
+        for name in ["node-a", "node-c"] {
+            #expect(try await nodes.eventually { try await nodes.devices(name).isEmpty }, "\(name) no longer lists it")
+        }
+        #expect(await nodes.stop(), "every node stops cleanly")
+    }
+
+    /// A notification held while the device is offline everywhere is sent
+    /// by whichever node the device connects to; a node killed with
+    /// SIGKILL stops being listed once its heartbeat stops.
+    @Test func aHeldNotificationGoesOutFromAnyNodeAndADeadNodesDevicesAreForgotten() async throws {
+        let nodes = try await Nodes.start(["node-a", "node-b"])
+        defer { nodes.kill() }
+
+        // Register on node-a, go offline, push on node-a.
+        let first = try nodes.device("node-a", logger: logger)
+        var running = Task { await first.run() }
+        try await first.waitUntilConnected()
+        let token = try await first.register("com.example.demo")
+        await first.stop()
+        await running.value
+        let provider = try nodes.provider("node-a", logger: logger)
+        let pushed = try await provider.send(
+            HTTP2Push(token: token, payload: Array(#"{"aps":{"alert":"held"}}"#.utf8), topic: "com.example.demo", expiration: Date().addingTimeInterval(3600)))
+        #expect(pushed.status == 200)
+        await provider.close()
+
+        // The device comes back on node-b and gets it there.
+        let again = try nodes.device("node-b", logger: logger)
+        running = Task { await again.run() }
+        var received = again.notifications.makeAsyncIterator()
+        #expect(await received.next().map { String(decoding: $0.payload, as: UTF8.self) } == #"{"aps":{"alert":"held"}}"#)
+        #expect(try await nodes.eventually { try await nodes.devices("node-a").contains { $0["node"] as? String == "node-b" } })
+
+        // node-b dies without a word: node-a stops listing its device once its heartbeat is missed.
+        nodes.nodes["node-b"]?.program.signal(SIGKILL)
+        _ = await nodes.nodes["node-b"]?.program.waitForExit()
+        nodes.nodes["node-b"] = nil
+        #expect(try await nodes.eventually { try await nodes.devices("node-a").isEmpty }, "node-b's device forgotten after its timeout")
+        await again.stop()
+        await running.value
+        #expect(await nodes.stop(), "every node stops cleanly")
+    }
+}
