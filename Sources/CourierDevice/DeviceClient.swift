@@ -27,10 +27,37 @@ public enum ConnectionChange: Sendable, Hashable {
 }
 
 public actor DeviceClient {
+    /// One address of the device gateway.
+    public struct Gateway: Sendable, Hashable, CustomStringConvertible {
+        public var host: String
+        public var port: Int
+
+        public init(host: String, port: Int) {
+            self.host = host
+            self.port = port
+        }
+
+        /// "host:port" ("[::1]:5223" for an IPv6 address); nil when it is not that.
+        public init?(_ text: String) {
+            guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (1...65_535).contains(port) else {
+                return nil
+            }
+            var host = String(text[..<colon])
+            if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+            guard !host.isEmpty else { return nil }
+            self.init(host: host, port: port)
+        }
+
+        public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+    }
+
     public struct Options: Sendable {
         /// Override the host and port of identity.json.
         public var host: String?
         public var port: Int?
+        /// Several nodes' gateways, tried in turn (overriding `host` and
+        /// `port`): a connection that fails or is lost moves on to the next.
+        public var gateways: [Gateway]
         /// First and longest wait before reconnecting (seconds); doubles each time.
         public var initialBackoff: Double
         public var maximumBackoff: Double
@@ -45,9 +72,10 @@ public actor DeviceClient {
         public var stopOnRefusal: Bool
 
         public init(
-            host: String? = nil, port: Int? = nil, initialBackoff: Double = 0.1, maximumBackoff: Double = 30, serverName: String? = nil,
-            attempts: Int? = nil, onChange: (@Sendable (ConnectionChange) -> Void)? = nil, stopOnRefusal: Bool = false
+            host: String? = nil, port: Int? = nil, gateways: [Gateway] = [], initialBackoff: Double = 0.1, maximumBackoff: Double = 30,
+            serverName: String? = nil, attempts: Int? = nil, onChange: (@Sendable (ConnectionChange) -> Void)? = nil, stopOnRefusal: Bool = false
         ) {
+            self.gateways = gateways
             self.onChange = onChange
             self.stopOnRefusal = stopOnRefusal
             self.attempts = attempts
@@ -160,12 +188,20 @@ public actor DeviceClient {
             if connections > before { failures = 0 }
             disconnected()
             if stopped || Task.isCancelled { break }
+            // With several gateways the next one is tried; the back-off grows once all were.
+            var wait = backoff
+            if options.gateways.count > 1 {
+                gatewayIndex += 1
+                if gatewayIndex % options.gateways.count != 0 { wait = options.initialBackoff }
+            }
+            // Jitter: devices that lost the same node do not all come back at once.
+            wait *= Double.random(in: 0.5...1)
             // In short steps, so that stop() ends a long back-off at once.
-            let resume = ContinuousClock.now + .seconds(backoff)
+            let resume = ContinuousClock.now + .seconds(wait)
             while !stopped, !Task.isCancelled, ContinuousClock.now < resume {
                 try? await Task.sleep(for: min(.milliseconds(100), resume - ContinuousClock.now))
             }
-            backoff = min(backoff * 2, options.maximumBackoff)
+            if options.gateways.count <= 1 || gatewayIndex % options.gateways.count == 0 { backoff = min(backoff * 2, options.maximumBackoff) }
         }
         fail(connectedWaiters: DeviceClientError.stopped)
         notificationSink.finish()
@@ -260,8 +296,13 @@ public actor DeviceClient {
     }
 
     private var endpoint: String { "\(host):\(port)" }
-    private var host: String { options.host ?? credentials.file.host }
-    private var port: Int { options.port ?? (environment == .production ? credentials.file.productionPort : credentials.file.sandboxPort) }
+    private var host: String { gateway?.host ?? options.host ?? credentials.file.host }
+    private var port: Int {
+        gateway?.port ?? options.port ?? (environment == .production ? credentials.file.productionPort : credentials.file.sandboxPort)
+    }
+    /// The gateway tried now, when there are several.
+    private var gateway: Gateway? { options.gateways.isEmpty ? nil : options.gateways[gatewayIndex % options.gateways.count] }
+    private var gatewayIndex = 0
 
     private func connectOnce() async throws {
         let host = self.host

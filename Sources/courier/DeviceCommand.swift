@@ -22,12 +22,21 @@ struct DeviceOptions: ParsableArguments {
     @Flag(help: "Use the sandbox device gateway instead of production.") var sandbox = false
     @Option(help: "The gateway host (default: identity.json's).") var host: String?
     @Option(help: "The gateway port (default: identity.json's).") var port: Int?
+    @Option(
+        name: .customLong("gateway"),
+        help: ArgumentHelp(
+            "A gateway of one of several nodes (repeatable): tried in turn, a lost connection moves on to the next.", valueName: "host:port"))
+    var gateways: [String] = []
 
     var environment: Environment { sandbox ? .sandbox : .production }
 
     func validate() throws {
         guard Identifiers.isBundleID(app) else { throw ValidationError("'\(app)' is not a bundle id") }
         if let port, !(1...65_535).contains(port) { throw ValidationError("--port \(port) is not a port") }
+        for gateway in gateways where DeviceClient.Gateway(gateway) == nil {
+            throw ValidationError("--gateway '\(gateway)' is not host:port")
+        }
+        if !gateways.isEmpty, host != nil || port != nil { throw ValidationError("--gateway replaces --host and --port; give one or the other") }
     }
 
     /// `reconnect`: keep trying for ever (a refusal still ends it), saying
@@ -49,7 +58,9 @@ struct DeviceOptions: ParsableArguments {
         }
         return try DeviceClient(
             credentials: credentials, environment: environment,
-            options: .init(host: host, port: port, attempts: reconnect ? nil : 3, onChange: onChange, stopOnRefusal: reconnect), logger: logger)
+            options: .init(
+                host: host, port: port, gateways: gateways.compactMap(DeviceClient.Gateway.init), attempts: reconnect ? nil : 3 * max(1, gateways.count),
+                onChange: onChange, stopOnRefusal: reconnect), logger: logger)
     }
 
     static func describe(_ change: ConnectionChange) -> String {

@@ -4,6 +4,7 @@ import CourierProvider
 import CourierTestSupport
 import Foundation
 import Logging
+import Synchronization
 import Testing
 
 /// Several `courier serve` nodes on one PostgreSQL database, on this
@@ -72,13 +73,16 @@ final class Nodes: @unchecked Sendable {
             options: .init(host: "127.0.0.1", port: try port(name, "device.production"), serverName: "localhost"), logger: logger)
     }
 
+    /// A GET of a node's admin API, as JSON.
+    func admin(_ name: String, _ path: String) async throws -> [String: Any] {
+        let token = try String(contentsOfFile: data(name) + "/admin-token", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        let result = try await runProgram("curl", ["-s", "-H", "Authorization: Bearer \(token)", "http://127.0.0.1:\(try port(name, "admin"))\(path)"])
+        return try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any] ?? [:]
+    }
+
     /// `GET /v1/devices` of a node's admin API.
     func devices(_ name: String) async throws -> [[String: Any]] {
-        let token = try String(contentsOfFile: data(name) + "/admin-token", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
-        let result = try await runProgram(
-            "curl", ["-s", "-H", "Authorization: Bearer \(token)", "http://127.0.0.1:\(try port(name, "admin"))/v1/devices"])
-        let object = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
-        return object?["devices"] as? [[String: Any]] ?? []
+        try await admin(name, "/v1/devices")["devices"] as? [[String: Any]] ?? []
     }
 
     /// Waits (at most `limit` seconds, polling) until `condition` holds.
@@ -169,6 +173,81 @@ struct ClusterTests {
         #expect(await nodes.stop(), "every node stops cleanly")
     }
 
+    /// Failover: the node a device is connected to is killed (SIGKILL)
+    /// while another node accepts pushes for it; the device moves to the
+    /// other gateway it knows, and every push accepted with an expiration
+    /// reaches it, or was replaced by a later one (the delivery log says so)
+    /// while the device was away — counted.
+    @Test func whenANodeIsKilledUnderLoadEveryStoredNotificationArrivesOrWasReplaced() async throws {
+        let nodes = try await Nodes.start(["node-a", "node-b"])
+        defer { nodes.kill() }
+        let device = try DeviceClient(
+            credentials: try DeviceCredentials.load(from: nodes.data("node-a") + "/demo/device"), environment: .production,
+            options: .init(
+                gateways: [
+                    .init(host: "127.0.0.1", port: try nodes.port("node-b", "device.production")),
+                    .init(host: "127.0.0.1", port: try nodes.port("node-a", "device.production")),
+                ], initialBackoff: 0.05, maximumBackoff: 1, serverName: "localhost"), logger: logger)
+        let running = Task { await device.run() }
+        try await device.waitUntilConnected()
+        let token = try await device.register("com.example.demo")
+        #expect(try await nodes.eventually { try await nodes.devices("node-a").contains { $0["node"] as? String == "node-b" } })
+
+        // What the device receives, acknowledged as an app would.
+        let receiving = Task {
+            var received = Set<UUID>()
+            for await notification in device.notifications {
+                received.insert(notification.id)
+                try? await device.acknowledge(notification)
+            }
+            return received
+        }
+        // Four providers on node-a send 100 pushes each; node-b dies after the first 100 are accepted.
+        let accepted = AcceptedIDs()
+        let provider = try nodes.provider("node-a", logger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for sender in 0..<4 {
+                group.addTask {
+                    for n in 0..<100 {
+                        let id = UUID()
+                        let result = try await provider.send(
+                            HTTP2Push(
+                                token: token, payload: Array(#"{"aps":{"alert":"\#(sender)-\#(n)"}}"#.utf8), topic: "com.example.demo", id: id,
+                                expiration: Date().addingTimeInterval(3600)))
+                        if result.status == 200 { accepted.append(id) }
+                    }
+                }
+            }
+            group.addTask {
+                while accepted.all.count < 100 { try await Task.sleep(for: .milliseconds(5)) }
+                nodes.nodes["node-b"]?.program.signal(SIGKILL)
+            }
+            try await group.waitForAll()
+        }
+        _ = await nodes.nodes["node-b"]?.program.waitForExit()
+        nodes.nodes["node-b"] = nil
+        let all = accepted.all
+        #expect(all.count == 400, "node-a accepted every push")
+
+        // The device, now on node-a, gets what is held; then each accepted one is received or was replaced.
+        #expect(try await nodes.eventually { try await nodes.devices("node-a").contains { $0["node"] as? String == "node-a" } })
+        await device.waitUntilDrained()
+        try await Task.sleep(for: .milliseconds(200))
+        await device.stop()
+        await running.value
+        let received = await receiving.value
+        var replaced = 0
+        var missing: [UUID] = []
+        for id in all where !received.contains(id) {
+            let events = try await nodes.admin("node-a", "/v1/notifications/\(id.uuidString.lowercased())")["events"] as? [[String: Any]] ?? []
+            if events.contains(where: { ["replaced", "coalesced"].contains($0["event"] as? String) }) { replaced += 1 } else { missing.append(id) }
+        }
+        #expect(missing.isEmpty, "\(missing.count) of \(all.count) accepted notifications neither arrived nor were replaced")
+        #expect(received.isSuperset(of: all.suffix(1)), "the last one arrived")
+        #expect(received.count + replaced >= all.count)
+        #expect(await nodes.stop(), "node-a stops cleanly")
+    }
+
     /// A notification held while the device is offline everywhere is sent
     /// by whichever node the device connects to; a node killed with
     /// SIGKILL stops being listed once its heartbeat stops.
@@ -205,4 +284,11 @@ struct ClusterTests {
         await running.value
         #expect(await nodes.stop(), "every node stops cleanly")
     }
+}
+
+/// The apns-ids accepted so far, appended by several tasks.
+private final class AcceptedIDs: Sendable {
+    private let ids = Mutex<[UUID]>([])
+    func append(_ id: UUID) { ids.withLock { $0.append(id) } }
+    var all: [UUID] { ids.withLock { $0 } }
 }
