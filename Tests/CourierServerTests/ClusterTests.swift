@@ -248,6 +248,31 @@ struct ClusterTests {
         #expect(await nodes.stop(), "node-a stops cleanly")
     }
 
+    /// `courier device run --gateway … --gateway …`: when its node is
+    /// killed, the device connects to the next gateway and says so.
+    @Test func deviceRunMovesToTheNextGatewayWhenItsNodeIsKilled() async throws {
+        let nodes = try await Nodes.start(["node-a", "node-b"])
+        defer { nodes.kill() }
+        let b = try nodes.port("node-b", "device.production")
+        let a = try nodes.port("node-a", "device.production")
+        let device = try RunningProgram(
+            courier,
+            [
+                "device", "run", "--identity", nodes.data("node-a") + "/demo/device", "--app", "com.example.demo",
+                "--gateway", "127.0.0.1:\(b)", "--gateway", "127.0.0.1:\(a)",
+            ], mergeStandardError: true)
+        #expect(await device.waitForLine(containing: "token ") != nil, "\(device.output)")
+        #expect(device.output.contains("courier: connected to 127.0.0.1:\(b)"), "\(device.output)")
+        nodes.nodes["node-b"]?.program.signal(SIGKILL)
+        #expect(await device.waitForLine(containing: "courier: lost the connection to 127.0.0.1:\(b)") != nil, "\(device.output)")
+        #expect(await device.waitForLine(containing: "courier: connected again to 127.0.0.1:\(a)") != nil, "\(device.output)")
+        device.signal(SIGTERM)
+        #expect(await device.waitForExit() == 0)
+        _ = await nodes.nodes["node-b"]?.program.waitForExit()
+        nodes.nodes["node-b"] = nil
+        #expect(await nodes.stop(), "node-a stops cleanly")
+    }
+
     /// A notification held while the device is offline everywhere is sent
     /// by whichever node the device connects to; a node killed with
     /// SIGKILL stops being listed once its heartbeat stops.

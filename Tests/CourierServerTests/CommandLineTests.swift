@@ -51,6 +51,8 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         (["push", "--token", "00ff", "--payload", "{}", "--push-type", "voip", "--binary", "--cert", "c", "--key", "k"], "--push-type is the HTTP/2 API's: the binary API has none"),
         (["push", "--token", "00ff", "--payload", "{}", "--id", "12", "--p8", "k.p8"], "no file k.p8"),
         (["feedback", "--cert", "c.pem", "--key", "k.pem"], "no file c.pem"),
+        (["device", "run", "--identity", "d", "--app", "com.example.x", "--gateway", "localhost"], "--gateway 'localhost' is not host:port"),
+        (["device", "run", "--identity", "d", "--app", "com.example.x", "--gateway", "a:5223", "--port", "1"], "--gateway replaces --host and --port"),
     ])
     func badArgumentsGiveOneLineAndAFailure(_ arguments: [String], _ message: String) throws {
         let directory = try temporaryDirectory()
