@@ -199,6 +199,11 @@ public final class PostgresStore: Store {
                 "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)", on: connection)
             let current = try await self.query("SELECT COALESCE(MAX(version), 0) AS v FROM schema_migrations", on: connection)
                 .first?.optionalInteger("v") ?? 0
+            let known = PostgresMigrations.all.last?.version ?? 0
+            guard current <= known else {
+                throw StoreError(
+                    .unavailable, "the database's schema is version \(current), newer than this Courier's (\(known)): upgrade this node")
+            }
             for migration in PostgresMigrations.all where migration.version > current {
                 for statement in migration.statements {
                     try await self.query(statement, on: connection)

@@ -37,6 +37,18 @@ struct PostgresStoreTests {
         await reopened.close()
     }
 
+    /// A node older than the database's schema refuses to run on it.
+    @Test func aSchemaNewerThanTheNodeIsRefused() async throws {
+        let server = try await PostgresServer.shared()
+        let database = try await server.createDatabase()
+        let store = try await PostgresStore.open(settings(server, database), logger: Logger(label: "test"))
+        try await store.query("INSERT INTO schema_migrations (version, applied_at) VALUES (99, 0)")
+        await store.close()
+        let error = await #expect(throws: StoreError.self) { try await PostgresStore.open(settings(server, database), logger: Logger(label: "test")) }
+        #expect(
+            error?.message == "the database's schema is version 99, newer than this Courier's (\(PostgresMigrations.all.last!.version)): upgrade this node")
+    }
+
     @Test func anUnreachableDatabaseIsOneLineNamingIt() async throws {
         let port = try freePort()
         let settings = PostgresSettings(host: "127.0.0.1", port: port, database: "courier", user: "courier", password: "secret")
