@@ -32,6 +32,24 @@ public struct NodeMessage: Sendable, Hashable {
     }
 }
 
+/// A rule every node applies (the admin API's fault rules, with several
+/// nodes): its definition as the server encodes it, and the counts the
+/// nodes share.
+public struct SharedRule: Sendable, Hashable {
+    public var id: String
+    public var body: String
+    /// Notifications it may still act on; nil: no count limit.
+    public var remaining: Int?
+    public var hits: Int
+
+    public init(id: String, body: String, remaining: Int?, hits: Int) {
+        self.id = id
+        self.body = body
+        self.remaining = remaining
+        self.hits = hits
+    }
+}
+
 /// What several nodes sharing one store coordinate through it, and only
 /// through it (no protocol of Courier's own between nodes): each node's
 /// heartbeat, each device's presence, and short messages. PostgreSQL's
@@ -53,6 +71,15 @@ public protocol NodeCoordination: Sendable {
     func removePresence(deviceID: UInt64, environment: Environment, generation: Int64) async throws -> Bool
     /// Every presence held by a node alive now.
     func presences() async throws -> [DevicePresenceRecord]
+    /// A number for a new shared rule's id, never given before.
+    func nextRuleNumber() async throws -> Int
+    func addRule(_ rule: SharedRule) async throws
+    /// False when there was no such rule.
+    func removeRule(id: String) async throws -> Bool
+    func rules() async throws -> [SharedRule]
+    /// Counts one notification the rule acted on (one less remaining; at 0
+    /// the rule is removed) and returns it as it is now; nil when it is gone.
+    func countRuleHit(id: String) async throws -> SharedRule?
     /// Sends `payload` to whoever listens on `channel`.
     func publish(_ payload: String, to channel: String) async throws
     /// The messages published on `channels` from now on, until the task

@@ -167,6 +167,17 @@ enum PostgresMigrations {
                 )
                 """,
                 "CREATE INDEX device_presence_node ON device_presence(node_id)",
+                // The admin API's fault rules, applied by every node.
+                "CREATE SEQUENCE fault_rule_number",
+                """
+                CREATE TABLE fault_rules (
+                    id \(text) PRIMARY KEY,
+                    body \(text) NOT NULL,
+                    remaining BIGINT,
+                    hits BIGINT NOT NULL DEFAULT 0,
+                    seq BIGSERIAL
+                )
+                """,
             ]
         ),
     ]

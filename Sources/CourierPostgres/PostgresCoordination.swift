@@ -66,6 +66,43 @@ extension PostgresStore: NodeCoordination {
         }
     }
 
+    public func nextRuleNumber() async throws -> Int {
+        guard let number = try await query("SELECT nextval('fault_rule_number') AS n").first?.integer("n") else {
+            throw StoreError(.corrupt, "no rule number returned")
+        }
+        return number
+    }
+
+    public func addRule(_ rule: SharedRule) async throws {
+        try await query(
+            "INSERT INTO fault_rules (id, body, remaining, hits) VALUES ($1, $2, $3, $4)",
+            [.text(rule.id), .text(rule.body), rule.remaining.map(Value.integer) ?? .null, .integer(rule.hits)])
+    }
+
+    public func removeRule(id: String) async throws -> Bool {
+        !(try await query("DELETE FROM fault_rules WHERE id = $1 RETURNING id", [.text(id)]).isEmpty)
+    }
+
+    public func rules() async throws -> [SharedRule] {
+        try await query("SELECT id, body, remaining, hits FROM fault_rules ORDER BY seq").map(SharedRule.init(row:))
+    }
+
+    public func countRuleHit(id: String) async throws -> SharedRule? {
+        try await transaction { connection in
+            guard
+                let row = try await self.query(
+                    """
+                    UPDATE fault_rules SET hits = hits + 1, remaining = CASE WHEN remaining IS NULL THEN NULL ELSE GREATEST(remaining - 1, 0) END
+                    WHERE id = $1 RETURNING id, body, remaining, hits
+                    """, [.text(id)], on: connection
+                ).first
+            else { return nil }
+            let rule = try SharedRule(row: row)
+            if rule.remaining == 0 { try await self.query("DELETE FROM fault_rules WHERE id = $1", [.text(id)], on: connection) }
+            return rule
+        }
+    }
+
     public func publish(_ payload: String, to channel: String) async throws {
         try await query("SELECT pg_notify($1, $2)", [.text(channel), .text(payload)])
     }
@@ -123,5 +160,12 @@ private final class ListenCount: Sendable {
             count += 1
             return count
         }
+    }
+}
+
+extension SharedRule {
+    init(row: PostgresRandomAccessRow) throws {
+        self.init(
+            id: try row.text("id"), body: try row.text("body"), remaining: try row.optionalInteger("remaining"), hits: try row.integer("hits"))
     }
 }

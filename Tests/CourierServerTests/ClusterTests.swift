@@ -80,6 +80,15 @@ final class Nodes: @unchecked Sendable {
         return try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any] ?? [:]
     }
 
+    /// A POST or DELETE to a node's admin API, as JSON.
+    func admin(_ name: String, _ method: String, _ path: String, body: String? = nil) async throws -> [String: Any] {
+        let token = try String(contentsOfFile: data(name) + "/admin-token", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        var arguments = ["-s", "-X", method, "-H", "Authorization: Bearer \(token)"]
+        if let body { arguments += ["-H", "Content-Type: application/json", "--data", body] }
+        let result = try await runProgram("curl", arguments + ["http://127.0.0.1:\(try port(name, "admin"))\(path)"])
+        return try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any] ?? [:]
+    }
+
     /// `GET /v1/devices` of a node's admin API.
     func devices(_ name: String) async throws -> [[String: Any]] {
         try await admin(name, "/v1/devices")["devices"] as? [[String: Any]] ?? []
@@ -271,6 +280,57 @@ struct ClusterTests {
         _ = await nodes.nodes["node-b"]?.program.waitForExit()
         nodes.nodes["node-b"] = nil
         #expect(await nodes.stop(), "node-a stops cleanly")
+    }
+
+    /// A fault rule added on one node acts on every node, its count shared;
+    /// every node lists it with the hits of all; removed on one node, it
+    /// ends on all.
+    @Test func faultRulesAreEveryNodes() async throws {
+        let nodes = try await Nodes.start(["node-a", "node-b", "node-c"])
+        defer { nodes.kill() }
+        let device = try nodes.device("node-a", logger: logger)
+        let running = Task { await device.run() }
+        try await device.waitUntilConnected()
+        let token = try await device.register("com.example.demo")
+        await device.stop()
+        await running.value
+        let onA = try nodes.provider("node-a", logger: logger)
+        let onB = try nodes.provider("node-b", logger: logger)
+        func push(_ provider: HTTP2ProviderClient) async throws -> HTTP2PushResult {
+            try await provider.send(
+                HTTP2Push(token: token, payload: Array(#"{"aps":{"alert":"x"}}"#.utf8), topic: "com.example.demo", expiration: Date(timeIntervalSince1970: 0)))
+        }
+
+        // Two notifications, on whichever node: the first on node-b, the second on node-a.
+        let added = try await nodes.admin(
+            "node-c", "POST", "/v1/faults", body: #"{"match": {"topic": "com.example.demo"}, "action": "reject", "reason": "TooManyRequests", "count": 2}"#)
+        let id = try #require(added["id"] as? String, "\(added)")
+        #expect(try await nodes.eventually { try await push(onB).status == 429 }, "node-b applies node-c's rule")
+        #expect(try await nodes.eventually { try await push(onA).status == 429 }, "node-a applies it too")
+        // Both hits used the count up: gone everywhere.
+        #expect(try await nodes.eventually { try await push(onB).status == 200 }, "the count of 2 was shared")
+        #expect(try await push(onA).status == 200)
+        let left = try await nodes.admin("node-b", "/v1/faults")["faults"] as? [[String: Any]]
+        #expect(left?.isEmpty == true, "no rule left: \(String(describing: left))")
+
+        // Without a count: listed on every node with every node's hits, removed from another.
+        let lasting = try await nodes.admin(
+            "node-a", "POST", "/v1/faults", body: #"{"match": {"topic": "com.example.demo"}, "action": "reject", "reason": "TooManyRequests"}"#)
+        let lastingID = try #require(lasting["id"] as? String)
+        #expect(lastingID != id, "ids are unique across nodes")
+        #expect(try await nodes.eventually { try await push(onB).status == 429 })
+        #expect(try await push(onA).status == 429)
+        let hits = try await nodes.eventually {
+            let listed = try await nodes.admin("node-c", "/v1/faults")["faults"] as? [[String: Any]] ?? []
+            return listed.count == 1 && listed[0]["hits"] as? Int == 2
+        }
+        #expect(hits, "node-c lists the rule with both nodes' hits")
+        let removed = try await nodes.admin("node-b", "DELETE", "/v1/faults/\(lastingID)")
+        #expect(removed["removed"] as? String == lastingID)
+        #expect(try await nodes.eventually { try await push(onA).status == 200 }, "removed on node-b, it ends on node-a")
+        await onA.close()
+        await onB.close()
+        #expect(await nodes.stop(), "every node stops cleanly")
     }
 
     /// A notification held while the device is offline everywhere is sent

@@ -165,21 +165,31 @@ public struct AdminServer: Service {
             }
             return TokenTimelines(token: Hex.encode(token), notifications: timelines)
         }
+        // With several nodes the rules are every node's, kept in the store (`Cluster`).
         api.get("faults") { [faults, dispatcher] _, _ in
-            FaultList(faults: faults.list(now: dispatcher.clock.now()).map(FaultJSON.init))
+            let now = dispatcher.clock.now()
+            if let cluster = dispatcher.cluster { return FaultList(faults: try await cluster.listFaults(now: now).map(FaultJSON.init)) }
+            return FaultList(faults: faults.list(now: now).map(FaultJSON.init))
         }
         api.post("faults") { [faults, dispatcher] request, context in
             let body = try await request.decode(as: FaultRequestBody.self, context: context)
             let now = dispatcher.clock.now()
             let (match, action, count, until) = try body.rule(now: now)
-            guard let rule = faults.add(match: match, action: action, count: count, until: until, now: now) else {
+            let added =
+                if let cluster = dispatcher.cluster {
+                    try await cluster.addFault(match: match, action: action, count: count, until: until, now: now)
+                } else {
+                    faults.add(match: match, action: action, count: count, until: until, now: now)
+                }
+            guard let rule = added else {
                 throw HTTPError(.conflict, message: "there are \(FaultInjector.capacity) fault rules already; remove one first")
             }
             return EditedResponse(status: .created, response: FaultJSON(rule))
         }
-        api.delete("faults/:id") { [faults] _, context in
+        api.delete("faults/:id") { [faults, dispatcher] _, context in
             let id = try context.parameters.require("id")
-            guard faults.remove(id: id) else { throw HTTPError(.notFound, message: "no fault rule \(id)") }
+            let removed = if let cluster = dispatcher.cluster { try await cluster.removeFault(id: id) } else { faults.remove(id: id) }
+            guard removed else { throw HTTPError(.notFound, message: "no fault rule \(id)") }
             return Removed(removed: id)
         }
         api.post("tokens/:token/unregister") { [dispatcher] request, context in

@@ -85,6 +85,8 @@ public final class FaultInjector: Sendable {
 
     private let state = Mutex(State())
     private let any = Atomic<Bool>(false)
+    /// Told of each notification a rule acted on (several nodes share the counts).
+    private let hitHook = Mutex<(@Sendable (FaultRule) -> Void)?>(nil)
     /// Rules at most: a rule is checked against every notification.
     public static let capacity = 1_000
 
@@ -121,10 +123,59 @@ public final class FaultInjector: Sendable {
         }
     }
 
+    /// Several nodes: the rules are the shared ones (`Cluster`), and each
+    /// hit is told to `hook`.
+    func shareHits(with hook: @escaping @Sendable (FaultRule) -> Void) {
+        hitHook.withLock { $0 = hook }
+    }
+
+    /// Adds a rule made elsewhere (its id given); false when there are
+    /// `capacity` already.
+    func insert(_ rule: FaultRule) -> Bool {
+        state.withLock { state in
+            guard state.rules.count < Self.capacity else { return false }
+            state.rules.removeAll { $0.id == rule.id }
+            state.rules.append(rule)
+            any.store(true, ordering: .relaxed)
+            return true
+        }
+    }
+
+    /// Replaces every rule (another node changed them).
+    func replaceAll(_ rules: [FaultRule]) {
+        state.withLock { state in
+            state.rules = Array(rules.prefix(Self.capacity))
+            any.store(!state.rules.isEmpty, ordering: .relaxed)
+        }
+    }
+
+    /// Another node counted a hit: the rule's counts as the store has them.
+    func update(id: String, remaining: Int?, hits: Int) {
+        state.withLock { state in
+            guard let index = state.rules.firstIndex(where: { $0.id == id }) else { return }
+            if let remaining, remaining <= 0 {
+                state.rules.remove(at: index)
+            } else {
+                // Counts only go down (remaining) and up (hits), whichever node's word arrives first.
+                if let remaining { state.rules[index].remaining = min(state.rules[index].remaining ?? remaining, remaining) }
+                state.rules[index].hits = max(state.rules[index].hits, hits)
+            }
+            any.store(!state.rules.isEmpty, ordering: .relaxed)
+        }
+    }
+
+    var count: Int { state.withLock { $0.rules.count } }
+
     /// The first rule in force that matches, counted; nil when none does.
     func take(_ request: FaultRequest, now: Date) -> FaultRule? {
         guard isActive else { return nil }
-        return state.withLock { state in
+        let taken = takeLocally(request, now: now)
+        if let taken, let hook = hitHook.withLock({ $0 }) { hook(taken) }
+        return taken
+    }
+
+    private func takeLocally(_ request: FaultRequest, now: Date) -> FaultRule? {
+        state.withLock { state in
             drop(&state, now: now)
             guard let index = state.rules.firstIndex(where: { $0.match.matches(request) }) else { return nil }
             state.rules[index].hits += 1
@@ -142,5 +193,73 @@ public final class FaultInjector: Sendable {
     private func drop(_ state: inout State, now: Date) {
         state.rules.removeAll { $0.until.map { $0 <= now } ?? false }
         any.store(!state.rules.isEmpty, ordering: .relaxed)
+    }
+}
+
+/// A fault rule as the store keeps it for several nodes (`SharedRule.body`):
+/// its match and action; the counts are the store's own columns.
+struct StoredFaultRule: Codable {
+    var token: String?
+    var topic: String?
+    var team: String?
+    var keyID: String?
+    var certificateSerial: String?
+    var interface: String?
+    var environment: String?
+    /// reject, delay or close.
+    var action: String
+    var reason: String?
+    /// Milliseconds since 1970.
+    var timestamp: Int?
+    var binaryStatus: Int?
+    var milliseconds: Int?
+    var until: Int?
+    var createdAt: Int
+
+    init(_ rule: FaultRule) {
+        let m = rule.match
+        token = m.token.map(Hex.encode)
+        topic = m.topic
+        team = m.teamID
+        keyID = m.keyID
+        certificateSerial = m.certificateSerial
+        interface = m.interface?.rawValue
+        environment = m.environment?.rawValue
+        switch rule.action {
+        case .reject(let reason, let timestamp, let status):
+            action = "reject"
+            self.reason = reason.rawValue
+            self.timestamp = timestamp?.storeMillis
+            binaryStatus = status.map { Int($0.rawValue) }
+        case .delay(let milliseconds):
+            action = "delay"
+            self.milliseconds = milliseconds
+        case .close(let reason):
+            action = "close"
+            self.reason = reason.rawValue
+        }
+        until = rule.until?.storeMillis
+        createdAt = rule.createdAt.storeMillis
+    }
+
+    /// The rule, with the store's counts; nil for a body this version cannot read.
+    func rule(id: String, remaining: Int?, hits: Int) -> FaultRule? {
+        let match = FaultMatch(
+            token: token.flatMap(Hex.decode), topic: topic, teamID: team, keyID: keyID, certificateSerial: certificateSerial,
+            interface: interface.flatMap(ProviderInterface.init), environment: environment.flatMap(Environment.init))
+        let action: FaultAction
+        switch (self.action, reason, milliseconds) {
+        case ("reject", let reason?, _):
+            action = .reject(
+                reason: Reason(rawValue: reason), timestamp: timestamp.map(Date.init(storeMillis:)),
+                binaryStatus: binaryStatus.map { BinaryStatus(rawValue: UInt8(truncatingIfNeeded: $0)) })
+        case ("delay", _, let milliseconds?): action = .delay(milliseconds: milliseconds)
+        case ("close", let reason?, _): action = .close(reason: Reason(rawValue: reason))
+        default: return nil
+        }
+        var rule = FaultRule(
+            id: id, match: match, action: action, remaining: remaining, until: until.map(Date.init(storeMillis:)), createdAt: Date(storeMillis: createdAt))
+        rule.hits = hits
+        return rule
     }
 }

@@ -95,7 +95,7 @@ public struct CourierApplication: Sendable {
             // Several nodes: a store that coordinates them (PostgreSQL's).
             let cluster = (provisioner.coordination).map {
                 Cluster(
-                    node: configuration.cluster.node.isEmpty ? Cluster.makeNodeID() : configuration.cluster.node, coordination: $0,
+                    node: configuration.cluster.node.isEmpty ? Cluster.makeNodeID() : configuration.cluster.node, coordination: $0, faults: faults,
                     heartbeatInterval: configuration.cluster.heartbeatInterval, nodeTimeout: configuration.cluster.nodeTimeout, clock: clock,
                     logger: logger)
             }
@@ -109,7 +109,10 @@ public struct CourierApplication: Sendable {
             let ports = BoundPorts()
             // Shutdown runs in reverse: listeners first, the store last.
             var services: [any Service] = [StoreService(provisioner: provisioner, logger: logger), log] + dispatcher.writers
-            if let cluster { services.append(ClusterService(cluster: cluster, dispatcher: dispatcher, logger: logger)) }
+            if let cluster {
+                services.append(ClusterService(cluster: cluster, dispatcher: dispatcher, logger: logger))
+                faults.shareHits { [cluster] in cluster.counted($0) }
+            }
             let keys = ProviderKeys(store: provisioner.store)
             let certificates = CertificateConnections(store: provisioner.store, clock: clock, logger: logger)
             let policy = ConnectionPolicy(

@@ -35,6 +35,8 @@ final class Cluster: Sendable {
 
     let node: String
     let coordination: any NodeCoordination
+    /// The admin API's fault rules, shared by the nodes.
+    let faults: FaultInjector
     let heartbeatInterval: TimeInterval
     let nodeTimeout: TimeInterval
     private let clock: any WallClock
@@ -58,11 +60,12 @@ final class Cluster: Sendable {
     private let state = Mutex(State())
 
     init(
-        node: String, coordination: any NodeCoordination, heartbeatInterval: TimeInterval, nodeTimeout: TimeInterval, clock: any WallClock,
-        logger: Logger
+        node: String, coordination: any NodeCoordination, faults: FaultInjector, heartbeatInterval: TimeInterval, nodeTimeout: TimeInterval,
+        clock: any WallClock, logger: Logger
     ) {
         self.node = node
         self.coordination = coordination
+        self.faults = faults
         self.heartbeatInterval = heartbeatInterval
         self.nodeTimeout = nodeTimeout
         self.clock = clock
@@ -199,6 +202,11 @@ final class Cluster: Sendable {
             return [.forgetDevice(deviceID)]
         case ("gone", 2):
             forget(nodes: [from])
+        case ("faults", 2):
+            Task { await reloadFaults() }
+        case ("fault-count", 5):
+            guard let hits = Int(fields[4]) else { break }
+            faults.update(id: fields[2], remaining: fields[3] == "-" ? nil : Int(fields[3]), hits: hits)
         default:
             break
         }
@@ -219,6 +227,56 @@ final class Cluster: Sendable {
             for record in records {
                 state.presence[DeviceKey(environment: record.environment, deviceID: record.deviceID)] = Presence(
                     node: record.node, generation: record.generation, since: record.since)
+            }
+        }
+    }
+
+    // MARK: Fault rules
+
+    /// Adds a rule for every node; nil when there are `FaultInjector.capacity` already.
+    func addFault(match: FaultMatch, action: FaultAction, count: Int?, until: Date?, now: Date) async throws -> FaultRule? {
+        guard faults.count < FaultInjector.capacity else { return nil }
+        let rule = FaultRule(
+            id: "f\(try await coordination.nextRuleNumber())", match: match, action: action, remaining: count, until: until, createdAt: now)
+        let body = String(decoding: try JSONEncoder().encode(StoredFaultRule(rule)), as: UTF8.self)
+        try await coordination.addRule(SharedRule(id: rule.id, body: body, remaining: count, hits: 0))
+        guard faults.insert(rule) else { return nil }
+        await publish("faults \(node)")
+        return rule
+    }
+
+    func removeFault(id: String) async throws -> Bool {
+        guard try await coordination.removeRule(id: id) else { return false }
+        _ = faults.remove(id: id)
+        await publish("faults \(node)")
+        return true
+    }
+
+    /// The rules in force with the counts of every node.
+    func listFaults(now: Date) async throws -> [FaultRule] {
+        try await coordination.rules().compactMap { shared -> FaultRule? in
+            guard let stored = try? JSONDecoder().decode(StoredFaultRule.self, from: Data(shared.body.utf8)) else { return nil }
+            return stored.rule(id: shared.id, remaining: shared.remaining, hits: shared.hits)
+        }.filter { rule in rule.until.map { $0 > now } ?? true }
+    }
+
+    /// Reads the shared rules into this node's.
+    func reloadFaults() async {
+        do {
+            faults.replaceAll(try await listFaults(now: clock.now()))
+        } catch {
+            logger.error("store failed reading the fault rules", metadata: ["courier.error": "\(error)"])
+        }
+    }
+
+    /// A rule acted here: counted in the store, and the counts told to the others.
+    func counted(_ rule: FaultRule) {
+        Task {
+            do {
+                guard let shared = try await coordination.countRuleHit(id: rule.id) else { return }
+                await publish("fault-count \(node) \(shared.id) \(shared.remaining.map(String.init) ?? "-") \(shared.hits)")
+            } catch {
+                logger.error("store failed counting a fault rule's hit", metadata: ["courier.error": "\(error)"])
             }
         }
     }
@@ -317,6 +375,7 @@ struct ClusterService: Service {
                         do { try await cluster.reload() } catch {
                             logger.error("store failed reading the devices' presence", metadata: ["courier.error": "\(error)"])
                         }
+                        await cluster.reloadFaults()
                     }
                 }
                 group.addTask {
