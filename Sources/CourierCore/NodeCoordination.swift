@@ -80,6 +80,13 @@ public protocol NodeCoordination: Sendable {
     /// Counts one notification the rule acted on (one less remaining; at 0
     /// the rule is removed) and returns it as it is now; nil when it is gone.
     func countRuleHit(id: String) async throws -> SharedRule?
+    /// Keeps a broadcast for the other nodes to send to their subscribers;
+    /// returns its number.
+    func relay(_ broadcast: StoredBroadcast) async throws -> Int64
+    /// The relayed broadcast of that number; nil once it was cleared.
+    func relayed(_ number: Int64) async throws -> StoredBroadcast?
+    /// Clears the relayed broadcasts kept since before `date`.
+    func clearRelayed(before date: Date) async throws
     /// Sends `payload` to whoever listens on `channel`.
     func publish(_ payload: String, to channel: String) async throws
     /// The messages published on `channels` from now on, until the task

@@ -178,6 +178,22 @@ enum PostgresMigrations {
                     seq BIGSERIAL
                 )
                 """,
+                // Broadcasts accepted by one node, for the others' subscribers (kept a minute).
+                """
+                CREATE TABLE relayed_broadcasts (
+                    seq BIGSERIAL PRIMARY KEY,
+                    environment \(text) NOT NULL,
+                    channel_id \(text) NOT NULL,
+                    id \(text) NOT NULL,
+                    delivery_id \(text) NOT NULL,
+                    topic \(text) NOT NULL,
+                    payload BYTEA NOT NULL,
+                    expiration BIGINT,
+                    priority SMALLINT NOT NULL,
+                    push_type \(text),
+                    stored_at BIGINT NOT NULL
+                )
+                """,
             ]
         ),
     ]

@@ -103,6 +103,29 @@ extension PostgresStore: NodeCoordination {
         }
     }
 
+    public func relay(_ broadcast: StoredBroadcast) async throws -> Int64 {
+        let n = broadcast.notification
+        let rows = try await query(
+            """
+            INSERT INTO relayed_broadcasts (environment, channel_id, id, delivery_id, topic, payload, expiration, priority, push_type, stored_at)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING seq
+            """,
+            [
+                .text(broadcast.environment.rawValue), .text(broadcast.channelID), .uuid(n.id), .uuid(n.deliveryID), .text(n.topic), .bytes(n.payload),
+                .millis(n.expiration), .integer(Int(n.priority.rawValue)), .optionalText(n.pushType), .millis(broadcast.storedAt),
+            ])
+        guard let number = try rows.first?.integer("seq") else { throw StoreError(.corrupt, "no relay number returned") }
+        return Int64(number)
+    }
+
+    public func relayed(_ number: Int64) async throws -> StoredBroadcast? {
+        try await query("SELECT * FROM relayed_broadcasts WHERE seq = $1", [.integer(Int(number))]).first.map(StoredBroadcast.init(row:))
+    }
+
+    public func clearRelayed(before date: Date) async throws {
+        try await query("DELETE FROM relayed_broadcasts WHERE stored_at < $1", [.millis(date)])
+    }
+
     public func publish(_ payload: String, to channel: String) async throws {
         try await query("SELECT pg_notify($1, $2)", [.text(channel), .text(payload)])
     }

@@ -1,5 +1,6 @@
 import CourierCore
 import CourierDevice
+import CourierPKI
 import CourierProvider
 import CourierTestSupport
 import Foundation
@@ -64,6 +65,20 @@ final class Nodes: @unchecked Sendable {
             options: .init(host: "127.0.0.1", port: try port(name, "http2.production"), caPath: data + "/pki/ca.pem", serverName: "localhost", connections: 1),
             credentials: .certificate(certificatePath: data + "/demo/com.example.demo.pem", keyPath: data + "/demo/com.example.demo-key.pem"),
             logger: logger)
+    }
+
+    /// A provider of the demo team (its auth key) on a node's push port, or its channel management port.
+    func tokenProvider(_ name: String, channels: Bool = false, logger: Logger) throws -> HTTP2ProviderClient {
+        let demo = data(name) + "/demo"
+        guard let file = try FileManager.default.contentsOfDirectory(atPath: demo).first(where: { $0.hasPrefix("AuthKey_") && $0.hasSuffix(".p8") }) else {
+            throw TestServerError("no auth key in \(demo)")
+        }
+        let key = try AuthKey(keyID: String(file.dropFirst("AuthKey_".count).dropLast(".p8".count)), p8PEM: String(contentsOfFile: demo + "/" + file, encoding: .utf8))
+        return try HTTP2ProviderClient(
+            options: .init(
+                host: "127.0.0.1", port: try port(name, channels ? "channels.production" : "http2.production"), caPath: data(name) + "/pki/ca.pem",
+                serverName: "localhost", connections: 1),
+            credentials: .token(key, teamID: "DEMOTEAM01"), logger: logger)
     }
 
     /// The demo device, connected to a node's device port.
@@ -330,6 +345,36 @@ struct ClusterTests {
         #expect(try await nodes.eventually { try await push(onA).status == 200 }, "removed on node-b, it ends on node-a")
         await onA.close()
         await onB.close()
+        #expect(await nodes.stop(), "every node stops cleanly")
+    }
+
+    /// A broadcast accepted on one node reaches the channel's subscribers
+    /// connected to another.
+    @Test func aBroadcastOnOneNodeReachesSubscribersOnAnother() async throws {
+        let nodes = try await Nodes.start(["node-a", "node-b"])
+        defer { nodes.kill() }
+        let channels = try nodes.tokenProvider("node-a", channels: true, logger: logger)
+        let push = try nodes.tokenProvider("node-a", logger: logger)
+        let created = try await channels.createChannel(bundleID: "com.example.demo", policy: .noStorage)
+        let channelID = try #require(created.channelID, "\(created)")
+
+        let device = try nodes.device("node-b", logger: logger)
+        let running = Task { await device.run() }
+        try await device.waitUntilConnected()
+        _ = try await device.register("com.example.demo")
+        try await device.subscribe("com.example.demo", to: channelID)
+        var received = device.notifications.makeAsyncIterator()
+
+        let update = Array(#"{"aps":{"timestamp":1700000000,"event":"update","content-state":{"score":"2-1"}}}"#.utf8)
+        let sent = try await push.broadcast(HTTP2Broadcast(bundleID: "com.example.demo", channelID: channelID, payload: update))
+        #expect(sent.status == 200, "\(sent)")
+        let got = await received.next()
+        #expect(got?.payload == update)
+        #expect(got?.channelID == channelID)
+        await channels.close()
+        await push.close()
+        await device.stop()
+        await running.value
         #expect(await nodes.stop(), "every node stops cleanly")
     }
 

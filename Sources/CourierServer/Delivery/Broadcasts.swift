@@ -51,12 +51,18 @@ final class Broadcasts: Sendable {
     private let rateWindow: TimeInterval
     private let logger: Logger
     private let state = Mutex(State())
+    /// The other nodes, with several: broadcasts are relayed to their subscribers.
+    private let cluster: Cluster?
 
     /// Channels one device connection may be subscribed to at once: a
     /// device cannot make the server keep more of it than this.
     static let maxSubscriptionsPerConnection = 1_000
 
-    init(store: any Store, registrations: Registrations, clock: any WallClock, limit: Int, qos: QoSConfiguration, logger: Logger) {
+    init(
+        store: any Store, registrations: Registrations, clock: any WallClock, limit: Int, qos: QoSConfiguration, cluster: Cluster? = nil,
+        logger: Logger
+    ) {
+        self.cluster = cluster
         self.store = store
         self.registrations = registrations
         self.clock = clock
@@ -95,12 +101,18 @@ final class Broadcasts: Sendable {
     /// Deletes the channel; its subscribers hear nothing more from it.
     func delete(_ channel: BroadcastChannel) async throws -> Bool {
         let deleted = try await store.deleteChannel(id: channel.id, environment: channel.environment)
-        let key = ChannelKey(environment: channel.environment, id: channel.id)
+        forget(channelID: channel.id, environment: channel.environment)
+        if deleted { cluster?.channelDeleted(channel.id, environment: channel.environment) }
+        return deleted
+    }
+
+    /// The channel was deleted (here, or on another node): its subscribers here are dropped.
+    func forget(channelID: String, environment: Environment) {
+        let key = ChannelKey(environment: environment, id: channelID)
         state.withLock { state in
             for id in state.subscribers[key]?.keys.map({ $0 }) ?? [] { state.remove(key, id) }
             state.rates[key] = nil
         }
-        return deleted
     }
 
     // MARK: Sending
@@ -131,11 +143,19 @@ final class Broadcasts: Sendable {
             let stored = StoredBroadcast(channelID: channel.id, environment: channel.environment, notification: notification, storedAt: clock.now())
             guard try await store.storeBroadcast(stored) else { return (0, false) }
         }
-        let key = ChannelKey(environment: channel.environment, id: channel.id)
+        // The other nodes' subscribers get it from them.
+        cluster?.relay(StoredBroadcast(channelID: channel.id, environment: channel.environment, notification: notification, storedAt: clock.now()))
+        return (sendHere(notification, channelID: channel.id, environment: channel.environment), true)
+    }
+
+    /// Sends a broadcast to the channel's subscribers connected to this
+    /// node; how many it was sent to.
+    func sendHere(_ notification: PushNotification, channelID: String, environment: Environment) -> Int {
+        let key = ChannelKey(environment: environment, id: channelID)
         let subscribers = state.withLock { state in state.subscribers[key].map { Array($0.values) } ?? [] }
         var sent = 0
-        for subscriber in subscribers where deliver(notification, to: subscriber, channelID: channel.id) { sent += 1 }
-        return (sent, true)
+        for subscriber in subscribers where deliver(notification, to: subscriber, channelID: channelID) { sent += 1 }
+        return sent
     }
 
     /// Sends one subscriber its copy: its own token in it. False when its

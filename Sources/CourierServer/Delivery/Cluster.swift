@@ -169,10 +169,28 @@ final class Cluster: Sendable {
         case drain(DeviceKey)
         case forgetRegistration(RegistrationKey)
         case forgetDevice(UInt64)
+        /// A broadcast another node accepted, for the subscribers here.
+        case sendBroadcast(StoredBroadcast)
+        case forgetChannel(String, Environment)
     }
 
-    /// Takes in a message of another node (or this one's own, echoed).
-    func apply(_ message: NodeMessage) -> [Action] {
+    /// Takes in a message of another node (or this one's own, echoed);
+    /// what the dispatcher is to do about it.
+    func apply(_ message: NodeMessage) async -> [Action] {
+        let fields = message.payload.split(separator: " ").map(String.init)
+        // A relayed broadcast is read from the store.
+        guard fields.count == 3, fields[0] == "broadcast" else { return applyAtOnce(message) }
+        guard fields[1] != node, let number = Int64(fields[2]) else { return [] }
+        do {
+            guard let broadcast = try await coordination.relayed(number) else { return [] }
+            return [.sendBroadcast(broadcast)]
+        } catch {
+            logger.error("store failed reading a relayed broadcast", metadata: ["courier.error": "\(error)"])
+            return []
+        }
+    }
+
+    private func applyAtOnce(_ message: NodeMessage) -> [Action] {
         let fields = message.payload.split(separator: " ").map(String.init)
         guard let verb = fields.first else { return [] }
         let from = fields.count > 1 ? fields[1] : ""
@@ -200,6 +218,9 @@ final class Cluster: Sendable {
         case ("reset", 3):
             guard from != node, let deviceID = UInt64(fields[2]) else { break }
             return [.forgetDevice(deviceID)]
+        case ("channel-deleted", 4):
+            guard from != node, let environment = Environment(rawValue: fields[2]) else { break }
+            return [.forgetChannel(fields[3], environment)]
         case ("gone", 2):
             forget(nodes: [from])
         case ("faults", 2):
@@ -229,6 +250,25 @@ final class Cluster: Sendable {
                     node: record.node, generation: record.generation, since: record.since)
             }
         }
+    }
+
+    // MARK: Broadcasts
+
+    /// A broadcast accepted here: kept in the store for a minute and
+    /// announced, so that every other node sends it to its subscribers.
+    func relay(_ broadcast: StoredBroadcast) {
+        Task {
+            do {
+                let number = try await coordination.relay(broadcast)
+                await publish("broadcast \(node) \(number)")
+            } catch {
+                logger.error("store failed relaying a broadcast to the other nodes", metadata: ["courier.error": "\(error)"])
+            }
+        }
+    }
+
+    func channelDeleted(_ id: String, environment: Environment) {
+        Task { await publish("channel-deleted \(node) \(environment.rawValue) \(id)") }
     }
 
     // MARK: Fault rules
@@ -294,6 +334,7 @@ final class Cluster: Sendable {
         let now = clock.now()
         do {
             try await coordination.heartbeat(node: node, at: now)
+            try await coordination.clearRelayed(before: now.addingTimeInterval(-Self.recentWindow))
             let gone = try await coordination.removeNodes(silentSince: now.addingTimeInterval(-nodeTimeout))
             if !gone.isEmpty {
                 logger.warning("nodes stopped beating; their devices' presence removed", metadata: ["courier.nodes": "\(gone)"])
@@ -365,7 +406,7 @@ struct ClusterService: Service {
             await withTaskGroup(of: Void.self) { group in
                 group.addTask {
                     for await message in messages {
-                        for action in cluster.apply(message) { await dispatcher.perform(action) }
+                        for action in await cluster.apply(message) { await dispatcher.perform(action) }
                     }
                 }
                 group.addTask {

@@ -71,7 +71,8 @@ public final class Dispatcher: Sendable {
         self.rules = rules
         registrations = Registrations(store: store, codecs: codecs, rules: rules, clock: clock)
         sessions = DeviceSessions(rules: rules)
-        broadcasts = Broadcasts(store: store, registrations: registrations, clock: clock, limit: channelLimit, qos: qos, logger: logger)
+        broadcasts = Broadcasts(
+            store: store, registrations: registrations, clock: clock, limit: channelLimit, qos: qos, cluster: cluster, logger: logger)
         self.log = log
         self.logger = logger
         // One transaction per batch; the batch's replaced notifications (or its failure) go to the log here.
@@ -425,6 +426,10 @@ public final class Dispatcher: Sendable {
             registrations.forget(key)
         case .forgetDevice(let deviceID):
             registrations.forgetDevice(deviceID)
+        case .sendBroadcast(let broadcast):
+            _ = broadcasts.sendHere(broadcast.notification, channelID: broadcast.channelID, environment: broadcast.environment)
+        case .forgetChannel(let id, let environment):
+            broadcasts.forget(channelID: id, environment: environment)
         }
     }
 
