@@ -348,6 +348,41 @@ struct ClusterTests {
         #expect(await nodes.stop(), "every node stops cleanly")
     }
 
+    /// Revoked on one node, an auth key's and a device certificate's
+    /// connections to another node are closed by that node's sweep.
+    @Test func aRevocationOnOneNodeClosesConnectionsOnAnother() async throws {
+        let nodes = try await Nodes.start(["node-a", "node-b"])
+        defer { nodes.kill() }
+        let device = try nodes.device("node-a", logger: logger)
+        let running = Task { await device.run() }
+        try await device.waitUntilConnected()
+        let token = try await device.register("com.example.demo")
+        let provider = try nodes.tokenProvider("node-a", logger: logger)
+        let pushed = try await provider.send(
+            HTTP2Push(token: token, payload: Array(#"{"aps":{"alert":"x"}}"#.utf8), topic: "com.example.demo", expiration: Date(timeIntervalSince1970: 0)))
+        #expect(pushed.status == 200)
+        let connections = try await nodes.admin("node-a", "/v1/connections")["connections"] as? [[String: Any]] ?? []
+        let keyID = try #require(connections.first?["provider"] as? String, "\(connections)").replacingOccurrences(of: "key ", with: "")
+
+        // The key, revoked on node-b: node-a closes its connection.
+        let revoked = try await nodes.admin("node-b", "POST", "/v1/keys/\(keyID)/revoke")
+        #expect(revoked["revoked"] as? String == keyID, "\(revoked)")
+        #expect(
+            try await nodes.eventually { (try await nodes.admin("node-a", "/v1/connections")["connections"] as? [[String: Any]])?.isEmpty == true },
+            "node-a closed the revoked key's connection")
+
+        // The device's certificate, revoked on node-b: node-a closes the device's connection, and it is refused after.
+        let certificates = try await nodes.admin("node-b", "/v1/certificates?kind=device")["certificates"] as? [[String: Any]] ?? []
+        let serial = try #require(certificates.first?["serial"] as? String, "\(certificates)")
+        _ = try await nodes.admin("node-b", "POST", "/v1/certificates/\(serial)/revoke")
+        #expect(try await nodes.eventually { try await nodes.devices("node-a").isEmpty }, "node-a closed the revoked device's connection")
+        #expect(await device.isConnected == false)
+        await provider.close()
+        await device.stop()
+        await running.value
+        #expect(await nodes.stop(), "every node stops cleanly")
+    }
+
     /// A broadcast accepted on one node reaches the channel's subscribers
     /// connected to another.
     @Test func aBroadcastOnOneNodeReachesSubscribersOnAnother() async throws {
