@@ -36,6 +36,8 @@ struct Arguments: ParsableCommand {
 
     @Option(help: "The running server's data directory (identities are made in it).")
     var data = "./courier-data"
+    @Option(help: "The running server's configuration file, when it has one: its store (SQLite in the data directory, or PostgreSQL) is where identities are made.")
+    var config: String?
     @Option(help: "Device connections (delivery mode).")
     var devices = 1000
     @Option(name: .customLong("server-pid"), help: "The server's process id, to sample its memory and CPU.")
@@ -74,6 +76,15 @@ struct Arguments: ParsableCommand {
     var mqttCA: String?
     @Option(name: .customLong("write-interval"), help: "Microseconds between the provider's writes in the fixed-rate phase (--light): each write carries the notifications due by then.")
     var writeInterval = 1000
+}
+
+/// The server's configuration as the load generator opens its store:
+/// `--config` when given (its store section), with `--data`, without the demo.
+func serverConfiguration(_ arguments: Arguments) throws -> CourierConfiguration {
+    var configuration = try arguments.config.map { try CourierConfiguration.load(contentsOf: $0) } ?? CourierConfiguration()
+    configuration.dataDirectory = arguments.data
+    configuration.demo.enabled = false
+    return configuration
 }
 
 func residentKiB(_ pid: Int32) -> Int? {
@@ -194,9 +205,7 @@ struct LoadGenerator {
             try await mqttDelivery(arguments)
             return
         }
-        var configuration = CourierConfiguration(dataDirectory: arguments.data)
-        configuration.demo.enabled = false
-        let provisioner = try await Provisioner.open(configuration: configuration, logger: logger)
+        let provisioner = try await Provisioner.open(configuration: try serverConfiguration(arguments), logger: logger)
 
         // Identities.
         let started = Date()
@@ -370,9 +379,7 @@ let benchmarkPayload = Array(#"{"aps":{"alert":"Your order has shipped","badge":
 /// The demo app's token on a device of its own, registered and then taken
 /// offline (so every push is accepted and dropped as undeliverable).
 func offlineDemoToken(_ arguments: Arguments, logger: Logger) async throws -> [UInt8] {
-    var configuration = CourierConfiguration(dataDirectory: arguments.data)
-    configuration.demo.enabled = false
-    let provisioner = try await Provisioner.open(configuration: configuration, logger: logger)
+    let provisioner = try await Provisioner.open(configuration: try serverConfiguration(arguments), logger: logger)
     let directory = arguments.data + "/load-binary-device"
     if !FileManager.default.fileExists(atPath: directory + "/identity.json") {
         _ = try await provisioner.issueDeviceIdentity(directory: directory)

@@ -32,6 +32,18 @@ public struct NodeMessage: Sendable, Hashable {
     }
 }
 
+/// A notification one node accepted for a device connected to another
+/// (`node`), handed over through the store.
+public struct HandedOver: Sendable, Hashable {
+    public var node: String
+    public var pending: PendingNotification
+
+    public init(node: String, pending: PendingNotification) {
+        self.node = node
+        self.pending = pending
+    }
+}
+
 /// A rule every node applies (the admin API's fault rules, with several
 /// nodes): its definition as the server encodes it, and the counts the
 /// nodes share.
@@ -71,6 +83,12 @@ public protocol NodeCoordination: Sendable {
     func removePresence(deviceID: UInt64, environment: Environment, generation: Int64) async throws -> Bool
     /// Every presence held by a node alive now.
     func presences() async throws -> [DevicePresenceRecord]
+    /// Keeps notifications for the nodes their devices are connected to,
+    /// in one transaction that does not wait for the disk (one that may be
+    /// stored is held durably besides).
+    func handOver(_ notifications: [HandedOver]) async throws
+    /// Takes what was handed over to `node`, oldest first.
+    func takeHandedOver(node: String) async throws -> [PendingNotification]
     /// A number for a new shared rule's id, never given before.
     func nextRuleNumber() async throws -> Int
     func addRule(_ rule: SharedRule) async throws

@@ -178,6 +178,27 @@ enum PostgresMigrations {
                     seq BIGSERIAL
                 )
                 """,
+                // Notifications one node hands to the node their device is connected to.
+                """
+                CREATE TABLE handovers (
+                    seq BIGSERIAL PRIMARY KEY,
+                    node_id \(text) NOT NULL,
+                    device_id BIGINT NOT NULL,
+                    bundle_id \(text) NOT NULL,
+                    environment \(text) NOT NULL,
+                    id \(text) NOT NULL,
+                    token BYTEA NOT NULL,
+                    topic \(text) NOT NULL,
+                    payload BYTEA NOT NULL,
+                    expiration BIGINT,
+                    priority SMALLINT NOT NULL,
+                    collapse_id \(text),
+                    push_type \(text),
+                    accepted_at BIGINT NOT NULL,
+                    delivery_id \(text) NOT NULL
+                )
+                """,
+                "CREATE INDEX handovers_node ON handovers(node_id, seq)",
                 // Broadcasts accepted by one node, for the others' subscribers (kept a minute).
                 """
                 CREATE TABLE relayed_broadcasts (

@@ -66,6 +66,29 @@ extension PostgresStore: NodeCoordination {
         }
     }
 
+    public func handOver(_ notifications: [HandedOver]) async throws {
+        guard !notifications.isEmpty else { return }
+        try await transaction { connection in
+            // Transient rows: a crash of the database server may lose them (what may be stored is held besides).
+            try await self.query("SET LOCAL synchronous_commit = off", on: connection)
+            for chunk in notifications.slices(of: Self.rowsPerStatement) {
+                try await self.query(
+                    """
+                    INSERT INTO handovers (node_id, device_id, bundle_id, environment, id, token, topic,
+                        payload, expiration, priority, collapse_id, push_type, accepted_at, delivery_id)
+                    VALUES \(Self.rows(chunk.count, of: 14))
+                    """, chunk.flatMap { [Value.text($0.node)] + Self.values($0.pending) }, on: connection)
+            }
+        }
+    }
+
+    public func takeHandedOver(node: String) async throws -> [PendingNotification] {
+        try await query("DELETE FROM handovers WHERE node_id = $1 RETURNING *", [.text(node)])
+            .map { (seq: try $0.integer("seq"), pending: try PendingNotification(row: $0)) }
+            .sorted { $0.seq < $1.seq }
+            .map(\.pending)
+    }
+
     public func nextRuleNumber() async throws -> Int {
         guard let number = try await query("SELECT nextval('fault_rule_number') AS n").first?.integer("n") else {
             throw StoreError(.corrupt, "no rule number returned")

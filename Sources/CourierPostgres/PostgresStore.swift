@@ -575,7 +575,7 @@ public final class PostgresStore: Store {
         """
     }
 
-    private static func values(_ pending: PendingNotification) -> [Value] {
+    static func values(_ pending: PendingNotification) -> [Value] {
         let n = pending.notification
         return PendingSlot(pending).values + [
             .uuid(n.id), .bytes(n.token), .text(n.topic), .bytes(n.payload), .millis(n.expiration), .integer(Int(n.priority.rawValue)),
@@ -783,7 +783,7 @@ struct PendingSlot: Hashable, Comparable {
 
 extension Array {
     /// The array in consecutive slices of at most `size` elements.
-    fileprivate func slices(of size: Int) -> [ArraySlice<Element>] {
+    func slices(of size: Int) -> [ArraySlice<Element>] {
         stride(from: 0, to: count, by: size).map { self[$0..<Swift.min($0 + size, count)] }
     }
 }

@@ -197,6 +197,55 @@ struct ClusterTests {
         #expect(await nodes.stop(), "every node stops cleanly")
     }
 
+    /// Pushes in quick succession on one node to a device on another all
+    /// arrive, whatever their expiration: handed over one by one, none
+    /// replaces another on the way (as on one node, where each goes out at
+    /// once).
+    @Test func everyPushHandedOverArrivesNoneReplaced() async throws {
+        let nodes = try await Nodes.start(["node-a", "node-b"])
+        defer { nodes.kill() }
+        let device = try nodes.device("node-b", logger: logger)
+        let running = Task { await device.run() }
+        try await device.waitUntilConnected()
+        let token = try await device.register("com.example.demo")
+        #expect(try await nodes.eventually { try await nodes.devices("node-a").contains { $0["node"] as? String == "node-b" } })
+        let receiving = Task {
+            var received = Set<UUID>()
+            for await notification in device.notifications {
+                received.insert(notification.id)
+                try? await device.acknowledge(notification)
+                if received.count == 200 { break }
+            }
+            return received
+        }
+        let accepted = AcceptedIDs()
+        let provider = try nodes.provider("node-a", logger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for sender in 0..<4 {
+                group.addTask {
+                    for n in 0..<50 {
+                        let id = UUID()
+                        // Half of expiration 0, half that may be stored.
+                        let expiration = n.isMultiple(of: 2) ? Date(timeIntervalSince1970: 0) : Date().addingTimeInterval(3600)
+                        let result = try await provider.send(
+                            HTTP2Push(
+                                token: token, payload: Array(#"{"aps":{"alert":"\#(sender)-\#(n)"}}"#.utf8), topic: "com.example.demo", id: id,
+                                expiration: expiration))
+                        if result.status == 200 { accepted.append(id) }
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(accepted.all.count == 200)
+        let received = await receiving.value
+        #expect(received == Set(accepted.all), "\(Set(accepted.all).subtracting(received).count) accepted pushes did not arrive")
+        await provider.close()
+        await device.stop()
+        await running.value
+        #expect(await nodes.stop(), "every node stops cleanly")
+    }
+
     /// Failover: the node a device is connected to is killed (SIGKILL)
     /// while another node accepts pushes for it; the device moves to the
     /// other gateway it knows, and every push accepted with an expiration

@@ -111,6 +111,7 @@ public struct CourierApplication: Sendable {
             var services: [any Service] = [StoreService(provisioner: provisioner, logger: logger), log] + dispatcher.writers
             if let cluster {
                 services.append(ClusterService(cluster: cluster, dispatcher: dispatcher, logger: logger))
+                services.append(cluster.handOvers)
                 faults.shareHits { [cluster] in cluster.counted($0) }
             }
             let keys = ProviderKeys(store: provisioner.store)

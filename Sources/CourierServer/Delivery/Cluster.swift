@@ -15,19 +15,19 @@ import Synchronization
 ///   Every node keeps the others' presence in memory, so a push looks up
 ///   its device without asking the store.
 /// - Hand-over: a push accepted here for a device connected to another
-///   node is held in the store (expiration 0 too, for
-///   `handOverExpiration` seconds) and, once committed, that node is told
-///   to send the device what is held for it (`drain`).
+///   node is written to the store's hand-over queue for that node (one
+///   that may be stored once it is held durably too), by group commit, and
+///   that node is told once per batch (`handover`); it takes what is
+///   queued for it and sends each to its device. Nothing is replaced on the
+///   way: every push reaches the device as it would on one node.
 /// - A push held for a device that is offline everywhere, whose device
 ///   then connects to another node before this node heard of it: when the
-///   `online` arrives, that node is told to drain (`recentlyHeld`).
+///   `online` arrives, that node is told to send what is held (`drain`,
+///   `recentlyHeld`).
 /// - Registrations and resets are announced, so that every node's cache
 ///   of registrations forgets what changed (an uninstall seen as 410 on
 ///   every node).
 final class Cluster: Sendable {
-    /// Seconds a push of expiration 0 handed to another node waits there
-    /// for its device.
-    static let handOverExpiration: TimeInterval = 30
     /// Seconds a push held for an offline device is remembered, in case its
     /// device turns out to have connected to another node meanwhile.
     static let recentWindow: TimeInterval = 60
@@ -58,6 +58,9 @@ final class Cluster: Sendable {
     }
 
     private let state = Mutex(State())
+    /// Writes the hand-over queue, a batch at a time, and tells each node
+    /// of a batch once (a service of the application's group).
+    let handOvers: GroupCommit<HandedOver, Void>
 
     init(
         node: String, coordination: any NodeCoordination, faults: FaultInjector, heartbeatInterval: TimeInterval, nodeTimeout: TimeInterval,
@@ -70,6 +73,22 @@ final class Cluster: Sendable {
         self.nodeTimeout = nodeTimeout
         self.clock = clock
         self.logger = logger
+        handOvers = GroupCommit { [coordination, logger] batch in
+            do {
+                try await coordination.handOver(batch)
+            } catch {
+                logger.error("store failed handing notifications over to other nodes", metadata: ["courier.error": "\(error)"])
+                throw error
+            }
+            for target in Set(batch.map(\.node)) {
+                do {
+                    try await coordination.publish("handover", to: Cluster.channel(of: target))
+                } catch {
+                    logger.error("store failed telling a node of its hand-overs", metadata: ["courier.error": "\(error)"])
+                }
+            }
+            return batch.map { _ in () }
+        }
     }
 
     static func channel(of node: String) -> String { "courier_node_" + node }
@@ -131,12 +150,18 @@ final class Cluster: Sendable {
 
     // MARK: Hand-over
 
-    /// Something for the device, not connected here, was committed to the
-    /// store: the node it is connected to is told to send it; when it is
-    /// connected nowhere, that is remembered for a while.
-    func held(for key: DeviceKey) {
+    /// A push for a device connected to `node`, handed over to it.
+    func handOver(_ pending: PendingNotification, to node: String) {
+        _ = handOvers.enqueue(HandedOver(node: node, pending: pending))
+    }
+
+    /// A push that may be stored, for a device not connected here, was
+    /// committed: handed over to the node the device is connected to now;
+    /// when it is connected nowhere, that is remembered for a while.
+    func held(_ pending: PendingNotification) {
+        let key = DeviceKey(environment: pending.environment, deviceID: pending.deviceID)
         if let remote = remoteNode(of: key) {
-            handOver(key, to: remote)
+            handOver(pending, to: remote)
             return
         }
         let now = clock.now()
@@ -148,7 +173,8 @@ final class Cluster: Sendable {
         }
     }
 
-    func handOver(_ key: DeviceKey, to remote: String) {
+    /// Tells `remote` to send the device what is held for it.
+    func drain(_ key: DeviceKey, on remote: String) {
         Task { await publish("drain \(key.environment.rawValue) \(key.deviceID)", to: Self.channel(of: remote)) }
     }
 
@@ -167,6 +193,8 @@ final class Cluster: Sendable {
     /// What a message asks of the dispatcher, once the cluster's own state took it in.
     enum Action: Equatable {
         case drain(DeviceKey)
+        /// Take what other nodes handed over to this one.
+        case takeHandedOver
         case forgetRegistration(RegistrationKey)
         case forgetDevice(UInt64)
         /// A broadcast another node accepted, for the subscribers here.
@@ -195,6 +223,8 @@ final class Cluster: Sendable {
         guard let verb = fields.first else { return [] }
         let from = fields.count > 1 ? fields[1] : ""
         switch (verb, fields.count) {
+        case ("handover", 1):
+            return [.takeHandedOver]
         case ("drain", 3):
             guard let key = deviceKey(fields[1], fields[2]) else { break }
             return [.drain(key)]
@@ -206,7 +236,7 @@ final class Cluster: Sendable {
                 guard let held = state.recentlyHeld.removeValue(forKey: key) else { return false }
                 return clock.now().timeIntervalSince(held) < Self.recentWindow
             }
-            if wasHeld, from != node { handOver(key, to: from) }
+            if wasHeld, from != node { drain(key, on: from) }
         case ("offline", 5):
             guard let key = deviceKey(fields[2], fields[3]), let generation = Int64(fields[4]) else { break }
             state.withLock { state in

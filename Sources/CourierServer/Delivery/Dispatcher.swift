@@ -278,15 +278,16 @@ public final class Dispatcher: Sendable {
         }
         guard let session else {
             guard let cluster else { return (.accepted, durable) }
-            if remote != nil, !stored {
-                // Expiration 0 to a device on another node: held there briefly, for the hand-over.
-                var handed = notification
-                handed.expiration = now.addingTimeInterval(Cluster.handOverExpiration)
-                durable = pendingWriter.enqueue(
-                    PendingNotification(deviceID: token.contents.deviceID, bundleID: bundleID, environment: environment, notification: handed, acceptedAt: now))
-            }
-            durable?.whenResolved { result in
-                if case .success = result { cluster.held(for: deviceKey) }
+            let pending = PendingNotification(
+                deviceID: token.contents.deviceID, bundleID: bundleID, environment: environment, notification: notification, acceptedAt: now)
+            if let durable {
+                // Handed over once held (to the device's node then), or remembered.
+                durable.whenResolved { result in
+                    if case .success = result { cluster.held(pending) }
+                }
+            } else if let remote {
+                // Expiration 0 to a device on another node: handed over at once.
+                cluster.handOver(pending, to: remote)
             }
             return (.accepted, durable)
         }
@@ -417,11 +418,43 @@ public final class Dispatcher: Sendable {
         await drain(session)
     }
 
+    /// Sends what other nodes handed over to this one to its devices; one
+    /// whose device has left meanwhile stays held when it may be stored
+    /// (its device gets it where it connects next), else it expires as for
+    /// a device gone offline.
+    func takeHandedOver() async {
+        guard let cluster else { return }
+        let handed: [PendingNotification]
+        do {
+            handed = try await cluster.coordination.takeHandedOver(node: cluster.node)
+        } catch {
+            logger.error("store failed reading the notifications handed over", metadata: ["courier.error": "\(error)"])
+            return
+        }
+        let now = clock.now()
+        var events: [DeliveryEvent] = []
+        for pending in handed {
+            let n = pending.notification
+            let key = DeviceKey(environment: pending.environment, deviceID: pending.deviceID)
+            guard let session = sessions.session(key), session.accepts(bundleID: pending.bundleID) else {
+                if let offline = rules.wentOffline(queued: n, at: now) { events.append(offline) }
+                continue
+            }
+            // Sent already (what is held goes out when the device connects).
+            guard !session.isInFlight(n.deliveryID) else { continue }
+            let queued = QueuedNotification(notification: n, bundleID: pending.bundleID, acceptedAt: pending.acceptedAt)
+            deliverOrDrop(queued, to: session, now: now, events: &events)
+        }
+        log.append(events)
+    }
+
     /// What another node asks (`Cluster.apply`).
     func perform(_ action: Cluster.Action) async {
         switch action {
         case .drain(let key):
             if let session = sessions.session(key) { await drain(session) }
+        case .takeHandedOver:
+            await takeHandedOver()
         case .forgetRegistration(let key):
             registrations.forget(key)
         case .forgetDevice(let deviceID):
