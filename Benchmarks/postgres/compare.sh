@@ -14,7 +14,8 @@
 # PostgreSQL process, over the whole load run (connections included).
 #
 # usage: Benchmarks/postgres/compare.sh [PAIRS]     (from the repository)
-#        DEVICES (5000), RATE (5000/s), SECONDS_AT_RATE (5), COUNT (100000)
+#        DEVICES (5000), RATE (5000/s), SECONDS_AT_RATE (5), COUNT (100000),
+#        KINDS ("sqlite postgres handover": which runs, in that order)
 # needs: PostgreSQL's server binaries (Debian's postgresql), and release
 #        builds: cd Benchmarks && swift build -c release --product courier
 #        && swift build -c release --product courier-load
@@ -121,7 +122,5 @@ run() { # kind run
 }
 
 for pair in $(seq "$pairs"); do
-  run sqlite "$pair"
-  run postgres "$pair"
-  run handover "$pair"
+  for kind in ${KINDS:-sqlite postgres handover}; do run "$kind" "$pair"; done
 done

@@ -83,10 +83,14 @@ extension PostgresStore: NodeCoordination {
     }
 
     public func takeHandedOver(node: String) async throws -> [PendingNotification] {
-        try await query("DELETE FROM handovers WHERE node_id = $1 RETURNING *", [.text(node)])
-            .map { (seq: try $0.integer("seq"), pending: try PendingNotification(row: $0)) }
-            .sorted { $0.seq < $1.seq }
-            .map(\.pending)
+        try await transaction { connection in
+            // Taking them need not wait for the disk either: lost with a crash, they are only taken again.
+            try await self.query("SET LOCAL synchronous_commit = off", on: connection)
+            return try await self.query("DELETE FROM handovers WHERE node_id = $1 RETURNING *", [.text(node)], on: connection)
+                .map { (seq: try $0.integer("seq"), pending: try PendingNotification(row: $0)) }
+                .sorted { $0.seq < $1.seq }
+                .map(\.pending)
+        }
     }
 
     public func nextRuleNumber() async throws -> Int {

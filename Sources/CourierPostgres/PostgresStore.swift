@@ -502,13 +502,9 @@ public final class PostgresStore: Store {
 
     public func storePending(_ notifications: [PendingNotification]) async throws -> [PendingNotification?] {
         guard !notifications.isEmpty else { return [] }
-        // Only the last of each (device, app) is written: the ones before it are replaced in the same transaction.
-        var last: [PendingSlot: Int] = [:]
-        for (index, pending) in notifications.enumerated() { last[PendingSlot(pending)] = index }
         // In key order, so that two nodes' batches lock shared rows in the same order.
-        let written = notifications.indices.filter { last[PendingSlot(notifications[$0])] == $0 }.map { notifications[$0] }
-            .sorted { PendingSlot($0) < PendingSlot($1) }
-        var held = try await transaction { connection in
+        let written = notifications.lastOfEachSlot.sorted { PendingSlot($0) < PendingSlot($1) }
+        let held = try await transaction { connection in
             var held: [PendingSlot: PendingNotification] = [:]
             for chunk in written.slices(of: Self.rowsPerStatement) {
                 // What the slots hold, locked until the commit.
@@ -542,12 +538,7 @@ public final class PostgresStore: Store {
             }
             return held
         }
-        // Each replaced what its (device, app) held before it: the stored row, then the batch's earlier ones in turn.
-        return notifications.map { pending in
-            let slot = PendingSlot(pending)
-            defer { held[slot] = pending }
-            return held[slot]
-        }
+        return notifications.replacements(of: held)
     }
 
     /// The notifications `slots` hold, each row locked until the transaction ends.
@@ -750,40 +741,10 @@ struct TransactionConflict: Error {
     var message: String
 }
 
-/// Where a pending notification is held: one per (device, app, environment).
-struct PendingSlot: Hashable, Comparable {
-    var deviceID: UInt64
-    var bundleID: String
-    var environment: Environment
-
-    init(_ pending: PendingNotification) {
-        deviceID = pending.deviceID
-        bundleID = pending.bundleID
-        environment = pending.environment
-    }
-
-    init(_ reference: PendingReference) {
-        deviceID = reference.deviceID
-        bundleID = reference.bundleID
-        environment = reference.environment
-    }
-
+extension PendingSlot {
     init(row: PostgresRandomAccessRow) throws {
-        deviceID = try row.device("device_id")
-        bundleID = try row.text("bundle_id")
-        environment = try row.environment("environment")
+        self.init(deviceID: try row.device("device_id"), bundleID: try row.text("bundle_id"), environment: try row.environment("environment"))
     }
 
     var values: [Value] { [.device(deviceID), .text(bundleID), .text(environment.rawValue)] }
-
-    static func < (lhs: PendingSlot, rhs: PendingSlot) -> Bool {
-        (lhs.deviceID, lhs.bundleID, lhs.environment.rawValue) < (rhs.deviceID, rhs.bundleID, rhs.environment.rawValue)
-    }
-}
-
-extension Array {
-    /// The array in consecutive slices of at most `size` elements.
-    func slices(of size: Int) -> [ArraySlice<Element>] {
-        stride(from: 0, to: count, by: size).map { self[$0..<Swift.min($0 + size, count)] }
-    }
 }

@@ -436,11 +436,8 @@ public final class SQLiteStore: Store {
 
     public func storePending(_ notifications: [PendingNotification]) async throws -> [PendingNotification?] {
         guard !notifications.isEmpty else { return [] }
-        // Only the last of each (device, app) is written: the ones before it are replaced in the same transaction.
-        var last: [PendingSlot: Int] = [:]
-        for (index, pending) in notifications.enumerated() { last[PendingSlot(pending)] = index }
-        let written = notifications.indices.filter { last[PendingSlot(notifications[$0])] == $0 }.map { notifications[$0] }
-        var held = try await transaction {
+        let written = notifications.lastOfEachSlot
+        let held = try await transaction {
             var held: [PendingSlot: PendingNotification] = [:]
             for chunk in written.slices(of: Self.rowsPerStatement) {
                 let slots = chunk.flatMap { PendingSlot($0).binds }
@@ -465,12 +462,7 @@ public final class SQLiteStore: Store {
             }
             return held
         }
-        // Each replaced what its (device, app) held before it: the stored row, then the batch's earlier ones in turn.
-        return notifications.map { pending in
-            let slot = PendingSlot(pending)
-            defer { held[slot] = pending }
-            return held[slot]
-        }
+        return notifications.replacements(of: held)
     }
 
     /// What `count` (device, app, environment) triples hold, each found by
@@ -625,31 +617,6 @@ public final class SQLiteStore: Store {
     }
 }
 
-/// Where a pending notification is held: one per (device, app, environment).
-private struct PendingSlot: Hashable {
-    var deviceID: UInt64
-    var bundleID: String
-    var environment: Environment
-
-    init(_ pending: PendingNotification) {
-        deviceID = pending.deviceID
-        bundleID = pending.bundleID
-        environment = pending.environment
-    }
-
-    init(_ reference: PendingReference) {
-        deviceID = reference.deviceID
-        bundleID = reference.bundleID
-        environment = reference.environment
-    }
-
+extension PendingSlot {
     var binds: [SQLiteData] { [.device(deviceID), .text(bundleID), .text(environment.rawValue)] }
-}
-
-extension Array {
-    /// The array in consecutive slices of at most `size` elements: a batch
-    /// split into statements or rows.
-    fileprivate func slices(of size: Int) -> [ArraySlice<Element>] {
-        stride(from: 0, to: count, by: size).map { self[$0..<Swift.min($0 + size, count)] }
-    }
 }

@@ -682,6 +682,32 @@ struct FaultJSON: ResponseCodable {
     }
 }
 
+extension FaultJSON {
+    /// The rule this shows (how several nodes keep a rule in the store,
+    /// `Cluster`); nil for one this version cannot read.
+    func rule() -> FaultRule? {
+        func time(_ text: String?) -> Date? { text.flatMap { try? InboxQuery.date($0, "time") } }
+        let action: FaultAction
+        switch (self.action, reason, milliseconds) {
+        case ("reject", let reason?, _):
+            action = .reject(
+                reason: Reason(rawValue: reason), timestamp: time(timestamp),
+                binaryStatus: binaryStatus.map { BinaryStatus(rawValue: UInt8(truncatingIfNeeded: $0)) })
+        case ("delay", _, let milliseconds?): action = .delay(milliseconds: milliseconds)
+        case ("close", let reason?, _): action = .close(reason: Reason(rawValue: reason))
+        default: return nil
+        }
+        guard let createdAt = time(createdAt) else { return nil }
+        let match = FaultMatch(
+            token: self.match.token.flatMap(Hex.decode), topic: self.match.topic, teamID: self.match.team, keyID: self.match.keyID,
+            certificateSerial: self.match.certificateSerial, interface: self.match.interface.flatMap(ProviderInterface.init),
+            environment: self.match.environment.flatMap(Environment.init))
+        var rule = FaultRule(id: id, match: match, action: action, remaining: remaining, until: time(until), createdAt: createdAt)
+        rule.hits = hits
+        return rule
+    }
+}
+
 struct FaultList: ResponseCodable {
     var faults: [FaultJSON]
 }

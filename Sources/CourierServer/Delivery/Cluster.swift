@@ -308,7 +308,8 @@ final class Cluster: Sendable {
         guard faults.count < FaultInjector.capacity else { return nil }
         let rule = FaultRule(
             id: "f\(try await coordination.nextRuleNumber())", match: match, action: action, remaining: count, until: until, createdAt: now)
-        let body = String(decoding: try JSONEncoder().encode(StoredFaultRule(rule)), as: UTF8.self)
+        // Kept as the admin API shows it.
+        let body = String(decoding: try JSONEncoder().encode(FaultJSON(rule)), as: UTF8.self)
         try await coordination.addRule(SharedRule(id: rule.id, body: body, remaining: count, hits: 0))
         guard faults.insert(rule) else { return nil }
         await publish("faults \(node)")
@@ -325,8 +326,11 @@ final class Cluster: Sendable {
     /// The rules in force with the counts of every node.
     func listFaults(now: Date) async throws -> [FaultRule] {
         try await coordination.rules().compactMap { shared -> FaultRule? in
-            guard let stored = try? JSONDecoder().decode(StoredFaultRule.self, from: Data(shared.body.utf8)) else { return nil }
-            return stored.rule(id: shared.id, remaining: shared.remaining, hits: shared.hits)
+            guard var rule = (try? JSONDecoder().decode(FaultJSON.self, from: Data(shared.body.utf8)))?.rule() else { return nil }
+            // The counts are the store's.
+            rule.remaining = shared.remaining
+            rule.hits = shared.hits
+            return rule
         }.filter { rule in rule.until.map { $0 > now } ?? true }
     }
 
@@ -434,10 +438,19 @@ struct ClusterService: Service {
         try await cluster.start()
         await withGracefulShutdownHandler {
             await withTaskGroup(of: Void.self) { group in
+                // Hand-overs are taken by a task of their own: however many
+                // `handover` messages arrive meanwhile, one take follows.
+                let (handOvers, handOverSignal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+                group.addTask {
+                    for await _ in handOvers { await dispatcher.takeHandedOver() }
+                }
                 group.addTask {
                     for await message in messages {
-                        for action in await cluster.apply(message) { await dispatcher.perform(action) }
+                        for action in await cluster.apply(message) {
+                            if action == .takeHandedOver { handOverSignal.yield() } else { await dispatcher.perform(action) }
+                        }
                     }
+                    handOverSignal.finish()
                 }
                 group.addTask {
                     // Each time the subscription is in place (at first, and after a lost
