@@ -67,30 +67,24 @@ extension PostgresStore: NodeCoordination {
     }
 
     public func handOver(_ notifications: [HandedOver]) async throws {
-        guard !notifications.isEmpty else { return }
-        try await transaction { connection in
-            // Transient rows: a crash of the database server may lose them (what may be stored is held besides).
-            try await self.query("SET LOCAL synchronous_commit = off", on: connection)
-            for chunk in notifications.slices(of: Self.rowsPerStatement) {
-                try await self.query(
-                    """
-                    INSERT INTO handovers (node_id, device_id, bundle_id, environment, id, token, topic,
-                        payload, expiration, priority, collapse_id, push_type, accepted_at, delivery_id)
-                    VALUES \(Self.rows(chunk.count, of: 14))
-                    """, chunk.flatMap { [Value.text($0.node)] + Self.values($0.pending) }, on: connection)
-            }
+        // Transient rows, one statement a chunk that does not wait for the disk
+        // (what may be stored is held durably besides).
+        for chunk in notifications.slices(of: Self.rowsPerStatement) {
+            try await query(
+                """
+                INSERT INTO handovers (node_id, device_id, bundle_id, environment, id, token, topic,
+                    payload, expiration, priority, collapse_id, push_type, accepted_at, delivery_id)
+                VALUES \(Self.rows(chunk.count, of: 14))
+                """, chunk.flatMap { [Value.text($0.node)] + Self.values($0.pending) }, relaxed: true)
         }
     }
 
     public func takeHandedOver(node: String) async throws -> [PendingNotification] {
-        try await transaction { connection in
-            // Taking them need not wait for the disk either: lost with a crash, they are only taken again.
-            try await self.query("SET LOCAL synchronous_commit = off", on: connection)
-            return try await self.query("DELETE FROM handovers WHERE node_id = $1 RETURNING *", [.text(node)], on: connection)
-                .map { (seq: try $0.integer("seq"), pending: try PendingNotification(row: $0)) }
-                .sorted { $0.seq < $1.seq }
-                .map(\.pending)
-        }
+        // Taking them need not wait for the disk either: lost with a crash, they are only taken again.
+        try await query("DELETE FROM handovers WHERE node_id = $1 RETURNING *", [.text(node)], relaxed: true)
+            .map { (seq: try $0.integer("seq"), pending: try PendingNotification(row: $0)) }
+            .sorted { $0.seq < $1.seq }
+            .map(\.pending)
     }
 
     public func nextRuleNumber() async throws -> Int {
@@ -154,7 +148,7 @@ extension PostgresStore: NodeCoordination {
     }
 
     public func publish(_ payload: String, to channel: String) async throws {
-        try await query("SELECT pg_notify($1, $2)", [.text(channel), .text(payload)])
+        try await query("SELECT pg_notify($1, $2)", [.text(channel), .text(payload)], relaxed: true)
     }
 
     public func messages(on channels: [String], listening: @escaping @Sendable () -> Void) -> AsyncStream<NodeMessage> {

@@ -44,12 +44,18 @@ public struct PostgresSettings: Sendable, Hashable {
 public final class PostgresStore: Store {
     public let endedActivitiesKept = 1_000
     private let client: PostgresClient
+    /// A second, small pool whose sessions do not wait for the disk at
+    /// commit (`synchronous_commit = off`): for what may be lost with a
+    /// crash of the database server, written in one statement each — the
+    /// delivery log's batches, hand-overs, messages.
+    private let relaxedClient: PostgresClient
     private let runner: Task<Void, Never>
     let settings: PostgresSettings
     let logger: Logger
 
-    private init(client: PostgresClient, runner: Task<Void, Never>, settings: PostgresSettings, logger: Logger) {
+    private init(client: PostgresClient, relaxedClient: PostgresClient, runner: Task<Void, Never>, settings: PostgresSettings, logger: Logger) {
         self.client = client
+        self.relaxedClient = relaxedClient
         self.runner = runner
         self.settings = settings
         self.logger = logger
@@ -68,7 +74,16 @@ public final class PostgresStore: Store {
         var background = logger
         background.logLevel = max(logger.logLevel, .warning)
         let client = PostgresClient(configuration: configuration, backgroundLogger: background)
-        let runner = Task { await client.run() }
+        var relaxed = configuration
+        relaxed.options.maximumConnections = 2
+        relaxed.options.additionalStartupParameters = [("synchronous_commit", "off")]
+        let relaxedClient = PostgresClient(configuration: relaxed, backgroundLogger: background)
+        let runner = Task {
+            await withDiscardingTaskGroup { group in
+                group.addTask { await client.run() }
+                group.addTask { await relaxedClient.run() }
+            }
+        }
         // The pool retries a failed connection without end; one connection
         // first tells whether the database is there and takes the user.
         do {
@@ -78,7 +93,7 @@ public final class PostgresStore: Store {
             await runner.value
             throw StoreError(.unavailable, "cannot connect to \(settings.description): \(Self.describe(error))")
         }
-        let store = PostgresStore(client: client, runner: runner, settings: settings, logger: logger)
+        let store = PostgresStore(client: client, relaxedClient: relaxedClient, runner: runner, settings: settings, logger: logger)
         do {
             try await store.migrate()
         } catch {
@@ -107,8 +122,11 @@ public final class PostgresStore: Store {
 
     /// Runs `sql` with `values` bound to $1, $2, … (on `connection` when
     /// inside a transaction) and returns its rows.
+    /// `relaxed`: on the pool that does not wait for the disk (one statement, its own transaction).
     @discardableResult
-    func query(_ sql: String, _ values: [Value] = [], on connection: PostgresConnection? = nil) async throws -> [PostgresRandomAccessRow] {
+    func query(_ sql: String, _ values: [Value] = [], on connection: PostgresConnection? = nil, relaxed: Bool = false) async throws
+        -> [PostgresRandomAccessRow]
+    {
         var binds = PostgresBindings(capacity: values.count)
         for value in values { value.bind(into: &binds) }
         let query = PostgresQuery(unsafeSQL: sql, binds: binds)
@@ -117,7 +135,7 @@ public final class PostgresStore: Store {
                 if let connection {
                     try await connection.query(query, logger: logger)
                 } else {
-                    try await client.query(query, logger: logger)
+                    try await (relaxed ? relaxedClient : client).query(query, logger: logger)
                 }
             return try await rows.collect().map { $0.makeRandomAccess() }
         } catch let error as PSQLError {
@@ -675,13 +693,10 @@ public final class PostgresStore: Store {
     public func appendDeliveryEvents(_ events: [DeliveryEvent]) async throws {
         guard !events.isEmpty else { return }
         let batches = events.slices(of: Self.eventsPerBatch).map(DeliveryLogBatch.init)
-        try await transaction { connection in
-            // The log does not wait for the disk (the next durable commit takes it along).
-            try await self.query("SET LOCAL synchronous_commit = off", on: connection)
-            try await self.query(
-                "INSERT INTO delivery_batches (filter, events) VALUES \(Self.rows(batches.count, of: 2))",
-                batches.flatMap { [.bytes($0.filter), .bytes($0.events)] }, on: connection)
-        }
+        // The log does not wait for the disk (the next durable commit takes it along).
+        try await query(
+            "INSERT INTO delivery_batches (filter, events) VALUES \(Self.rows(batches.count, of: 2))",
+            batches.flatMap { [.bytes($0.filter), .bytes($0.events)] }, relaxed: true)
     }
 
     public func deliveryEvents(notificationID: UUID) async throws -> [DeliveryEvent] {
