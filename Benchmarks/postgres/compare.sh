@@ -65,14 +65,13 @@ cpu_ticks() {
   echo "$total"
 }
 
-config() { # name base-port store-json
+config() { # name base-port [store-and-cluster-json]
   local p=$2
   cat <<JSON
 {"network": {"production": {"binary": $p, "feedback": $((p + 1)), "http2": $((p + 2)), "device": $((p + 3)), "channels": $((p + 4))},
              "sandbox": {"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0}, "adminPort": 0},
  "logLevel": "warning", "qos": {"tokenRateLimit": 1000000000},
- "connections": {"maxPerAddress": 20000, "maxPerDeviceListener": $devices, "maxPerSandboxDeviceListener": 100, "maxPerListener": 50},
- $3, "cluster": {"node": "$1"}}
+ "connections": {"maxPerAddress": 20000, "maxPerDeviceListener": $devices, "maxPerSandboxDeviceListener": 100, "maxPerListener": 50}${3:+, $3}}
 JSON
 }
 
@@ -90,19 +89,20 @@ stop_nodes() {
 }
 
 run() { # kind run
-  local kind=$1 work="$dir/$1-$2" store='"store": {"kind": "sqlite"}' device_port=40003 config_a
+  # SQLite: the defaults, no store section (so a build from before it can be measured too: COURIER=...).
+  local kind=$1 work="$dir/$1-$2" store='' device_port=40003
   mkdir "$work"
   with_postgres=
   if [ "$kind" != sqlite ]; then
     as_postgres "$bin/createdb" -h 127.0.0.1 -p 45432 -U courier "${kind}_$2"
-    store="\"store\": {\"kind\": \"postgresql\", \"port\": 45432, \"database\": \"${kind}_$2\"}"
+    store="\"store\": {\"kind\": \"postgresql\", \"port\": 45432, \"database\": \"${kind}_$2\"}, \"cluster\": {\"node\": \"NODE\"}"
     with_postgres=1
   fi
-  config node-a 40000 "$store" > "$work/a.json"
+  config node-a 40000 "${store/NODE/node-a}" > "$work/a.json"
   start_node node-a "$work/a.json" "$work/a"
   if [ "$kind" = handover ]; then
     cp -a "$work/a" "$work/b"
-    config node-b 41000 "$store" > "$work/b.json"
+    config node-b 41000 "${store/NODE/node-b}" > "$work/b.json"
     start_node node-b "$work/b.json" "$work/b"
     device_port=41003
   fi

@@ -231,7 +231,9 @@ public final class RunningProgram: Sendable {
     }
 
     /// Waits for the program to end (at most `limit` seconds; then kills it)
-    /// and returns its exit status, or nil if it had to be killed.
+    /// and returns its exit status, or nil if it had to be killed. Its
+    /// output is read to the end first (at most 5 s more), so that
+    /// `output` then holds its last line too.
     public func waitForExit(limit: TimeInterval = 60) -> Int32? {
         let deadline = Date().addingTimeInterval(limit)
         while isRunning {
@@ -243,6 +245,7 @@ public final class RunningProgram: Sendable {
             }
             _ = newLine.wait(timeout: .now() + 0.05)
         }
+        if finished.wait(timeout: .now() + 5) == .success { finished.signal() }
         return status(block: false)
     }
 

@@ -342,8 +342,10 @@ public final class Dispatcher: Sendable {
     /// Issues (or returns again) the token of an app on a device and records
     /// the registration. Nil when there is no such app.
     public func register(deviceID: UInt64, generation: UInt32, bundleID: String, environment: Environment) async throws -> [UInt8]? {
-        let token = try await registrations.register(deviceID: deviceID, generation: generation, bundleID: bundleID, environment: environment)
-        if token != nil { cluster?.registrationChanged(deviceID: deviceID, bundleID: bundleID, environment: environment) }
+        guard let (token, changed) = try await registrations.register(deviceID: deviceID, generation: generation, bundleID: bundleID, environment: environment)
+        else { return nil }
+        // The other nodes' caches forget only what changed (a device registers its apps again at each connection).
+        if changed { cluster?.registrationChanged(deviceID: deviceID, bundleID: bundleID, environment: environment) }
         return token
     }
 

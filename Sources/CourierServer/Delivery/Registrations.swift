@@ -263,20 +263,21 @@ final class Registrations: Sendable {
     }
 
     /// Issues (or returns again) the token of an app on a device and records
-    /// the registration. Nil when there is no such app.
-    func register(deviceID: UInt64, generation: UInt32, bundleID: String, environment: Environment) async throws -> [UInt8]? {
+    /// the registration; `changed` is false when it was registered so
+    /// already. Nil when there is no such app.
+    func register(deviceID: UInt64, generation: UInt32, bundleID: String, environment: Environment) async throws -> (token: [UInt8], changed: Bool)? {
         guard try await store.app(bundleID: bundleID) != nil else { return nil }
         let token = codec(environment).issue(DeviceTokenContents(deviceID: deviceID, generation: generation, bundleID: bundleID))
         let key = RegistrationKey(deviceID: deviceID, bundleID: bundleID, environment: environment)
         let existing = try await registration(key)
-        if let existing, existing.active, existing.token == token { return token }
+        if let existing, existing.active, existing.token == token { return (token, false) }
         let registration = AppRegistration(deviceID: deviceID, bundleID: bundleID, environment: environment, token: token, registeredAt: clock.now())
         try await store.register(registration)
         state.withLock { state in
             state.registrations[key] = registration
             state.epoch += 1
         }
-        return token
+        return (token, true)
     }
 
     /// The app was removed from the device. False when it was not registered.
