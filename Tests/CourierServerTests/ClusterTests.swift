@@ -104,6 +104,15 @@ final class Nodes: @unchecked Sendable {
         return try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any] ?? [:]
     }
 
+    /// The demo device connected to a node, with the demo app registered:
+    /// the client, the task running it, and the app's token.
+    func connectedDevice(_ name: String, logger: Logger) async throws -> (DeviceClient, Task<Void, Never>, [UInt8]) {
+        let device = try device(name, logger: logger)
+        let running = Task { await device.run() }
+        try await device.waitUntilConnected()
+        return (device, running, try await device.register("com.example.demo"))
+    }
+
     /// `GET /v1/devices` of a node's admin API.
     func devices(_ name: String) async throws -> [[String: Any]] {
         try await admin(name, "/v1/devices")["devices"] as? [[String: Any]] ?? []
@@ -153,10 +162,7 @@ struct ClusterTests {
         let nodes = try await Nodes.start(["node-a", "node-b", "node-c"])
         defer { nodes.kill() }
 
-        let device = try nodes.device("node-b", logger: logger)
-        let running = Task { await device.run() }
-        try await device.waitUntilConnected()
-        let token = try await device.register("com.example.demo")
+        let (device, running, token) = try await nodes.connectedDevice("node-b", logger: logger)
         var received = device.notifications.makeAsyncIterator()
 
         // Every node lists it, on node-b.
@@ -204,10 +210,7 @@ struct ClusterTests {
     @Test func everyPushHandedOverArrivesNoneReplaced() async throws {
         let nodes = try await Nodes.start(["node-a", "node-b"])
         defer { nodes.kill() }
-        let device = try nodes.device("node-b", logger: logger)
-        let running = Task { await device.run() }
-        try await device.waitUntilConnected()
-        let token = try await device.register("com.example.demo")
+        let (device, running, token) = try await nodes.connectedDevice("node-b", logger: logger)
         #expect(try await nodes.eventually { try await nodes.devices("node-a").contains { $0["node"] as? String == "node-b" } })
         let receiving = Task {
             var received = Set<UUID>()
@@ -352,10 +355,7 @@ struct ClusterTests {
     @Test func faultRulesAreEveryNodes() async throws {
         let nodes = try await Nodes.start(["node-a", "node-b", "node-c"])
         defer { nodes.kill() }
-        let device = try nodes.device("node-a", logger: logger)
-        let running = Task { await device.run() }
-        try await device.waitUntilConnected()
-        let token = try await device.register("com.example.demo")
+        let (device, running, token) = try await nodes.connectedDevice("node-a", logger: logger)
         await device.stop()
         await running.value
         let onA = try nodes.provider("node-a", logger: logger)
@@ -402,10 +402,7 @@ struct ClusterTests {
     @Test func aRevocationOnOneNodeClosesConnectionsOnAnother() async throws {
         let nodes = try await Nodes.start(["node-a", "node-b"])
         defer { nodes.kill() }
-        let device = try nodes.device("node-a", logger: logger)
-        let running = Task { await device.run() }
-        try await device.waitUntilConnected()
-        let token = try await device.register("com.example.demo")
+        let (device, running, token) = try await nodes.connectedDevice("node-a", logger: logger)
         let provider = try nodes.tokenProvider("node-a", logger: logger)
         let pushed = try await provider.send(
             HTTP2Push(token: token, payload: Array(#"{"aps":{"alert":"x"}}"#.utf8), topic: "com.example.demo", expiration: Date(timeIntervalSince1970: 0)))
@@ -442,10 +439,7 @@ struct ClusterTests {
         let created = try await channels.createChannel(bundleID: "com.example.demo", policy: .noStorage)
         let channelID = try #require(created.channelID, "\(created)")
 
-        let device = try nodes.device("node-b", logger: logger)
-        let running = Task { await device.run() }
-        try await device.waitUntilConnected()
-        _ = try await device.register("com.example.demo")
+        let (device, running, _) = try await nodes.connectedDevice("node-b", logger: logger)
         try await device.subscribe("com.example.demo", to: channelID)
         var received = device.notifications.makeAsyncIterator()
 
