@@ -68,15 +68,19 @@ public struct SharedRule: Sendable, Hashable {
 /// store provides it (`LISTEN`/`NOTIFY`); the SQLite store, which serves
 /// one node, does not.
 public protocol NodeCoordination: Sendable {
-    /// Records that `node` is alive at `date`.
-    func heartbeat(node: String, at date: Date) async throws
-    /// Removes the nodes whose last heartbeat is older than `date`, with
-    /// the presence they held; returns their ids.
-    func removeNodes(silentSince date: Date) async throws -> [String]
+    /// Records that `node` is alive now, by the store's clock (the nodes'
+    /// clocks may differ); true when its record was not there (its first
+    /// beat, or the others took it for dead and removed its presence).
+    func heartbeat(node: String) async throws -> Bool
+    /// Removes the nodes that have not beaten for `timeout` seconds (by the
+    /// store's clock), with the presence they held and what was handed
+    /// over to them; returns their ids.
+    func removeNodes(silentFor timeout: Double) async throws -> [String]
     /// Removes `node` and the presence it holds (a graceful shutdown).
     func removeNode(_ node: String) async throws
     /// Records that the device is connected to `node` from `date`, and
-    /// returns the connection's generation.
+    /// returns the connection's generation; 0 when a later connection of
+    /// the device (to another node) was recorded first and stays.
     func recordPresence(deviceID: UInt64, environment: Environment, node: String, at date: Date) async throws -> Int64
     /// Removes the device's presence if it is still the connection of
     /// `generation`; false when a newer one replaced it.
@@ -84,8 +88,8 @@ public protocol NodeCoordination: Sendable {
     /// Every presence held by a node alive now.
     func presences() async throws -> [DevicePresenceRecord]
     /// Keeps notifications for the nodes their devices are connected to,
-    /// in one transaction that does not wait for the disk (one that may be
-    /// stored is held durably besides).
+    /// without waiting for the disk (one that may be stored is held durably
+    /// besides).
     func handOver(_ notifications: [HandedOver]) async throws
     /// Takes what was handed over to `node`, oldest first.
     func takeHandedOver(node: String) async throws -> [PendingNotification]

@@ -8,32 +8,42 @@ import Synchronization
 /// `device_presence`, messages by `NOTIFY` (`pg_notify`) and `LISTEN` on a
 /// connection of their own.
 extension PostgresStore: NodeCoordination {
-    public func heartbeat(node: String, at date: Date) async throws {
-        try await query(
+    /// The store's clock in milliseconds, in SQL.
+    private static let now = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
+
+    public func heartbeat(node: String) async throws -> Bool {
+        // xmax is 0 on a row this statement inserted (not updated).
+        let rows = try await query(
             """
-            INSERT INTO nodes (id, started_at, heartbeat_at) VALUES ($1, $2, $2)
+            INSERT INTO nodes (id, started_at, heartbeat_at) VALUES ($1, \(Self.now), \(Self.now))
             ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at
-            """, [.text(node), .millis(date)])
+            RETURNING (xmax = 0) AS inserted
+            """, [.text(node)])
+        return try rows.first?.cell("inserted").decode(Bool.self) ?? false
     }
 
-    public func removeNodes(silentSince date: Date) async throws -> [String] {
+    public func removeNodes(silentFor timeout: Double) async throws -> [String] {
         try await transaction { connection in
-            let gone = try await self.query("DELETE FROM nodes WHERE heartbeat_at < $1 RETURNING id", [.millis(date)], on: connection)
-                .map { try $0.text("id") }
-            if !gone.isEmpty {
-                try await self.query(
-                    "DELETE FROM device_presence WHERE node_id IN (\((1...gone.count).map { "$\($0)" }.joined(separator: ", ")))",
-                    gone.map(Value.text), on: connection)
-            }
+            let gone = try await self.query(
+                "DELETE FROM nodes WHERE heartbeat_at < \(Self.now) - $1 RETURNING id", [.integer(Int(timeout * 1000))], on: connection
+            ).map { try $0.text("id") }
+            for node in gone { try await self.removeNodeRows(node, on: connection) }
             return gone.sorted()
         }
     }
 
     public func removeNode(_ node: String) async throws {
         try await transaction { connection in
-            try await self.query("DELETE FROM device_presence WHERE node_id = $1", [.text(node)], on: connection)
+            try await self.removeNodeRows(node, on: connection)
             try await self.query("DELETE FROM nodes WHERE id = $1", [.text(node)], on: connection)
         }
+    }
+
+    /// What a node leaves behind: its devices' presence, and what was handed
+    /// over to it and not taken (what may be stored is held besides).
+    private func removeNodeRows(_ node: String, on connection: PostgresConnection) async throws {
+        try await query("DELETE FROM device_presence WHERE node_id = $1", [.text(node)], on: connection)
+        try await query("DELETE FROM handovers WHERE node_id = $1", [.text(node)], on: connection)
     }
 
     public func recordPresence(deviceID: UInt64, environment: Environment, node: String, at date: Date) async throws -> Int64 {
@@ -43,10 +53,11 @@ extension PostgresStore: NodeCoordination {
             VALUES ($1, $2, $3, nextval('presence_generation'), $4)
             ON CONFLICT (device_id, environment) DO UPDATE SET
                 node_id = excluded.node_id, generation = excluded.generation, since = excluded.since
+                WHERE device_presence.generation < excluded.generation
             RETURNING generation
             """, [.device(deviceID), .text(environment.rawValue), .text(node), .millis(date)])
-        guard let generation = try rows.first?.integer("generation") else { throw StoreError(.corrupt, "no presence generation returned") }
-        return Int64(generation)
+        // None: a connection made after this one (elsewhere) committed first and stays.
+        return Int64(try rows.first?.integer("generation") ?? 0)
     }
 
     public func removePresence(deviceID: UInt64, environment: Environment, generation: Int64) async throws -> Bool {
@@ -160,6 +171,7 @@ extension PostgresStore: NodeCoordination {
             while !Task.isCancelled {
                 do {
                     let connection = try await Self.connect(settings, logger: logger)
+                    defer { Task { try? await connection.close() } }
                     delay = .milliseconds(100)
                     let started = ListenCount()
                     try await withThrowingTaskGroup(of: Void.self) { group in
@@ -178,7 +190,6 @@ extension PostgresStore: NodeCoordination {
                         try await group.next()
                         group.cancelAll()
                     }
-                    try? await connection.close()
                 } catch {
                     if Task.isCancelled { break }
                     logger.warning(

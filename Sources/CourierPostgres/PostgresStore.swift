@@ -744,7 +744,7 @@ extension PostgresRandomAccessRow: StoreRow {
 
     public func optionalBytes(_ name: String) throws -> [UInt8]? { try cell(name).decode(ByteBuffer?.self).map { Array(buffer: $0) } }
 
-    private func cell(_ name: String) throws -> PostgresCell {
+    func cell(_ name: String) throws -> PostgresCell {
         guard contains(name) else { throw StoreError(.corrupt, "column \(name) is missing") }
         return self[name]
     }

@@ -456,6 +456,39 @@ struct ClusterTests {
         #expect(await nodes.stop(), "every node stops cleanly")
     }
 
+    /// A node the others took for dead while it was alive (as after a
+    /// database outage longer than the timeout) records its devices again
+    /// at its next beat.
+    @Test func aNodeTakenForDeadWhileAliveRecordsItsDevicesAgain() async throws {
+        let nodes = try await Nodes.start(["node-a", "node-b"])
+        defer { nodes.kill() }
+        let (device, running, _) = try await nodes.connectedDevice("node-b", logger: logger)
+        #expect(try await nodes.eventually { try await nodes.devices("node-a").contains { $0["node"] as? String == "node-b" } })
+        // What node-a's sweep does to a node it takes for dead.
+        let removed = try await runProgram(
+            "psql",
+            [
+                nodes.server.connectionURL(database: nodes.database), "-v", "ON_ERROR_STOP=1", "-q", "-c",
+                "DELETE FROM device_presence WHERE node_id = 'node-b'; DELETE FROM nodes WHERE id = 'node-b'; NOTIFY courier, 'gone node-b'",
+            ])
+        #expect(removed.status == 0, "\(removed.stderr)")
+        // The presence row comes back (node-b's next beat finds its own row gone), and node-a lists the device on node-b again.
+        let recorded = try await nodes.eventually {
+            let rows = try await runProgram(
+                "psql",
+                [
+                    nodes.server.connectionURL(database: nodes.database), "-t", "-A", "-c",
+                    "SELECT count(*) FROM device_presence WHERE node_id = 'node-b'",
+                ])
+            return rows.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "1"
+        }
+        #expect(recorded, "node-b recorded its device again at its next beat")
+        #expect(try await nodes.eventually { try await nodes.devices("node-a").contains { $0["node"] as? String == "node-b" } })
+        await device.stop()
+        await running.value
+        #expect(await nodes.stop(), "every node stops cleanly")
+    }
+
     /// A notification held while the device is offline everywhere is sent
     /// by whichever node the device connects to; a node killed with
     /// SIGKILL stops being listed once its heartbeat stops.

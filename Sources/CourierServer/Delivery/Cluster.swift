@@ -18,8 +18,8 @@ import Synchronization
 ///   node is written to the store's hand-over queue for that node (one
 ///   that may be stored once it is held durably too), by group commit, and
 ///   that node is told once per batch (`handover`); it takes what is
-///   queued for it and sends each to its device. Nothing is replaced on the
-///   way: every push reaches the device as it would on one node.
+///   queued for it (and at every beat, in case a message was lost) and
+///   sends each to its device. Nothing is replaced on the way.
 /// - A push held for a device that is offline everywhere, whose device
 ///   then connects to another node before this node heard of it: when the
 ///   `online` arrives, that node is told to send what is held (`drain`,
@@ -51,8 +51,8 @@ final class Cluster: Sendable {
     private struct State {
         /// Devices connected to any node, as announced.
         var presence: [DeviceKey: Presence] = [:]
-        /// The generation of each session connected here.
-        var local: [ObjectIdentifier: Int64] = [:]
+        /// Each session connected here, with its generation.
+        var local: [ObjectIdentifier: (session: DeviceSession, generation: Int64)] = [:]
         /// Devices something was held for while they were offline everywhere, and when.
         var recentlyHeld: [DeviceKey: Date] = [:]
     }
@@ -124,9 +124,10 @@ final class Cluster: Sendable {
             let generation = try await coordination.recordPresence(
                 deviceID: session.deviceID, environment: session.environment, node: node, at: since)
             state.withLock { state in
-                state.local[ObjectIdentifier(session)] = generation
-                state.presence[session.key] = Presence(node: node, generation: generation, since: since)
+                state.local[ObjectIdentifier(session)] = (session, generation)
+                if generation > 0 { state.presence[session.key] = Presence(node: node, generation: generation, since: since) }
             }
+            guard generation > 0 else { return }
             await publish("online \(node) \(session.environment.rawValue) \(session.deviceID) \(generation) \(since.storeMillis)")
         } catch {
             logger.error("store failed recording a device's presence", metadata: ["courier.error": "\(error)"])
@@ -135,7 +136,7 @@ final class Cluster: Sendable {
 
     /// A device's connection here ended.
     func disconnected(_ session: DeviceSession) {
-        guard let generation = state.withLock({ $0.local.removeValue(forKey: ObjectIdentifier(session)) }) else { return }
+        guard let generation = state.withLock({ $0.local.removeValue(forKey: ObjectIdentifier(session))?.generation }) else { return }
         Task {
             do {
                 guard
@@ -195,6 +196,8 @@ final class Cluster: Sendable {
         case drain(DeviceKey)
         /// Take what other nodes handed over to this one.
         case takeHandedOver
+        /// Read the shared fault rules again.
+        case reloadFaults
         case forgetRegistration(RegistrationKey)
         case forgetDevice(UInt64)
         /// A broadcast another node accepted, for the subscribers here.
@@ -253,8 +256,9 @@ final class Cluster: Sendable {
             return [.forgetChannel(fields[3], environment)]
         case ("gone", 2):
             forget(nodes: [from])
+            // This node, taken for dead by another: recorded again at its next beat.
         case ("faults", 2):
-            Task { await reloadFaults() }
+            return [.reloadFaults]
         case ("fault-count", 5):
             guard let hits = Int(fields[4]) else { break }
             faults.update(id: fields[2], remaining: fields[3] == "-" ? nil : Int(fields[3]), hits: hits)
@@ -363,13 +367,18 @@ final class Cluster: Sendable {
     // MARK: Heartbeat
 
     /// Records this node alive; removes nodes silent for `nodeTimeout`
-    /// (their devices' presence with them) and announces them gone.
+    /// (their devices' presence with them) and announces them gone. When
+    /// the others had taken this node for dead (a database outage, a
+    /// stalled beat), its devices' presence is recorded again.
     func beat() async {
         let now = clock.now()
         do {
-            try await coordination.heartbeat(node: node, at: now)
+            if try await coordination.heartbeat(node: node) {
+                logger.warning("this node had been taken for dead; its devices' presence is recorded again")
+                await recordAgain()
+            }
             try await coordination.clearRelayed(before: now.addingTimeInterval(-Self.recentWindow))
-            let gone = try await coordination.removeNodes(silentSince: now.addingTimeInterval(-nodeTimeout))
+            let gone = try await coordination.removeNodes(silentFor: nodeTimeout)
             if !gone.isEmpty {
                 logger.warning("nodes stopped beating; their devices' presence removed", metadata: ["courier.nodes": "\(gone)"])
                 forget(nodes: gone)
@@ -384,7 +393,13 @@ final class Cluster: Sendable {
     /// removed, and it is recorded alive.
     func start() async throws {
         try await coordination.removeNode(node)
-        try await coordination.heartbeat(node: node, at: clock.now())
+        _ = try await coordination.heartbeat(node: node)
+    }
+
+    /// Records every device connected here again, each with a new generation.
+    private func recordAgain() async {
+        let sessions = state.withLock { state in state.local.values.map(\.session) }
+        for session in sessions { await connected(session) }
     }
 
     /// At a graceful stop: this node and its devices' presence removed, and
@@ -438,28 +453,41 @@ struct ClusterService: Service {
         try await cluster.start()
         await withGracefulShutdownHandler {
             await withTaskGroup(of: Void.self) { group in
-                // Hand-overs are taken by a task of their own: however many
-                // `handover` messages arrive meanwhile, one take follows.
+                // Hand-overs and fault rules are read by tasks of their own: however
+                // many messages ask meanwhile, one read follows, and reads never overlap.
                 let (handOvers, handOverSignal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+                let (faultReloads, faultSignal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
                 group.addTask {
                     for await _ in handOvers { await dispatcher.takeHandedOver() }
                 }
                 group.addTask {
+                    for await _ in faultReloads { await cluster.reloadFaults() }
+                }
+                group.addTask {
                     for await message in messages {
                         for action in await cluster.apply(message) {
-                            if action == .takeHandedOver { handOverSignal.yield() } else { await dispatcher.perform(action) }
+                            switch action {
+                            case .takeHandedOver: handOverSignal.yield()
+                            case .reloadFaults: faultSignal.yield()
+                            default: await dispatcher.perform(action)
+                            }
                         }
                     }
                     handOverSignal.finish()
+                    faultSignal.finish()
                 }
                 group.addTask {
                     // Each time the subscription is in place (at first, and after a lost
-                    // connection): the presence is read (again), nothing announced since is missed.
+                    // connection, when messages may have been lost): the presence, the
+                    // fault rules and the hand-overs are read (again), and the cached
+                    // registrations forgotten.
                     for await _ in subscribed {
                         do { try await cluster.reload() } catch {
                             logger.error("store failed reading the devices' presence", metadata: ["courier.error": "\(error)"])
                         }
-                        await cluster.reloadFaults()
+                        dispatcher.registrations.forgetAll()
+                        faultSignal.yield()
+                        handOverSignal.yield()
                     }
                 }
                 group.addTask {
@@ -467,6 +495,8 @@ struct ClusterService: Service {
                         try? await Task.sleep(for: .seconds(cluster.heartbeatInterval))
                         if Task.isCancelled { break }
                         await cluster.beat()
+                        // What a lost message would have announced is taken at the latest now.
+                        handOverSignal.yield()
                     }
                 }
                 await group.next()

@@ -438,6 +438,8 @@ public final class Dispatcher: Sendable {
         for pending in handed {
             let n = pending.notification
             let key = DeviceKey(environment: pending.environment, deviceID: pending.deviceID)
+            // Expired while it waited in the queue: not sent (the store's sweep drops and logs it).
+            if n.mayBeStored, rules.onConnect(held: n, now: now) != nil { continue }
             guard let session = sessions.session(key), session.accepts(bundleID: pending.bundleID) else {
                 if let offline = rules.wentOffline(queued: n, at: now) { events.append(offline) }
                 continue
@@ -457,6 +459,8 @@ public final class Dispatcher: Sendable {
             if let session = sessions.session(key) { await drain(session) }
         case .takeHandedOver:
             await takeHandedOver()
+        case .reloadFaults:
+            await cluster?.reloadFaults()
         case .forgetRegistration(let key):
             registrations.forget(key)
         case .forgetDevice(let deviceID):

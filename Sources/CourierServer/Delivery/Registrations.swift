@@ -292,6 +292,15 @@ final class Registrations: Sendable {
         return true
     }
 
+    /// Every cached registration forgotten (messages from the other nodes
+    /// may have been lost): each is read again from the store when next needed.
+    func forgetAll() {
+        state.withLock { state in
+            state.registrations = [:]
+            state.epoch += 1
+        }
+    }
+
     /// Another node changed the registration: read again from the store
     /// when next needed.
     func forget(_ key: RegistrationKey) {
