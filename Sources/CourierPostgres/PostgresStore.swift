@@ -2,6 +2,7 @@ import CourierCore
 import Foundation
 import Logging
 import NIOCore
+import NIOSSL
 import PostgresNIO
 
 /// Where a PostgreSQL store is and who Courier is there.
@@ -15,14 +16,34 @@ public struct PostgresSettings: Sendable, Hashable {
     public var password: String?
     /// Connections the store's pool keeps open at most.
     public var connections: Int
+    public var tls: TLS
 
-    public init(host: String, port: Int, database: String, user: String, password: String?, connections: Int = 8) {
+    /// TLS to the server.
+    public enum TLS: Sendable, Hashable {
+        case disabled
+        /// Required: the server's certificate is checked against the CA
+        /// certificates of this PEM file (nil: the system's) and the host name.
+        case required(caFile: String?)
+    }
+
+    public init(
+        host: String, port: Int, database: String, user: String, password: String?, connections: Int = 8, tls: TLS = .disabled
+    ) {
         self.host = host
         self.port = port
         self.database = database
         self.user = user
         self.password = password
         self.connections = connections
+        self.tls = tls
+    }
+
+    /// The client side of TLS when it is required.
+    func tlsConfiguration() -> TLSConfiguration? {
+        guard case .required(let caFile) = tls else { return nil }
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        if let caFile { configuration.trustRoots = .file(caFile) }
+        return configuration
     }
 
     /// Where, for a one-line message (never the password).
@@ -67,7 +88,7 @@ public final class PostgresStore: Store {
     public static func open(_ settings: PostgresSettings, logger: Logger) async throws -> PostgresStore {
         var configuration = PostgresClient.Configuration(
             host: settings.host, port: settings.port, username: settings.user, password: settings.password, database: settings.database,
-            tls: .disable)
+            tls: settings.tlsConfiguration().map { .require($0) } ?? .disable)
         configuration.options.maximumConnections = settings.connections
         configuration.options.connectTimeout = .seconds(5)
         // The pool's own log (connections it opens and closes) from warnings up.
@@ -105,10 +126,12 @@ public final class PostgresStore: Store {
 
     /// One connection outside the pool (a check, or a subscription's).
     static func connect(_ settings: PostgresSettings, logger: Logger) async throws -> PostgresConnection {
-        try await PostgresConnection.connect(
+        let tls: PostgresConnection.Configuration.TLS =
+            if let configuration = settings.tlsConfiguration() { .require(try NIOSSLContext(configuration: configuration)) } else { .disable }
+        return try await PostgresConnection.connect(
             configuration: PostgresConnection.Configuration(
                 host: settings.host, port: settings.port, username: settings.user, password: settings.password, database: settings.database,
-                tls: .disable),
+                tls: tls),
             id: 0, logger: logger)
     }
 

@@ -49,6 +49,25 @@ struct PostgresStoreTests {
             error?.message == "the database's schema is version 99, newer than this Courier's (\(PostgresMigrations.all.last!.version)): upgrade this node")
     }
 
+    /// With `tls: require` the connections are TLS, the server's
+    /// certificate checked against the CA given; one of a CA not given is
+    /// refused with one line.
+    @Test func tlsToTheDatabaseWhenRequired() async throws {
+        let server = try await PostgresServer.shared()
+        var settings = settings(server, try await server.createDatabase())
+        settings.tls = .required(caFile: server.caPath)
+        let store = try await PostgresStore.open(settings, logger: Logger(label: "test"))
+        let ssl = try await store.query("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").first?.cell("ssl").decode(Bool.self)
+        #expect(ssl == true, "the connection is TLS")
+        await store.close()
+
+        // The system's CAs do not include the tests' own.
+        settings.tls = .required(caFile: nil)
+        let error = await #expect(throws: StoreError.self) { try await PostgresStore.open(settings, logger: Logger(label: "test")) }
+        #expect(error?.message.hasPrefix("cannot connect to postgresql://courier@127.0.0.1:\(server.port)/") == true, "\(String(describing: error))")
+        #expect(error?.message.contains("\n") == false)
+    }
+
     @Test func anUnreachableDatabaseIsOneLineNamingIt() async throws {
         let port = try freePort()
         let settings = PostgresSettings(host: "127.0.0.1", port: port, database: "courier", user: "courier", password: "secret")

@@ -52,7 +52,7 @@ let everyKeyChanged = CourierConfiguration(
     paths: .init(database: "db.sqlite", pki: "certs", demo: "example"),
     store: .init(
         kind: .postgresql, host: "db.example.com", port: 6543, database: "push", user: "node", passwordFile: "/etc/courier/pgpass",
-        passwordEnvironment: "COURIER_PG_PASSWORD", connections: 16),
+        passwordEnvironment: "COURIER_PG_PASSWORD", connections: 16, tls: "require", caFile: "/etc/courier/db-ca.pem"),
     cluster: .init(node: "node-7", heartbeatInterval: 2, nodeTimeout: 20),
     demo: .init(enabled: false, teamID: "ABCDE12345", teamName: "Other", bundleID: "com.example.other"),
     qos: QoSConfiguration(burstWindow: 5, silentBudgetPerHour: 3, retention: 3600, tokenRateLimit: 10, tokenRateWindow: 1, tickInterval: 0.5, keepAlive: 30),
@@ -154,6 +154,7 @@ let everyKeyChanged = CourierConfiguration(
         (#"{"store": {"kind": "postgresql", "port": 0}}"#, "'store.port' is 0, not a port (1-65535)"),
         (#"{"store": {"kind": "postgresql", "database": ""}}"#, "'store.database' is empty"),
         (#"{"store": {"kind": "postgresql", "connections": 0}}"#, "'store.connections' must be 1 to 1000"),
+        (#"{"store": {"kind": "postgresql", "tls": "verify-full"}}"#, "'store.tls' must be disable or require"),
         (#"{"cluster": {"node": "Node A"}}"#, "'cluster.node' must be 1 to 40 characters a-z, 0-9 and '-'"),
         (#"{"cluster": {"heartbeatInterval": 0}}"#, "'cluster.heartbeatInterval' must be more than 0"),
         (#"{"cluster": {"heartbeatInterval": 5, "nodeTimeout": 9}}"#, "'cluster.nodeTimeout' must be at least twice 'cluster.heartbeatInterval'"),

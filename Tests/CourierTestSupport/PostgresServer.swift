@@ -78,6 +78,7 @@ public final class PostgresServer: Sendable {
         let directory = try mkdtemp("/tmp/courier-postgres")
         let password = UUID().uuidString
         try Data((password + "\n").utf8).write(to: URL(fileURLWithPath: directory + "/password"))
+        try makeCertificates(in: directory)
         if let runAs {
             let owned = try runProgram("chown", ["-R", runAs, directory])
             guard owned.status == 0 else { throw TestServerError("chown \(runAs) \(directory): \(owned.stderr)") }
@@ -97,9 +98,10 @@ public final class PostgresServer: Sendable {
                     ])
                 guard made.status == 0 else { throw TestServerError("initdb failed: \(made.stderr)\(made.stdout)") }
             }
+            // TLS on (clients may still connect without it), with a certificate of the tests' own CA for 127.0.0.1.
             let options = [
                 "-p \(port)", "-k \(directory)", "-c listen_addresses=127.0.0.1", "-c max_connections=500", "-c fsync=off",
-                "-c full_page_writes=off",
+                "-c full_page_writes=off", "-c ssl=on", "-c ssl_cert_file=\(directory)/server.pem", "-c ssl_key_file=\(directory)/server-key.pem",
             ].joined(separator: " ")
             let started = try server.run(
                 "pg_ctl", ["-D", directory + "/data", "-l", directory + "/server.log", "-w", "-t", "60", "-o", options, "start"])
@@ -107,6 +109,33 @@ public final class PostgresServer: Sendable {
             lastFailure = started.stdout + started.stderr + ((try? String(contentsOfFile: directory + "/server.log", encoding: .utf8)) ?? "")
         }
         throw TestServerError("pg_ctl start failed: \(lastFailure)")
+    }
+
+    /// The CA of the server's TLS certificate (which names 127.0.0.1), PEM.
+    public var caPath: String { directory + "/ca.pem" }
+
+    /// A CA and a server certificate for 127.0.0.1, made with openssl.
+    private static func makeCertificates(in directory: String) throws {
+        let steps: [[String]] = [
+            [
+                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2", "-subj", "/CN=courier-test-postgres-ca",
+                "-keyout", directory + "/ca-key.pem", "-out", directory + "/ca.pem",
+            ],
+            [
+                "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout",
+                directory + "/server-key.pem", "-out", directory + "/server.csr",
+            ],
+            [
+                "x509", "-req", "-in", directory + "/server.csr", "-CA", directory + "/ca.pem", "-CAkey", directory + "/ca-key.pem",
+                "-CAcreateserial", "-days", "2", "-extfile", directory + "/san.ext", "-out", directory + "/server.pem",
+            ],
+        ]
+        try Data("subjectAltName=IP:127.0.0.1,DNS:localhost\n".utf8).write(to: URL(fileURLWithPath: directory + "/san.ext"))
+        for step in steps {
+            let made = try runProgram("openssl", step)
+            guard made.status == 0 else { throw TestServerError("openssl \(step[0]) failed: \(made.stderr)") }
+        }
+        chmod(directory + "/server-key.pem", 0o600)
     }
 
     /// A new, empty database; its name.

@@ -288,11 +288,19 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         public var passwordEnvironment: String
         /// Connections the node keeps open to PostgreSQL at most.
         public var connections: Int
+        /// "disable", or "require": TLS to PostgreSQL, its certificate checked
+        /// against `caFile` (or the system's CAs) and `host`.
+        public var tls: String
+        /// The CA certificates (PEM) PostgreSQL's certificate is checked
+        /// against, relative to the data directory unless absolute; "": the system's.
+        public var caFile: String
 
         public init(
             kind: Kind = .sqlite, host: String = "127.0.0.1", port: Int = 5432, database: String = "courier", user: String = "courier",
-            passwordFile: String = "", passwordEnvironment: String = "", connections: Int = 8
+            passwordFile: String = "", passwordEnvironment: String = "", connections: Int = 8, tls: String = "disable", caFile: String = ""
         ) {
+            self.tls = tls
+            self.caFile = caFile
             self.kind = kind
             self.host = host
             self.port = port
@@ -490,6 +498,7 @@ extension CourierConfiguration {
             }
             guard (1...65_535).contains(store.port) else { throw ConfigurationError("\(source): 'store.port' is \(store.port), not a port (1-65535)") }
             guard (1...1_000).contains(store.connections) else { throw ConfigurationError("\(source): 'store.connections' must be 1 to 1000") }
+            guard ["disable", "require"].contains(store.tls) else { throw ConfigurationError("\(source): 'store.tls' must be disable or require") }
         }
         let positive = [
             ("qos.burstWindow", qos.burstWindow), ("qos.retention", qos.retention), ("qos.tokenRateWindow", qos.tokenRateWindow),

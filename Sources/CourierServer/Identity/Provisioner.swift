@@ -475,7 +475,8 @@ extension CourierConfiguration {
             throw ConfigurationError("the environment variable \(store.passwordEnvironment) ('store.passwordEnvironment') is not set")
         }
         return PostgresSettings(
-            host: store.host, port: store.port, database: store.database, user: store.user, password: password, connections: store.connections)
+            host: store.host, port: store.port, database: store.database, user: store.user, password: password, connections: store.connections,
+            tls: store.tls == "require" ? .required(caFile: store.caFile.isEmpty ? nil : resolve(store.caFile)) : .disabled)
     }
 }
 
