@@ -136,16 +136,11 @@ extension PostgresStore: NodeCoordination {
     }
 
     public func relay(_ broadcast: StoredBroadcast) async throws -> Int64 {
-        let n = broadcast.notification
         let rows = try await query(
             """
             INSERT INTO relayed_broadcasts (environment, channel_id, id, delivery_id, topic, payload, expiration, priority, push_type, stored_at)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING seq
-            """,
-            [
-                .text(broadcast.environment.rawValue), .text(broadcast.channelID), .uuid(n.id), .uuid(n.deliveryID), .text(n.topic), .bytes(n.payload),
-                .millis(n.expiration), .integer(Int(n.priority.rawValue)), .optionalText(n.pushType), .millis(broadcast.storedAt),
-            ])
+            """, Self.values(broadcast))
         guard let number = try rows.first?.integer("seq") else { throw StoreError(.corrupt, "no relay number returned") }
         return Int64(number)
     }

@@ -506,8 +506,7 @@ public final class PostgresStore: Store {
     }
 
     public func storeBroadcast(_ broadcast: StoredBroadcast) async throws -> Bool {
-        let n = broadcast.notification
-        return try await transaction { connection in
+        try await transaction { connection in
             // The channel stays until this commits (a delete waits for it).
             let exists = try await self.query(
                 "SELECT 1 FROM broadcast_channels WHERE environment = $1 AND id = $2 FOR SHARE",
@@ -521,11 +520,7 @@ public final class PostgresStore: Store {
                     id = excluded.id, delivery_id = excluded.delivery_id, topic = excluded.topic, payload = excluded.payload,
                     expiration = excluded.expiration, priority = excluded.priority, push_type = excluded.push_type, stored_at = excluded.stored_at
                 """,
-                [
-                    .text(broadcast.environment.rawValue), .text(broadcast.channelID), .uuid(n.id), .uuid(n.deliveryID),
-                    .text(n.topic), .bytes(n.payload), .millis(n.expiration), .integer(Int(n.priority.rawValue)), .optionalText(n.pushType),
-                    .millis(broadcast.storedAt),
-                ], on: connection)
+                Self.values(broadcast), on: connection)
             return true
         }
     }
@@ -605,6 +600,15 @@ public final class PostgresStore: Store {
         VALUES \(rows(count, of: 13))
         ON CONFLICT \(onConflict)
         """
+    }
+
+    /// A broadcast's columns, in the order of `stored_broadcasts` and `relayed_broadcasts`.
+    static func values(_ broadcast: StoredBroadcast) -> [Value] {
+        let n = broadcast.notification
+        return [
+            .text(broadcast.environment.rawValue), .text(broadcast.channelID), .uuid(n.id), .uuid(n.deliveryID), .text(n.topic), .bytes(n.payload),
+            .millis(n.expiration), .integer(Int(n.priority.rawValue)), .optionalText(n.pushType), .millis(broadcast.storedAt),
+        ]
     }
 
     static func values(_ pending: PendingNotification) -> [Value] {

@@ -210,7 +210,7 @@ final class Cluster: Sendable {
     func apply(_ message: NodeMessage) async -> [Action] {
         let fields = message.payload.split(separator: " ").map(String.init)
         // A relayed broadcast is read from the store.
-        guard fields.count == 3, fields[0] == "broadcast" else { return applyAtOnce(message) }
+        guard fields.count == 3, fields[0] == "broadcast" else { return applyAtOnce(fields) }
         guard fields[1] != node, let number = Int64(fields[2]) else { return [] }
         do {
             guard let broadcast = try await coordination.relayed(number) else { return [] }
@@ -221,8 +221,8 @@ final class Cluster: Sendable {
         }
     }
 
-    private func applyAtOnce(_ message: NodeMessage) -> [Action] {
-        let fields = message.payload.split(separator: " ").map(String.init)
+    /// A message's space-separated fields, taken in.
+    private func applyAtOnce(_ fields: [String]) -> [Action] {
         guard let verb = fields.first else { return [] }
         let from = fields.count > 1 ? fields[1] : ""
         switch (verb, fields.count) {

@@ -271,15 +271,14 @@ public final class Dispatcher: Sendable {
         let remote = cluster?.remoteNode(of: deviceKey)
         let (admission, session) = sessions.admit(notification, to: deviceKey, bundleID: bundleID, elsewhere: remote != nil, now: now, events: &events)
         guard case .kept(let stored, let sending) = admission else { return (.accepted, nil) }
-        var durable: Pending<Void>?
-        if stored {
-            durable = pendingWriter.enqueue(
-                PendingNotification(deviceID: token.contents.deviceID, bundleID: bundleID, environment: environment, notification: notification, acceptedAt: now))
+        func held() -> PendingNotification {
+            PendingNotification(deviceID: token.contents.deviceID, bundleID: bundleID, environment: environment, notification: notification, acceptedAt: now)
         }
+        var durable: Pending<Void>?
+        if stored { durable = pendingWriter.enqueue(held()) }
         guard let session else {
             guard let cluster else { return (.accepted, durable) }
-            let pending = PendingNotification(
-                deviceID: token.contents.deviceID, bundleID: bundleID, environment: environment, notification: notification, acceptedAt: now)
+            let pending = held()
             if let durable {
                 // Handed over once held (to the device's node then), or remembered.
                 durable.whenResolved { result in

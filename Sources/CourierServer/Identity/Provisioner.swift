@@ -485,7 +485,8 @@ extension CourierConfiguration {
     public var storeDescription: String {
         switch store.kind {
         case .sqlite: "SQLite \(resolve(paths.database))"
-        case .postgresql: "PostgreSQL postgresql://\(store.user)@\(store.host):\(store.port)/\(store.database)"
+        case .postgresql:
+            "PostgreSQL " + PostgresSettings(host: store.host, port: store.port, database: store.database, user: store.user, password: nil).description
         }
     }
 }
