@@ -62,6 +62,23 @@ public struct SharedRule: Sendable, Hashable {
     }
 }
 
+/// An entry of one node's admin inbox, for the others' (several nodes):
+/// its sequence on that node, and its bytes in the server's encoding of
+/// version `format`.
+public struct SharedInboxEntry: Sendable, Hashable {
+    public var node: String
+    public var sequence: Int64
+    public var format: Int
+    public var bytes: [UInt8]
+
+    public init(node: String, sequence: Int64, format: Int, bytes: [UInt8]) {
+        self.node = node
+        self.sequence = sequence
+        self.format = format
+        self.bytes = bytes
+    }
+}
+
 /// What several nodes sharing one store coordinate through it, and only
 /// through it (no protocol of Courier's own between nodes): each node's
 /// heartbeat, each device's presence, and short messages. PostgreSQL's
@@ -109,6 +126,20 @@ public protocol NodeCoordination: Sendable {
     func relayed(_ number: Int64) async throws -> StoredBroadcast?
     /// Clears the relayed broadcasts kept since before `date`.
     func clearRelayed(before date: Date) async throws
+    /// Keeps entries of a node's inbox for the other nodes, without
+    /// waiting for the disk.
+    func shareInbox(_ entries: [SharedInboxEntry]) async throws
+    /// The entries kept by nodes other than `node`, each node's after the
+    /// sequence `cursors` gives for it (all of a node it does not name), in
+    /// each node's order, at most `limit`.
+    func sharedInbox(except node: String, after cursors: [String: Int64], limit: Int) async throws -> [SharedInboxEntry]
+    /// The highest sequence kept for `node`; 0 when none is.
+    func lastSharedInboxSequence(node: String) async throws -> Int64
+    /// Removes `node`'s entries up to `sequence`, and every node's kept
+    /// longer than `seconds` (by the store's clock).
+    func pruneSharedInbox(node: String, through sequence: Int64, olderThan seconds: Double) async throws
+    /// Removes every node's entries.
+    func clearSharedInbox() async throws
     /// Sends `payload` to whoever listens on `channel`.
     func publish(_ payload: String, to channel: String) async throws
     /// The messages published on `channels` from now on, until the task

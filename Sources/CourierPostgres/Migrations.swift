@@ -217,5 +217,22 @@ enum PostgresMigrations {
                 """,
             ]
         ),
+        // Each node's admin inbox entries, for the others' inboxes.
+        Migration(
+            version: 3,
+            statements: [
+                """
+                CREATE TABLE inbox_entries (
+                    node_id \(text) NOT NULL,
+                    sequence BIGINT NOT NULL,
+                    format SMALLINT NOT NULL,
+                    entry BYTEA NOT NULL,
+                    written_at BIGINT NOT NULL,
+                    PRIMARY KEY (node_id, sequence)
+                )
+                """,
+                "CREATE INDEX inbox_entries_written ON inbox_entries(written_at)",
+            ]
+        ),
     ]
 }

@@ -153,6 +153,50 @@ extension PostgresStore: NodeCoordination {
         try await query("DELETE FROM relayed_broadcasts WHERE stored_at < $1", [.millis(date)])
     }
 
+    public func shareInbox(_ entries: [SharedInboxEntry]) async throws {
+        // Like hand-overs: transient, not waiting for the disk.
+        for chunk in entries.slices(of: Self.rowsPerStatement) {
+            try await query(
+                """
+                INSERT INTO inbox_entries (node_id, sequence, format, entry, written_at)
+                SELECT v.node_id, v.sequence, v.format, v.entry, \(Self.now) FROM (VALUES \(Self.rows(chunk.count, of: 4)))
+                    AS v(node_id, sequence, format, entry)
+                ON CONFLICT (node_id, sequence) DO NOTHING
+                """, chunk.flatMap { [Value.text($0.node), .integer(Int($0.sequence)), .integer($0.format), .bytes($0.bytes)] },
+                relaxed: true)
+        }
+    }
+
+    public func sharedInbox(except node: String, after cursors: [String: Int64], limit: Int) async throws -> [SharedInboxEntry] {
+        let known = Array(cursors.keys)
+        return try await query(
+            """
+            SELECT e.node_id, e.sequence, e.format, e.entry FROM inbox_entries e
+            LEFT JOIN unnest($2::text[], $3::bigint[]) AS c(node_id, sequence) ON c.node_id = e.node_id
+            WHERE e.node_id <> $1 AND e.sequence > coalesce(c.sequence, 0)
+            ORDER BY e.node_id, e.sequence LIMIT $4
+            """, [.text(node), .texts(known), .integers(known.map { Int(cursors[$0]!) }), .integer(limit)], relaxed: true
+        ).map {
+            SharedInboxEntry(
+                node: try $0.text("node_id"), sequence: Int64(try $0.integer("sequence")), format: try $0.integer("format"),
+                bytes: try $0.bytes("entry"))
+        }
+    }
+
+    public func lastSharedInboxSequence(node: String) async throws -> Int64 {
+        Int64(try await query("SELECT max(sequence) AS last FROM inbox_entries WHERE node_id = $1", [.text(node)]).first?.optionalInteger("last") ?? 0)
+    }
+
+    public func pruneSharedInbox(node: String, through sequence: Int64, olderThan seconds: Double) async throws {
+        try await query(
+            "DELETE FROM inbox_entries WHERE (node_id = $1 AND sequence <= $2) OR written_at < \(Self.now) - $3",
+            [.text(node), .integer(Int(sequence)), .integer(Int(seconds * 1000))], relaxed: true)
+    }
+
+    public func clearSharedInbox() async throws {
+        try await query("DELETE FROM inbox_entries", relaxed: true)
+    }
+
     public func publish(_ payload: String, to channel: String) async throws {
         try await query("SELECT pg_notify($1, $2)", [.text(channel), .text(payload)], relaxed: true)
     }

@@ -744,6 +744,8 @@ enum Value: Sendable {
     case text(String)
     case integer(Int)
     case bytes([UInt8])
+    case texts([String])
+    case integers([Int])
     case null
 
     static func millis(_ date: Date) -> Value { .integer(date.storeMillis) }
@@ -759,6 +761,8 @@ enum Value: Sendable {
         case .text(let text): binds.append(text)
         case .integer(let integer): binds.append(integer)
         case .bytes(let bytes): binds.append(ByteBuffer(bytes: bytes))
+        case .texts(let texts): binds.append(texts)
+        case .integers(let integers): binds.append(integers)
         case .null: binds.appendNull()
         }
     }

@@ -37,6 +37,43 @@ struct PostgresStoreTests {
         await reopened.close()
     }
 
+    /// Inbox entries shared by nodes: each node reads the others' after
+    /// its cursor for each (all of a node it has none for), never its own;
+    /// pruning keeps a node's newest and drops the old of every node.
+    @Test func sharedInboxEntriesAreReadAfterEachNodesCursorAndPruned() async throws {
+        let server = try await PostgresServer.shared()
+        let store = try await PostgresStore.open(settings(server, try await server.createDatabase()), logger: Logger(label: "test"))
+        func entries(_ node: String, _ sequences: ClosedRange<Int64>) -> [SharedInboxEntry] {
+            sequences.map { SharedInboxEntry(node: node, sequence: $0, format: 1, bytes: [UInt8(truncatingIfNeeded: $0), 0xFF, 0xFF]) }
+        }
+        #expect(try await store.lastSharedInboxSequence(node: "a") == 0)
+        try await store.shareInbox(entries("a", 1...300) + entries("b", 10...12))
+        // Written twice (a retried batch): kept once.
+        try await store.shareInbox(entries("b", 12...13))
+        #expect(try await store.lastSharedInboxSequence(node: "a") == 300)
+        #expect(try await store.lastSharedInboxSequence(node: "b") == 13)
+
+        let forC = try await store.sharedInbox(except: "c", after: ["a": 298], limit: 10)
+        #expect(forC.map { "\($0.node)\($0.sequence)" } == ["a299", "a300", "b10", "b11", "b12", "b13"])
+        #expect(forC.first?.bytes == [43, 0xFF, 0xFF])
+        let forB = try await store.sharedInbox(except: "b", after: [:], limit: 1000)
+        #expect(forB.count == 300 && forB.allSatisfy { $0.node == "a" })
+        #expect(try await store.sharedInbox(except: "a", after: ["b": 13], limit: 10).isEmpty)
+        #expect(try await store.sharedInbox(except: "c", after: ["a": 0], limit: 2).map(\.sequence) == [1, 2])
+
+        // a keeps its newest 100; nothing is older than an hour.
+        try await store.pruneSharedInbox(node: "a", through: 200, olderThan: 3600)
+        #expect(try await store.sharedInbox(except: "c", after: [:], limit: 1000).count == 104)
+        // Every node's entries older than 0 s go.
+        try await store.query("UPDATE inbox_entries SET written_at = written_at - 10")
+        try await store.pruneSharedInbox(node: "b", through: 0, olderThan: 0.001)
+        #expect(try await store.sharedInbox(except: "c", after: [:], limit: 1000).isEmpty)
+        try await store.shareInbox(entries("b", 14...15))
+        try await store.clearSharedInbox()
+        #expect(try await store.sharedInbox(except: "c", after: [:], limit: 1000).isEmpty)
+        await store.close()
+    }
+
     /// A node older than the database's schema refuses to run on it.
     @Test func aSchemaNewerThanTheNodeIsRefused() async throws {
         let server = try await PostgresServer.shared()

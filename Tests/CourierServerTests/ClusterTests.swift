@@ -397,6 +397,71 @@ struct ClusterTests {
         #expect(await nodes.stop(), "every node stops cleanly")
     }
 
+    /// What one node's provider interfaces received is in every node's
+    /// admin inbox, with the node that received it: listed, waited for,
+    /// in the notification's timeline, and in the inbox of a node started
+    /// later; a clear on one node clears every node's.
+    @Test func theInboxIsEveryNodes() async throws {
+        let nodes = try await Nodes.start(["node-a", "node-b"])
+        defer { nodes.kill() }
+        let (device, running, token) = try await nodes.connectedDevice("node-a", logger: logger)
+        await device.stop()
+        await running.value
+        let onA = try nodes.provider("node-a", logger: logger)
+        let onB = try nodes.provider("node-b", logger: logger)
+        let id = UUID()
+        // Waited for on node-b (whether the wait starts before or after node-a receives it).
+        let waited = Task {
+            try JSONSerialization.data(withJSONObject: try await nodes.admin("node-b", "/v1/inbox/wait?apns-id=\(id.uuidString)&timeout=20"))
+        }
+        let accepted = try await onA.send(
+            HTTP2Push(token: token, payload: Array(#"{"aps":{"alert":"seen everywhere"}}"#.utf8), topic: "com.example.demo", id: id))
+        #expect(accepted.status == 200, "\(accepted)")
+        let entry = try JSONSerialization.jsonObject(with: try await waited.value) as? [String: Any] ?? [:]
+        #expect(entry["apnsID"] as? String == id.uuidString.lowercased(), "node-b's wait answered with node-a's entry: \(entry)")
+        #expect(entry["node"] as? String == "node-a")
+        #expect(entry["payload"] as? String == #"{"aps":{"alert":"seen everywhere"}}"#)
+        #expect((entry["outcome"] as? [String: Any])?["accepted"] as? Bool == true)
+
+        // A refusal on node-b is in node-a's inbox, and each node names itself for its own entries.
+        let refused = try await onB.send(HTTP2Push(token: [1, 2, 3], payload: Array(#"{"aps":{}}"#.utf8), topic: "com.example.demo"))
+        #expect(refused.status == 400)
+        for name in ["node-a", "node-b"] {
+            let both = try await nodes.eventually {
+                let entries = try await nodes.admin(name, "/v1/inbox")["entries"] as? [[String: Any]] ?? []
+                return entries.compactMap { $0["node"] as? String }.sorted() == ["node-a", "node-b"]
+                    && entries.contains { ($0["outcome"] as? [String: Any])?["reason"] as? String == "BadDeviceToken" && $0["node"] as? String == "node-b" }
+            }
+            #expect(both, "\(name) lists node-a's acceptance and node-b's refusal")
+        }
+        let timeline = try await nodes.admin("node-b", "/v1/notifications/\(id.uuidString)")
+        #expect((timeline["received"] as? [[String: Any]])?.first?["node"] as? String == "node-a", "\(timeline)")
+
+        // A node started later reads what the others received before.
+        let copied = try await runProgram("cp", ["-a", nodes.data("node-a"), nodes.data("node-c")])
+        #expect(copied.status == 0)
+        try nodes.start("node-c")
+        let onC = try await nodes.eventually {
+            (try await nodes.admin("node-c", "/v1/inbox")["entries"] as? [[String: Any]] ?? []).count == 2
+        }
+        #expect(onC, "node-c lists the two entries received before it started")
+
+        // Cleared on node-c: empty everywhere; what comes next is listed again.
+        #expect(try await nodes.admin("node-c", "DELETE", "/v1/inbox")["cleared"] as? Int == 2)
+        for name in ["node-a", "node-b", "node-c"] {
+            let empty = try await nodes.eventually { (try await nodes.admin(name, "/v1/inbox")["entries"] as? [[String: Any]])?.isEmpty == true }
+            #expect(empty, "\(name)'s inbox was cleared")
+        }
+        #expect(try await onA.send(HTTP2Push(token: token, payload: Array(#"{"aps":{"alert":"after"}}"#.utf8), topic: "com.example.demo")).status == 200)
+        let after = try await nodes.eventually {
+            (try await nodes.admin("node-c", "/v1/inbox")["entries"] as? [[String: Any]])?.map { $0["payload"] as? String } == [#"{"aps":{"alert":"after"}}"#]
+        }
+        #expect(after, "node-c lists the entry received after the clear, and only it")
+        await onA.close()
+        await onB.close()
+        #expect(await nodes.stop(), "every node stops cleanly")
+    }
+
     /// Revoked on one node, an auth key's and a device certificate's
     /// connections to another node are closed by that node's sweep.
     @Test func aRevocationOnOneNodeClosesConnectionsOnAnother() async throws {

@@ -107,4 +107,109 @@ import Testing
         ring.write(record(6))
         #expect(ring.last?.sequence == 6)
     }
+
+    /// An entry shared with another node's ring (several nodes) comes back
+    /// there whole, naming the node that received it; each ring names its
+    /// own node for its own entries, none with one node.
+    @Test func anotherNodesEntryComesBackWithItsNode() throws {
+        var a = InboxRing(capacity: 10, node: "node-a")
+        var b = InboxRing(capacity: 10, node: "node-b")
+        a.write(record(4))
+        let bytes = try #require(a.lastEncoded)
+        b.write(record(1))
+        #expect(b.write(shared: bytes, from: "node-a") == 2)
+        let shared = try #require(b.last)
+        let original = try #require(a.last)
+        #expect(shared.node == "node-a" && original.node == "node-a")
+        #expect(shared.apnsID == original.apnsID && shared.token == original.token && shared.topic == original.topic)
+        #expect(shared.payload == original.payload && shared.outcome == original.outcome && shared.receivedAt == original.receivedAt)
+        #expect(shared.headers.map(\.value) == original.headers.map(\.value))
+        var nodes: [String?] = []
+        b.forEach { nodes.append($0.node); return true }
+        #expect(nodes == ["node-b", "node-a"])
+        var alone = InboxRing(capacity: 10)
+        alone.write(record(1))
+        #expect(alone.last?.node == nil)
+        // Not an entry's bytes: refused, nothing written.
+        #expect(b.write(shared: [1, 2, 3], from: "node-a") == nil)
+        #expect(b.write(shared: Array(bytes.dropLast()), from: "node-a") == nil)
+        #expect(b.count == 2)
+    }
+
+    /// Another node's entries arrive late, out of the order they were
+    /// received in: a clear up to a time drops exactly those received up
+    /// to it, and paging by sequence still finds its place.
+    @Test func aClearUpToATimeDropsWhatWasReceivedUpToIt() {
+        var ring = InboxRing(capacity: 20)
+        for n in [5, 1, 7, 2, 9, 3] { ring.write(record(n)) }
+        ring.remove(receivedUpTo: record(3).receivedAt)
+        var kept: [(UInt64, String?)] = []
+        ring.forEach { kept.append(($0.sequence, $0.topic)); return true }
+        #expect(kept.map(\.0) == [1, 3, 5])
+        #expect(kept.map(\.1) == ["com.example.t5", "com.example.t7", "com.example.t9"])
+        var after: [UInt64] = []
+        ring.forEach(after: 2) { after.append($0.sequence); return true }
+        #expect(after == [3, 5])
+        after = []
+        ring.forEach(after: 3) { after.append($0.sequence); return true }
+        #expect(after == [5])
+        after = []
+        ring.forEach(after: 5) { after.append($0.sequence); return true }
+        #expect(after.isEmpty)
+    }
+}
+
+/// The inbox with several nodes: what it records waits to be shared
+/// (bounded), and what other nodes shared wakes its waiters, except what
+/// was received before its last clear.
+@Suite struct SharedInboxTests {
+    let clock = ManualWallClock(Date(timeIntervalSince1970: 1_750_000_100))
+
+    func record(_ n: Int, at date: Date) -> InboxRecord {
+        InboxRecord(
+            receivedAt: date, interface: .http2, environment: .production, id: .text("id-\(n)"), token: [1, 2, 3], topic: "com.example.demo",
+            provider: nil, teamID: nil, received: .http2(HPACKHeaders()), payload: Array("{\"n\":\(n)}".utf8), outcome: .accepted, fault: nil)
+    }
+
+    @Test func whatIsRecordedWaitsToBeSharedInOrderAndBounded() {
+        let inbox = NotificationInbox(capacity: 3, maxAge: 3600, clock: clock, node: "node-a")
+        for n in 1...5 { inbox.record(record(n, at: clock.now())) }
+        let (entries, dropped) = inbox.takeUnshared()
+        #expect(entries.map(\.sequence) == [3, 4, 5])
+        #expect(dropped == 2)
+        #expect(inbox.takeUnshared().entries.isEmpty)
+        let single = NotificationInbox(capacity: 3, maxAge: 3600, clock: clock)
+        single.record(record(1, at: clock.now()))
+        #expect(single.takeUnshared().entries.isEmpty, "one node shares nothing")
+        #expect(single.unsharedEntries == nil)
+    }
+
+    @Test func anotherNodesEntryWakesAWaiter() async throws {
+        let a = NotificationInbox(capacity: 10, maxAge: 3600, clock: clock, node: "node-a")
+        let b = NotificationInbox(capacity: 10, maxAge: 3600, clock: clock, node: "node-b")
+        let waiting = Task { await b.wait(for: InboxFilter(apnsID: "id-7"), timeout: .seconds(30)) }
+        while b.waiting == 0 { await Task.yield() }
+        a.record(record(7, at: clock.now()))
+        #expect(b.recordShared(a.takeUnshared().entries.map { ("node-a", $0.bytes) }) == 1)
+        let entry = await waiting.value
+        #expect(entry?.apnsID == "id-7")
+        #expect(entry?.node == "node-a")
+        #expect(entry?.payload == Array("{\"n\":7}".utf8))
+    }
+
+    @Test func whatWasReceivedBeforeAClearIsNotTaken() {
+        let a = NotificationInbox(capacity: 10, maxAge: 60, clock: clock, node: "node-a")
+        let b = NotificationInbox(capacity: 10, maxAge: 60, clock: clock, node: "node-b")
+        let now = clock.now()
+        a.record(record(1, at: now.addingTimeInterval(-2)))
+        a.record(record(2, at: now.addingTimeInterval(-120)))
+        a.record(record(3, at: now))
+        b.record(record(4, at: now.addingTimeInterval(-3)))
+        b.record(record(5, at: now))
+        b.clear(upTo: now.addingTimeInterval(-1))
+        #expect(b.list(InboxFilter(), limit: 10).entries.map(\.apnsID) == ["id-5"])
+        // id-1 came before the clear, id-2 is older than maxAge: only id-3 is taken.
+        #expect(b.recordShared(a.takeUnshared().entries.map { ("node-a", $0.bytes) }) == 1)
+        #expect(b.list(InboxFilter(), limit: 10).entries.map(\.apnsID) == ["id-5", "id-3"])
+    }
 }

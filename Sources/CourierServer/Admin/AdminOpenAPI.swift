@@ -96,6 +96,7 @@ enum AdminOpenAPI {
                   "payload": {"type": "string", "description": "the payload as text, when it is UTF-8"},
                   "payloadSize": {"type": "integer", "minimum": 0},
                   "fault": {"type": "string", "description": "the fault rule that acted on it"},
+                  "node": {"type": "string", "description": "the node that received it, with several nodes"},
                   "outcome": {
                     "type": "object", "required": ["accepted"],
                     "properties": {"accepted": {"type": "boolean"}, "status": {"type": "integer"}, "reason": {"type": "string"}}

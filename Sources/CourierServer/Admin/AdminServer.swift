@@ -134,9 +134,10 @@ public struct AdminServer: Service {
                 throw HTTPError(.badGateway, message: "the push could not be sent to the HTTP/2 port: \(error)")
             }
         }
-        api.delete("inbox") { [inbox] _, _ in
+        api.delete("inbox") { [inbox, dispatcher] _, _ in
             let cleared = inbox.count
-            inbox.clear()
+            // With several nodes, every node's inbox.
+            if let cluster = dispatcher.cluster { try await cluster.clearInbox() } else { inbox.clear() }
             return Cleared(cleared: cleared)
         }
         api.get("notifications/:apnsID") { [inbox, dispatcher] _, context in
@@ -473,9 +474,12 @@ struct InboxEntryJSON: ResponseCodable {
     var outcome: Outcome
     /// The fault rule that acted on it.
     var fault: String?
+    /// The node that received it (several nodes).
+    var node: String?
 
     init(_ entry: InboxEntry, _ dispatcher: Dispatcher) {
         fault = entry.fault
+        node = entry.node
         device = entry.token.flatMap { dispatcher.device(of: $0, in: entry.environment) }.map { String($0, radix: 16) }
         sequence = entry.sequence
         receivedAt = adminTime(entry.receivedAt)

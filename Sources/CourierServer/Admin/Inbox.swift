@@ -77,6 +77,8 @@ public struct InboxEntry: Sendable {
     public var outcome: InboxOutcome { details.record.outcome }
     /// The fault rule that acted on it, if one did.
     public var fault: String? { details.record.fault }
+    /// The node that received it (several nodes); nil with one node.
+    public var node: String? { details.record.node }
 }
 
 /// An inbox entry's apns-id: kept as it came, made into text when read.
@@ -181,15 +183,47 @@ public final class NotificationInbox: Sendable {
         var nextWaiter: UInt64 = 0
         /// The server is shutting down: waits end at once, with nothing.
         var closed = false
+        /// Several nodes: the entries recorded here and not yet written for
+        /// the others (`takeUnshared`), oldest first; nil with one node.
+        var unshared: [SharedEntry]?
+        /// Entries the others' inboxes could not be sent, the oldest
+        /// dropped when `unshared` outgrew the capacity.
+        var unsharedDropped = 0
+        /// The last time the inbox was cleared (here or on another node):
+        /// other nodes' entries received before then are not taken.
+        var clearedAt = Date.distantPast
+    }
+
+    /// An entry as one node gives it to the others: its sequence there and
+    /// its bytes (`InboxRing.lastEncoded`).
+    struct SharedEntry: Sendable {
+        var sequence: UInt64
+        var bytes: [UInt8]
     }
 
     private let state: Mutex<State>
+    /// Told when entries wait to be shared (several nodes).
+    private let sharingSignal: AsyncStream<Void>.Continuation?
+    /// Yields when entries wait to be shared.
+    let unsharedEntries: AsyncStream<Void>?
 
-    public init(capacity: Int, maxAge: TimeInterval, clock: any WallClock) {
+    /// `node`: this node's id when there are several, to be shared with
+    /// the others' inboxes (`takeUnshared`, `recordShared`).
+    public init(capacity: Int, maxAge: TimeInterval, clock: any WallClock, node: String? = nil) {
         self.capacity = capacity
         self.maxAge = maxAge
         self.clock = clock
-        state = Mutex(State(ring: InboxRing(capacity: max(capacity, 1))))
+        var initial = State(ring: InboxRing(capacity: max(capacity, 1), node: node))
+        if node != nil, capacity > 0 {
+            initial.unshared = []
+            let (stream, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+            unsharedEntries = stream
+            sharingSignal = continuation
+        } else {
+            unsharedEntries = nil
+            sharingSignal = nil
+        }
+        state = Mutex(initial)
     }
 
     public var isRecording: Bool { capacity > 0 }
@@ -202,24 +236,85 @@ public final class NotificationInbox: Sendable {
     /// Records notifications in order, under one lock.
     func record(_ records: some Collection<InboxRecord>) {
         guard capacity > 0, !records.isEmpty else { return }
+        var shared = false
         let woken = state.withLock { state -> [(CheckedContinuation<InboxEntry?, Never>, InboxEntry)] in
-            var first = state.ring.lastSequence + 1
-            for record in records { state.ring.write(record) }
-            guard !state.waiters.isEmpty else { return [] }
-            // Waiters see the new entries as the API shows them.
-            var woken: [(CheckedContinuation<InboxEntry?, Never>, InboxEntry)] = []
-            state.ring.forEach(after: first - 1) { entry in
-                first = entry.sequence
-                state.waiters.removeAll { waiter in
-                    guard waiter.after < entry.sequence, waiter.filter.matches(entry) else { return false }
-                    woken.append((waiter.continuation, entry))
-                    return true
+            let first = state.ring.lastSequence + 1
+            for record in records {
+                let sequence = state.ring.write(record)
+                if state.unshared != nil, let bytes = state.ring.lastEncoded {
+                    state.unshared!.append(SharedEntry(sequence: sequence, bytes: bytes))
+                    shared = true
                 }
-                return !state.waiters.isEmpty
             }
-            return woken
+            if shared, state.unshared!.count > capacity {
+                let excess = state.unshared!.count - capacity
+                state.unshared!.removeFirst(excess)
+                state.unsharedDropped += excess
+            }
+            return Self.waitersWoken(&state, from: first)
+        }
+        if shared { sharingSignal?.yield() }
+        for (continuation, entry) in woken { continuation.resume(returning: entry) }
+    }
+
+    /// The waiters the entries from sequence `first` on answer, taken from the waiting.
+    private static func waitersWoken(_ state: inout State, from first: UInt64) -> [(CheckedContinuation<InboxEntry?, Never>, InboxEntry)] {
+        guard !state.waiters.isEmpty else { return [] }
+        // Waiters see the new entries as the API shows them.
+        var woken: [(CheckedContinuation<InboxEntry?, Never>, InboxEntry)] = []
+        state.ring.forEach(after: first - 1) { entry in
+            state.waiters.removeAll { waiter in
+                guard waiter.after < entry.sequence, waiter.filter.matches(entry) else { return false }
+                woken.append((waiter.continuation, entry))
+                return true
+            }
+            return !state.waiters.isEmpty
+        }
+        return woken
+    }
+
+    // MARK: Several nodes
+
+    /// The entries recorded here since the last call, for the other nodes,
+    /// and how many were dropped before they could be (the writer fell
+    /// more than `capacity` behind).
+    func takeUnshared() -> (entries: [SharedEntry], dropped: Int) {
+        state.withLock { state in
+            defer {
+                if state.unshared != nil { state.unshared = [] }
+                state.unsharedDropped = 0
+            }
+            return (state.unshared ?? [], state.unsharedDropped)
+        }
+    }
+
+    /// Records what other nodes received (`takeUnshared` there), in order;
+    /// entries received before the last clear, or older than `maxAge`,
+    /// are left out. Returns how many were recorded.
+    @discardableResult
+    func recordShared(_ entries: [(node: String, bytes: [UInt8])]) -> Int {
+        guard capacity > 0, !entries.isEmpty else { return 0 }
+        let cutoff = clock.now().addingTimeInterval(-maxAge)
+        var recorded = 0
+        let woken = state.withLock { state -> [(CheckedContinuation<InboxEntry?, Never>, InboxEntry)] in
+            let first = state.ring.lastSequence + 1
+            let since = max(cutoff, state.clearedAt)
+            for (node, bytes) in entries where InboxRing.receivedAt(of: bytes).map({ $0 > since }) ?? false {
+                if state.ring.write(shared: bytes, from: node) != nil { recorded += 1 }
+            }
+            return Self.waitersWoken(&state, from: first)
         }
         for (continuation, entry) in woken { continuation.resume(returning: entry) }
+        return recorded
+    }
+
+    /// Another node's inbox was cleared at `date`: the entries received up
+    /// to then go here too.
+    func clear(upTo date: Date) {
+        state.withLock { state in
+            state.clearedAt = max(state.clearedAt, date)
+            state.ring.remove(receivedUpTo: date)
+        }
     }
 
     /// The entries after sequence `after` that match, oldest first, at
@@ -332,9 +427,16 @@ public final class NotificationInbox: Sendable {
         continuation?.resume(returning: nil)
     }
 
-    /// Forgets every entry (waiters keep waiting).
-    public func clear() {
-        state.withLock { $0.ring.removeAll() }
+    /// Forgets every entry (waiters keep waiting); when it was cleared.
+    @discardableResult
+    public func clear() -> Date {
+        let now = clock.now()
+        state.withLock { state in
+            state.clearedAt = max(state.clearedAt, now)
+            state.ring.removeAll()
+            if state.unshared != nil { state.unshared = [] }
+        }
+        return now
     }
 
     /// Entries held now.

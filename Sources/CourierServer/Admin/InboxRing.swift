@@ -22,6 +22,8 @@ struct InboxRecord {
     var fault: String?
     /// The notification's `apns-unique-id` (sandbox only).
     var uniqueID: UUID? = nil
+    /// The node that received it, when it was another (several nodes).
+    var node: String? = nil
 }
 
 /// The inbox's entries as bytes, in fixed chunks allocated once and
@@ -49,11 +51,14 @@ struct InboxRing {
     /// Entries kept at most.
     let capacity: Int
     private(set) var next: UInt64 = 1
+    /// The node the entries recorded here were received by (nil: one node).
+    let node: String?
 
     /// `capacity` entries at most, in about `capacity` × 512 bytes (at
     /// least two chunks).
-    init(capacity: Int) {
+    init(capacity: Int, node: String? = nil) {
         self.capacity = capacity
+        self.node = node
         let count = max(2, (capacity * 512 + Self.chunkSize - 1) / Self.chunkSize)
         chunks = (0..<count).map { _ in ByteBufferAllocator().buffer(capacity: Self.chunkSize) }
         slots.reserveCapacity(min(capacity, 1 << 16))
@@ -65,19 +70,65 @@ struct InboxRing {
     /// Writes one entry; its sequence.
     @discardableResult
     mutating func write(_ record: InboxRecord) -> UInt64 {
-        if slots.count == capacity { slots.removeFirst() }
         let size = Self.size(of: record)
+        let (chunk, offset) = room(for: size)
+        Self.encode(record, size: size, into: &chunks[chunk])
+        return append(chunk: chunk, offset: offset, receivedAt: record.receivedAt)
+    }
+
+    /// The encoded form of the entries written here, for the other nodes'
+    /// inboxes (`write(shared:from:)`); its version. A node reads only the
+    /// entries of its own version.
+    static let sharedFormat = 1
+
+    /// The newest entry's bytes as written (its node left out).
+    var lastEncoded: [UInt8]? {
+        guard let slot = slots.last else { return nil }
+        let buffer = chunks[slot.chunk]
+        return buffer.getBytes(at: slot.offset, length: buffer.writerIndex - slot.offset)
+    }
+
+    /// Writes an entry another node received (`lastEncoded` there); nil
+    /// when the bytes are not an entry's.
+    @discardableResult
+    mutating func write(shared bytes: [UInt8], from node: String) -> UInt64? {
+        // Ends with the node, none (written as 0xFFFF) on the node that received it.
+        let size = bytes.count + Self.string(node) - 2
+        guard let receivedAt = Self.receivedAt(of: bytes), bytes.count >= 10, bytes.suffix(2) == [0xFF, 0xFF], size <= Self.chunkSize else {
+            return nil
+        }
+        let (chunk, offset) = room(for: size)
+        chunks[chunk].writeWithUnsafeMutableBytes(minimumWritableBytes: size) { raw in
+            var out = RawWriter(base: raw.baseAddress!)
+            bytes.withUnsafeBytes { out.bytes(UnsafeRawBufferPointer(rebasing: $0.dropLast(2))) }
+            out.string(node)
+            return out.offset
+        }
+        return append(chunk: chunk, offset: offset, receivedAt: receivedAt)
+    }
+
+    /// When an encoded entry was received (its first field).
+    static func receivedAt(of bytes: [UInt8]) -> Date? {
+        guard bytes.count >= 8 else { return nil }
+        return Date(timeIntervalSince1970: Double(bitPattern: bytes.prefix(8).reduce(0) { $0 << 8 | UInt64($1) }))
+    }
+
+    /// Where an entry of `size` bytes goes: the current chunk, or the next
+    /// one (whose entries, the oldest, go) when it has no room.
+    private mutating func room(for size: Int) -> (chunk: Int, offset: Int) {
+        if slots.count == capacity { slots.removeFirst() }
         if chunks[current].writerIndex + size > Self.chunkSize {
             current = (current + 1) % chunks.count
-            // The chunk's entries are the oldest: they go.
             while let first = slots.first, first.chunk == current { slots.removeFirst() }
             chunks[current].clear()
         }
-        let offset = chunks[current].writerIndex
-        Self.encode(record, size: size, into: &chunks[current])
+        return (current, chunks[current].writerIndex)
+    }
+
+    private mutating func append(chunk: Int, offset: Int, receivedAt: Date) -> UInt64 {
         let sequence = next
         next += 1
-        slots.append(Slot(sequence: sequence, chunk: current, offset: offset, receivedAt: record.receivedAt))
+        slots.append(Slot(sequence: sequence, chunk: chunk, offset: offset, receivedAt: receivedAt))
         return sequence
     }
 
@@ -90,9 +141,18 @@ struct InboxRing {
         slots.removeAll(keepingCapacity: true)
     }
 
+    /// Drops the entries received at `cutoff` or before (wherever they are:
+    /// another node's come late).
+    mutating func remove(receivedUpTo cutoff: Date) {
+        guard slots.contains(where: { $0.receivedAt <= cutoff }) else { return }
+        var kept = CircularBuffer<Slot>(initialCapacity: slots.count)
+        for slot in slots where slot.receivedAt > cutoff { kept.append(slot) }
+        slots = kept
+    }
+
     /// The entries after `after`, oldest first (or newest first), while
-    /// `body` returns true. The slots hold consecutive sequences, so the
-    /// first one after `after` is found without a scan.
+    /// `body` returns true. The slots are in sequence order, so the first
+    /// one after `after` is found by halving.
     func forEach(after: UInt64 = 0, newestFirst: Bool = false, _ body: (InboxEntry) -> Bool) {
         if newestFirst {
             var index = slots.endIndex
@@ -103,10 +163,14 @@ struct InboxRing {
             }
             return
         }
-        guard let first = slots.first else { return }
-        let skip = after >= first.sequence ? Int(after - first.sequence + 1) : 0
-        guard skip < slots.count else { return }
-        var index = slots.index(slots.startIndex, offsetBy: skip)
+        var low = 0
+        var high = slots.count
+        while low < high {
+            let middle = (low + high) / 2
+            if slots[slots.index(slots.startIndex, offsetBy: middle)].sequence <= after { low = middle + 1 } else { high = middle }
+        }
+        guard low < slots.count else { return }
+        var index = slots.index(slots.startIndex, offsetBy: low)
         while index != slots.endIndex {
             guard body(entry(slots[index])) else { return }
             index = slots.index(after: index)
@@ -119,7 +183,7 @@ struct InboxRing {
     private func entry(_ slot: Slot) -> InboxEntry {
         var buffer = chunks[slot.chunk]
         buffer.moveReaderIndex(to: slot.offset)
-        return Self.decode(&buffer, sequence: slot.sequence)
+        return Self.decode(&buffer, sequence: slot.sequence, localNode: node)
     }
 
     // MARK: Bytes
@@ -147,6 +211,7 @@ struct InboxRing {
         }
         size += string(record.fault)
         size += 1 + (record.uniqueID == nil ? 0 : 16)
+        size += string(record.node)
         return size
     }
 
@@ -244,6 +309,7 @@ struct InboxRing {
             } else {
                 out.integer(UInt8(0))
             }
+            out.string(record.node)
             assert(out.offset == size, "size(of:) and encode disagree")
             return out.offset
         }
@@ -284,7 +350,7 @@ struct InboxRing {
     }
 
     /// What `encode` wrote (the buffer's reader at its start).
-    private static func decode(_ buffer: inout ByteBuffer, sequence: UInt64) -> InboxEntry {
+    private static func decode(_ buffer: inout ByteBuffer, sequence: UInt64, localNode: String?) -> InboxEntry {
         let receivedAt = Date(timeIntervalSince1970: Double(bitPattern: buffer.readInteger(as: UInt64.self) ?? 0))
         let interface: ProviderInterface = buffer.readInteger(as: UInt8.self) == 0 ? .http2 : .binary
         let environment: Environment = buffer.readInteger(as: UInt8.self) == 0 ? .production : .sandbox
@@ -335,10 +401,11 @@ struct InboxRing {
         if buffer.readInteger(as: UInt8.self) == 1, let bytes = buffer.readBytes(length: 16) {
             uniqueID = bytes.withUnsafeBytes { UUID(uuid: $0.loadUnaligned(as: uuid_t.self)) }
         }
+        let node = readString(&buffer) ?? localNode
         return InboxEntry(
             sequence: sequence,
             record: InboxRecord(
                 receivedAt: receivedAt, interface: interface, environment: environment, id: id, token: token, topic: topic, provider: provider,
-                teamID: teamID, connection: connection, received: received, payload: payload, outcome: outcome, fault: fault, uniqueID: uniqueID))
+                teamID: teamID, connection: connection, received: received, payload: payload, outcome: outcome, fault: fault, uniqueID: uniqueID, node: node))
     }
 }

@@ -85,17 +85,18 @@ public struct CourierApplication: Sendable {
             report.adminToken = admin.token
             report.adminTokenPath = admin.path
             report.files.append(ProvisionedFile(what: "admin token", path: admin.path, created: admin.created))
-            let inbox = NotificationInbox(capacity: configuration.inbox.capacity, maxAge: configuration.inbox.maxAge, clock: clock)
+            // Several nodes: a store that coordinates them (PostgreSQL's).
+            let node = provisioner.coordination == nil ? nil : configuration.cluster.node.isEmpty ? Cluster.makeNodeID() : configuration.cluster.node
+            let inbox = NotificationInbox(capacity: configuration.inbox.capacity, maxAge: configuration.inbox.maxAge, clock: clock, node: node)
             let faults = FaultInjector()
             let metrics = ServerMetrics()
             let log = DeliveryLogWriter(store: provisioner.store, logger: logger, metrics: metrics)
             var codecs: [Environment: DeviceTokenCodec] = [:]
             for environment in Environment.allCases { codecs[environment] = try provisioner.tokenCodec(environment) }
             let feedback = FeedbackList(store: provisioner.store)
-            // Several nodes: a store that coordinates them (PostgreSQL's).
             let cluster = (provisioner.coordination).map {
                 Cluster(
-                    node: configuration.cluster.node.isEmpty ? Cluster.makeNodeID() : configuration.cluster.node, coordination: $0, faults: faults,
+                    node: node!, coordination: $0, faults: faults, inbox: inbox,
                     heartbeatInterval: configuration.cluster.heartbeatInterval, nodeTimeout: configuration.cluster.nodeTimeout, clock: clock,
                     logger: logger)
             }

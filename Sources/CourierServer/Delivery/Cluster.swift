@@ -27,6 +27,9 @@ import Synchronization
 /// - Registrations and resets are announced, so that every node's cache
 ///   of registrations forgets what changed (an uninstall seen as 410 on
 ///   every node).
+/// - The admin inbox: what this node records is written to the store a
+///   batch at a time and announced (`inbox`); the others read it into
+///   their own inboxes. A clear is announced with its time (`inbox-clear`).
 final class Cluster: Sendable {
     /// Seconds a push held for an offline device is remembered, in case its
     /// device turns out to have connected to another node meanwhile.
@@ -37,6 +40,8 @@ final class Cluster: Sendable {
     let coordination: any NodeCoordination
     /// The admin API's fault rules, shared by the nodes.
     let faults: FaultInjector
+    /// The admin API's inbox, shared by the nodes.
+    let inbox: NotificationInbox
     let heartbeatInterval: TimeInterval
     let nodeTimeout: TimeInterval
     private let clock: any WallClock
@@ -55,6 +60,11 @@ final class Cluster: Sendable {
         var local: [ObjectIdentifier: (session: DeviceSession, generation: Int64)] = [:]
         /// Devices something was held for while they were offline everywhere, and when.
         var recentlyHeld: [DeviceKey: Date] = [:]
+        /// Added to this node's inbox sequences for the others: above any a
+        /// former run of this node gave (`start`).
+        var inboxBase: Int64 = 0
+        /// Each other node's last inbox entry read.
+        var inboxCursors: [String: Int64] = [:]
     }
 
     private let state = Mutex(State())
@@ -63,12 +73,13 @@ final class Cluster: Sendable {
     let handOvers: GroupCommit<HandedOver, Void>
 
     init(
-        node: String, coordination: any NodeCoordination, faults: FaultInjector, heartbeatInterval: TimeInterval, nodeTimeout: TimeInterval,
-        clock: any WallClock, logger: Logger
+        node: String, coordination: any NodeCoordination, faults: FaultInjector, inbox: NotificationInbox, heartbeatInterval: TimeInterval,
+        nodeTimeout: TimeInterval, clock: any WallClock, logger: Logger
     ) {
         self.node = node
         self.coordination = coordination
         self.faults = faults
+        self.inbox = inbox
         self.heartbeatInterval = heartbeatInterval
         self.nodeTimeout = nodeTimeout
         self.clock = clock
@@ -203,6 +214,8 @@ final class Cluster: Sendable {
         /// A broadcast another node accepted, for the subscribers here.
         case sendBroadcast(StoredBroadcast)
         case forgetChannel(String, Environment)
+        /// Read the inbox entries other nodes shared.
+        case readInbox
     }
 
     /// Takes in a message of another node (or this one's own, echoed);
@@ -259,6 +272,12 @@ final class Cluster: Sendable {
             // This node, taken for dead by another: recorded again at its next beat.
         case ("faults", 2):
             return [.reloadFaults]
+        case ("inbox", 2):
+            guard from != node else { break }
+            return [.readInbox]
+        case ("inbox-clear", 3):
+            guard from != node, let millis = Int(fields[2]) else { break }
+            inbox.clear(upTo: Date(storeMillis: millis))
         case ("fault-count", 5):
             guard let hits = Int(fields[4]) else { break }
             faults.update(id: fields[2], remaining: fields[3] == "-" ? nil : Int(fields[3]), hits: hits)
@@ -359,6 +378,56 @@ final class Cluster: Sendable {
         }
     }
 
+    // MARK: Inbox
+
+    /// Entries read from the store at most at once.
+    static let inboxPage = 1000
+
+    /// Writes what this node's inbox recorded since the last call to the
+    /// store, and tells the others.
+    func shareInbox() async {
+        let (entries, dropped) = inbox.takeUnshared()
+        if dropped > 0 {
+            logger.warning("the inbox recorded faster than it could be shared; the other nodes miss entries", metadata: ["courier.count": "\(dropped)"])
+        }
+        guard !entries.isEmpty else { return }
+        let base = state.withLock { $0.inboxBase }
+        do {
+            try await coordination.shareInbox(
+                entries.map { SharedInboxEntry(node: node, sequence: base + Int64($0.sequence), format: InboxRing.sharedFormat, bytes: $0.bytes) })
+            await publish("inbox \(node)")
+        } catch {
+            logger.error("store failed sharing inbox entries with the other nodes", metadata: ["courier.error": "\(error)"])
+        }
+    }
+
+    /// Reads what the other nodes' inboxes shared since the last read into this one's.
+    func readInbox() async {
+        guard inbox.isRecording else { return }
+        do {
+            while true {
+                let cursors = state.withLock { $0.inboxCursors }
+                let entries = try await coordination.sharedInbox(except: node, after: cursors, limit: Self.inboxPage)
+                inbox.recordShared(entries.filter { $0.format == InboxRing.sharedFormat }.map { ($0.node, $0.bytes) })
+                state.withLock { state in
+                    for entry in entries { state.inboxCursors[entry.node] = max(state.inboxCursors[entry.node] ?? 0, entry.sequence) }
+                }
+                if entries.count < Self.inboxPage { return }
+            }
+        } catch {
+            logger.error("store failed reading the other nodes' inbox entries", metadata: ["courier.error": "\(error)"])
+        }
+    }
+
+    /// Clears every node's inbox (the admin API's `DELETE /v1/inbox`):
+    /// this one's now, the others' when they hear of it, each dropping
+    /// what was received up to now.
+    func clearInbox() async throws {
+        let at = inbox.clear()
+        try await coordination.clearSharedInbox()
+        await publish("inbox-clear \(node) \(at.storeMillis)")
+    }
+
     private func forget(nodes: [String]) {
         let gone = Set(nodes)
         state.withLock { state in state.presence = state.presence.filter { !gone.contains($0.value.node) } }
@@ -378,6 +447,9 @@ final class Cluster: Sendable {
                 await recordAgain()
             }
             try await coordination.clearRelayed(before: now.addingTimeInterval(-Self.recentWindow))
+            // The store keeps what the inboxes keep: this node's newest `capacity`, none older than `maxAge`.
+            let newest = state.withLock { $0.inboxBase } + Int64(inbox.lastSequence)
+            try await coordination.pruneSharedInbox(node: node, through: newest - Int64(inbox.capacity), olderThan: inbox.maxAge)
             let gone = try await coordination.removeNodes(silentFor: nodeTimeout)
             if !gone.isEmpty {
                 logger.warning("nodes stopped beating; their devices' presence removed", metadata: ["courier.nodes": "\(gone)"])
@@ -394,6 +466,11 @@ final class Cluster: Sendable {
     func start() async throws {
         try await coordination.removeNode(node)
         _ = try await coordination.heartbeat(node: node)
+        // Above what a former run of this node shared, and above what it
+        // could have (it cannot have recorded one entry a nanosecond).
+        let last = try await coordination.lastSharedInboxSequence(node: node)
+        let base = max(last, Int64(clock.now().timeIntervalSince1970 * 1e9))
+        state.withLock { $0.inboxBase = base }
     }
 
     /// Records every device connected here again, each with a new generation.
@@ -409,6 +486,8 @@ final class Cluster: Sendable {
         let done = OnceFlag()
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             Task {
+                // What the inbox recorded last goes to the others first.
+                await shareInbox()
                 do {
                     try await coordination.removeNode(node)
                     await publish("gone \(node)")
@@ -457,8 +536,17 @@ struct ClusterService: Service {
                 // many messages ask meanwhile, one read follows, and reads never overlap.
                 let (handOvers, handOverSignal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
                 let (faultReloads, faultSignal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+                let (inboxReads, inboxSignal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
                 group.addTask {
                     for await _ in handOvers { await dispatcher.takeHandedOver() }
+                }
+                group.addTask {
+                    for await _ in inboxReads { await cluster.readInbox() }
+                }
+                if let unshared = cluster.inbox.unsharedEntries {
+                    group.addTask {
+                        for await _ in unshared { await cluster.shareInbox() }
+                    }
                 }
                 group.addTask {
                     for await _ in faultReloads { await cluster.reloadFaults() }
@@ -469,12 +557,14 @@ struct ClusterService: Service {
                             switch action {
                             case .takeHandedOver: handOverSignal.yield()
                             case .reloadFaults: faultSignal.yield()
+                            case .readInbox: inboxSignal.yield()
                             default: await dispatcher.perform(action)
                             }
                         }
                     }
                     handOverSignal.finish()
                     faultSignal.finish()
+                    inboxSignal.finish()
                 }
                 group.addTask {
                     // Each time the subscription is in place (at first, and after a lost
@@ -488,6 +578,7 @@ struct ClusterService: Service {
                         dispatcher.registrations.forgetAll()
                         faultSignal.yield()
                         handOverSignal.yield()
+                        inboxSignal.yield()
                     }
                 }
                 group.addTask {
@@ -497,6 +588,7 @@ struct ClusterService: Service {
                         await cluster.beat()
                         // What a lost message would have announced is taken at the latest now.
                         handOverSignal.yield()
+                        inboxSignal.yield()
                     }
                 }
                 await group.next()

@@ -460,6 +460,8 @@ public final class Dispatcher: Sendable {
             await takeHandedOver()
         case .reloadFaults:
             await cluster?.reloadFaults()
+        case .readInbox:
+            await cluster?.readInbox()
         case .forgetRegistration(let key):
             registrations.forget(key)
         case .forgetDevice(let deviceID):
