@@ -93,6 +93,8 @@ public protocol NodeCoordination: Sendable {
     /// store's clock), with the presence they held and what was handed
     /// over to them; returns their ids.
     func removeNodes(silentFor timeout: Double) async throws -> [String]
+    /// The nodes alive (not removed), this one included.
+    func liveNodes() async throws -> [String]
     /// Removes `node` and the presence it holds (a graceful shutdown).
     func removeNode(_ node: String) async throws
     /// Records that the device is connected to `node` from `date`, and

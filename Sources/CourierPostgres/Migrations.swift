@@ -217,12 +217,14 @@ enum PostgresMigrations {
                 """,
             ]
         ),
-        // Each node's admin inbox entries, for the others' inboxes.
+        // Each node's admin inbox entries, for the others' inboxes. Unlogged:
+        // no write-ahead log for them, and emptied if the database server
+        // crashes (the inboxes themselves are memory only).
         Migration(
             version: 3,
             statements: [
                 """
-                CREATE TABLE inbox_entries (
+                CREATE UNLOGGED TABLE inbox_entries (
                     node_id \(text) NOT NULL,
                     sequence BIGINT NOT NULL,
                     format SMALLINT NOT NULL,

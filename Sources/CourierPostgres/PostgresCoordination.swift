@@ -32,6 +32,10 @@ extension PostgresStore: NodeCoordination {
         }
     }
 
+    public func liveNodes() async throws -> [String] {
+        try await query("SELECT id FROM nodes ORDER BY id").map { try $0.text("id") }
+    }
+
     public func removeNode(_ node: String) async throws {
         try await transaction { connection in
             try await self.removeNodeRows(node, on: connection)

@@ -173,20 +173,49 @@ import Testing
 
     @Test func whatIsRecordedWaitsToBeSharedInOrderAndBounded() {
         let inbox = NotificationInbox(capacity: 3, maxAge: 3600, clock: clock, node: "node-a")
+        inbox.startSharing()
         for n in 1...5 { inbox.record(record(n, at: clock.now())) }
         let (entries, dropped) = inbox.takeUnshared()
         #expect(entries.map(\.sequence) == [3, 4, 5])
         #expect(dropped == 2)
         #expect(inbox.takeUnshared().entries.isEmpty)
         let single = NotificationInbox(capacity: 3, maxAge: 3600, clock: clock)
+        single.startSharing()
         single.record(record(1, at: clock.now()))
         #expect(single.takeUnshared().entries.isEmpty, "one node shares nothing")
         #expect(single.unsharedEntries == nil)
     }
 
+    /// Alone, a node shares nothing; when another node is alive it shares
+    /// first what it kept of its own (not what other nodes gave it), then
+    /// what comes; alone again, it stops.
+    @Test func sharingStartsWithWhatWasKeptWhenAnotherNodeIsAlive() {
+        let a = NotificationInbox(capacity: 10, maxAge: 3600, clock: clock, node: "node-a")
+        let b = NotificationInbox(capacity: 10, maxAge: 3600, clock: clock, node: "node-b")
+        b.startSharing()
+        b.record(record(9, at: clock.now()))
+        a.record(record(1, at: clock.now()))
+        a.recordShared(b.takeUnshared().entries.map { ("node-b", $0.bytes) })
+        a.record(record(2, at: clock.now()))
+        #expect(a.takeUnshared().entries.isEmpty, "alone, nothing waits to be shared")
+        a.startSharing()
+        a.record(record(3, at: clock.now()))
+        let shared = a.takeUnshared().entries
+        #expect(shared.map(\.sequence) == [1, 3, 4], "its own two kept, then the new one; node-b's not")
+        let c = NotificationInbox(capacity: 10, maxAge: 3600, clock: clock, node: "node-c")
+        c.recordShared(shared.map { ("node-a", $0.bytes) })
+        #expect(c.list(InboxFilter(), limit: 10).entries.map(\.apnsID) == ["id-1", "id-2", "id-3"])
+        a.startSharing()
+        #expect(a.takeUnshared().entries.isEmpty, "already sharing: nothing again")
+        a.stopSharing()
+        a.record(record(4, at: clock.now()))
+        #expect(a.takeUnshared().entries.isEmpty)
+    }
+
     @Test func anotherNodesEntryWakesAWaiter() async throws {
         let a = NotificationInbox(capacity: 10, maxAge: 3600, clock: clock, node: "node-a")
         let b = NotificationInbox(capacity: 10, maxAge: 3600, clock: clock, node: "node-b")
+        a.startSharing()
         let waiting = Task { await b.wait(for: InboxFilter(apnsID: "id-7"), timeout: .seconds(30)) }
         while b.waiting == 0 { await Task.yield() }
         a.record(record(7, at: clock.now()))
@@ -200,6 +229,7 @@ import Testing
     @Test func whatWasReceivedBeforeAClearIsNotTaken() {
         let a = NotificationInbox(capacity: 10, maxAge: 60, clock: clock, node: "node-a")
         let b = NotificationInbox(capacity: 10, maxAge: 60, clock: clock, node: "node-b")
+        a.startSharing()
         let now = clock.now()
         a.record(record(1, at: now.addingTimeInterval(-2)))
         a.record(record(2, at: now.addingTimeInterval(-120)))

@@ -184,7 +184,8 @@ public final class NotificationInbox: Sendable {
         /// The server is shutting down: waits end at once, with nothing.
         var closed = false
         /// Several nodes: the entries recorded here and not yet written for
-        /// the others (`takeUnshared`), oldest first; nil with one node.
+        /// the others (`takeUnshared`), oldest first; nil with one node, and
+        /// while no other node is alive (`startSharing`, `stopSharing`).
         var unshared: [SharedEntry]?
         /// Entries the others' inboxes could not be sent, the oldest
         /// dropped when `unshared` outgrew the capacity.
@@ -213,9 +214,8 @@ public final class NotificationInbox: Sendable {
         self.capacity = capacity
         self.maxAge = maxAge
         self.clock = clock
-        var initial = State(ring: InboxRing(capacity: max(capacity, 1), node: node))
+        let initial = State(ring: InboxRing(capacity: max(capacity, 1), node: node))
         if node != nil, capacity > 0 {
-            initial.unshared = []
             let (stream, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
             unsharedEntries = stream
             sharingSignal = continuation
@@ -274,6 +274,23 @@ public final class NotificationInbox: Sendable {
     }
 
     // MARK: Several nodes
+
+    /// Another node is alive: what this node recorded and keeps, and
+    /// everything it records from now on, is to be shared (`takeUnshared`).
+    func startSharing() {
+        guard sharingSignal != nil else { return }
+        let backlog = state.withLock { state -> Bool in
+            guard state.unshared == nil else { return false }
+            state.unshared = state.ring.ownEncoded.map { SharedEntry(sequence: $0.sequence, bytes: $0.bytes) }
+            return !state.unshared!.isEmpty
+        }
+        if backlog { sharingSignal?.yield() }
+    }
+
+    /// No other node is alive: nothing is shared until one is.
+    func stopSharing() {
+        state.withLock { $0.unshared = nil }
+    }
 
     /// The entries recorded here since the last call, for the other nodes,
     /// and how many were dropped before they could be (the writer fell

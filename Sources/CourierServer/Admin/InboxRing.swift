@@ -88,6 +88,24 @@ struct InboxRing {
         return buffer.getBytes(at: slot.offset, length: buffer.writerIndex - slot.offset)
     }
 
+    /// The entries this node received (not another's), oldest first, with
+    /// their bytes as `lastEncoded` gives them.
+    var ownEncoded: [(sequence: UInt64, bytes: [UInt8])] {
+        var found: [(UInt64, [UInt8])] = []
+        var index = slots.startIndex
+        while index != slots.endIndex {
+            let slot = slots[index]
+            let nextIndex = slots.index(after: index)
+            // Entries follow one another in a chunk: this one ends where the next one starts, or at the chunk's end.
+            let end = nextIndex != slots.endIndex && slots[nextIndex].chunk == slot.chunk ? slots[nextIndex].offset : chunks[slot.chunk].writerIndex
+            if let bytes = chunks[slot.chunk].getBytes(at: slot.offset, length: end - slot.offset), bytes.suffix(2) == [0xFF, 0xFF] {
+                found.append((slot.sequence, bytes))
+            }
+            index = nextIndex
+        }
+        return found
+    }
+
     /// Writes an entry another node received (`lastEncoded` there); nil
     /// when the bytes are not an entry's.
     @discardableResult

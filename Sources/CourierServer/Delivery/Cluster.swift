@@ -27,9 +27,11 @@ import Synchronization
 /// - Registrations and resets are announced, so that every node's cache
 ///   of registrations forgets what changed (an uninstall seen as 410 on
 ///   every node).
-/// - The admin inbox: what this node records is written to the store a
-///   batch at a time and announced (`inbox`); the others read it into
-///   their own inboxes. A clear is announced with its time (`inbox-clear`).
+/// - The admin inbox: while another node is alive (announced `joined`, or
+///   seen at a beat), what this node records is written to the store a
+///   batch at a time and announced (`inbox`), starting with what it kept
+///   from before; the others read it into their own inboxes. A clear is
+///   announced with its time (`inbox-clear`).
 final class Cluster: Sendable {
     /// Seconds a push held for an offline device is remembered, in case its
     /// device turns out to have connected to another node meanwhile.
@@ -275,6 +277,9 @@ final class Cluster: Sendable {
         case ("inbox", 2):
             guard from != node else { break }
             return [.readInbox]
+        case ("joined", 2):
+            guard from != node else { break }
+            inbox.startSharing()
         case ("inbox-clear", 3):
             guard from != node, let millis = Int(fields[2]) else { break }
             inbox.clear(upTo: Date(storeMillis: millis))
@@ -382,6 +387,10 @@ final class Cluster: Sendable {
 
     /// Entries read from the store at most at once.
     static let inboxPage = 1000
+    /// Time between two writes of inbox entries: one statement (and one
+    /// announcement, one read on each other node) for what was recorded
+    /// meanwhile, so that the inbox does not crowd out hand-overs.
+    static let inboxLinger: Duration = .milliseconds(50)
 
     /// Writes what this node's inbox recorded since the last call to the
     /// store, and tells the others.
@@ -447,6 +456,8 @@ final class Cluster: Sendable {
                 await recordAgain()
             }
             try await coordination.clearRelayed(before: now.addingTimeInterval(-Self.recentWindow))
+            // Alone, this node keeps its inbox to itself (until a node joins).
+            if try await coordination.liveNodes().contains(where: { $0 != node }) { inbox.startSharing() } else { inbox.stopSharing() }
             // The store keeps what the inboxes keep: this node's newest `capacity`, none older than `maxAge`.
             let newest = state.withLock { $0.inboxBase } + Int64(inbox.lastSequence)
             try await coordination.pruneSharedInbox(node: node, through: newest - Int64(inbox.capacity), olderThan: inbox.maxAge)
@@ -471,6 +482,9 @@ final class Cluster: Sendable {
         let last = try await coordination.lastSharedInboxSequence(node: node)
         let base = max(last, Int64(clock.now().timeIntervalSince1970 * 1e9))
         state.withLock { $0.inboxBase = base }
+        if try await coordination.liveNodes().contains(where: { $0 != node }) { inbox.startSharing() }
+        // The others start sharing their inboxes with this node.
+        await publish("joined \(node)")
     }
 
     /// Records every device connected here again, each with a new generation.
@@ -545,7 +559,10 @@ struct ClusterService: Service {
                 }
                 if let unshared = cluster.inbox.unsharedEntries {
                     group.addTask {
-                        for await _ in unshared { await cluster.shareInbox() }
+                        for await _ in unshared {
+                            await cluster.shareInbox()
+                            try? await Task.sleep(for: Cluster.inboxLinger)
+                        }
                     }
                 }
                 group.addTask {
