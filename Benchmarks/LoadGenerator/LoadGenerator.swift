@@ -58,7 +58,7 @@ struct Arguments: ParsableCommand {
     var broadcasts = 5
     @Option
     var host = "127.0.0.1"
-    @Option(help: "delivery (devices and pushes), broadcast (devices subscribed to one channel, the time until all have each broadcast), binary (the provider library), binary-raw (pre-encoded frames), tls-idle (device connections that finish the TLS handshake and send nothing: the server's memory per connection without a device session) or mqtt (the light delivery benchmark against an MQTT broker: --devices QoS 1 subscribers over TLS, one publisher; Benchmarks/mqtt/compare.sh).")
+    @Option(help: "delivery (devices and pushes), broadcast (devices subscribed to one channel, the time until all have each broadcast), binary (the provider library), binary-raw (pre-encoded frames), tls-idle (device connections that finish the TLS handshake and send nothing: the server's memory per connection without a device session), restart (devices on the device library, connected; the time until all are connected again after the server restarts: Benchmarks/limits/restart.sh) or mqtt (the light delivery benchmark against an MQTT broker: --devices QoS 1 subscribers over TLS, one publisher; Benchmarks/mqtt/compare.sh).")
     var mode = "delivery"
     @Option(help: "Provider connections (binary mode).")
     var connections = 1
@@ -230,6 +230,10 @@ struct LoadGenerator {
         }
         if arguments.mode == "tls-idle" {
             try await tlsIdleConnections(arguments, directories: directories)
+            return
+        }
+        if arguments.mode == "restart" {
+            try await restartStorm(arguments, directories: directories, logger: logger)
             return
         }
 

@@ -114,6 +114,9 @@ public actor DeviceClient {
     private var resubscribing: [UInt32: String] = [:]
     private var seenOrder: [UUID] = []
     private var stopped = false
+    /// The back-off under way: resumed when it has passed, or at `stop()`.
+    private var backoffWake: (id: Int, continuation: CheckedContinuation<Void, Never>)?
+    private var backoffs = 0
     private var terminalError: DeviceClientError?
     /// Connections made so far (for tests and tools).
     public private(set) var connections = 0
@@ -196,11 +199,7 @@ public actor DeviceClient {
             }
             // Jitter: devices that lost the same node do not all come back at once.
             wait *= Double.random(in: 0.5...1)
-            // In short steps, so that stop() ends a long back-off at once.
-            let resume = ContinuousClock.now + .seconds(wait)
-            while !stopped, !Task.isCancelled, ContinuousClock.now < resume {
-                try? await Task.sleep(for: min(.milliseconds(100), resume - ContinuousClock.now))
-            }
+            await backOff(seconds: wait)
             if options.gateways.count <= 1 || gatewayIndex % options.gateways.count == 0 { backoff = min(backoff * 2, options.maximumBackoff) }
         }
         fail(connectedWaiters: DeviceClientError.stopped)
@@ -245,8 +244,35 @@ public actor DeviceClient {
         options.onChange?(change)
     }
 
+    /// Waits `seconds`, or until `stop()` or the task's cancellation,
+    /// whichever comes first: one timer, however long the wait (an
+    /// application with thousands of clients waits without polling).
+    private func backOff(seconds: Double) async {
+        guard !stopped, !Task.isCancelled else { return }
+        backoffs += 1
+        let id = backoffs
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                backoffWake = (id, continuation)
+                Task { [weak self] in
+                    try? await Task.sleep(for: .seconds(seconds))
+                    await self?.endBackOff(id)
+                }
+            }
+        } onCancel: {
+            Task { await self.endBackOff(id) }
+        }
+    }
+
+    private func endBackOff(_ id: Int? = nil) {
+        guard let wake = backoffWake, id == nil || wake.id == id else { return }
+        backoffWake = nil
+        wake.continuation.resume()
+    }
+
     /// Ends `run()` and closes the connection.
     public func stop() {
+        endBackOff()
         stopped = true
         channel?.close(promise: nil)
     }

@@ -46,6 +46,35 @@ import Testing
         }
     }
 
+    /// A device client backing off (its gateway gone) ends at once when
+    /// stopped, however long the back-off (which is one timer, not a poll).
+    @Test(.timeLimit(.minutes(1))) func aClientBackingOffStopsAtOnce() async throws {
+        try await withTestServer { server in
+            let directory = server.directory + "/backoff-device"
+            _ = try await server.application.provisioner.issueDeviceIdentity(directory: directory)
+            let (changes, change) = AsyncStream.makeStream(of: ConnectionChange.self)
+            // A port nothing listens on: the first attempt fails and a back-off of an hour begins.
+            let closed = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: 0).get()
+            let port = closed.localAddress!.port!
+            try await closed.close()
+            let client = try DeviceClient(
+                credentials: try DeviceCredentials.load(from: directory), environment: .production,
+                options: .init(host: "127.0.0.1", port: port, initialBackoff: 3600, maximumBackoff: 3600, serverName: "localhost",
+                               onChange: { change.yield($0) }),
+                logger: server.logger)
+            let running = Task { await client.run() }
+            var seen = changes.makeAsyncIterator()
+            guard case .unreachable? = await seen.next() else {
+                Issue.record("the first attempt should fail")
+                return
+            }
+            // Within the suite's time limit only if stop() ends the hour's back-off.
+            await client.stop()
+            await running.value
+            #expect(await client.isConnected == false)
+        }
+    }
+
     @Test func aFreshDeviceLearnsALongerTokenLengthFromConnectAck() async throws {
         try await withTestServer(tokenLength: 64) { server in
             let device = try await server.device()
