@@ -113,6 +113,15 @@ final class Nodes: @unchecked Sendable {
         return (device, running, try await device.register("com.example.demo"))
     }
 
+    /// The demo app's token, registered by the demo device on a node,
+    /// which then goes offline.
+    func offlineToken(_ name: String, logger: Logger) async throws -> [UInt8] {
+        let (device, running, token) = try await connectedDevice(name, logger: logger)
+        await device.stop()
+        await running.value
+        return token
+    }
+
     /// `GET /v1/devices` of a node's admin API.
     func devices(_ name: String) async throws -> [[String: Any]] {
         try await admin(name, "/v1/devices")["devices"] as? [[String: Any]] ?? []
@@ -355,9 +364,7 @@ struct ClusterTests {
     @Test func faultRulesAreEveryNodes() async throws {
         let nodes = try await Nodes.start(["node-a", "node-b", "node-c"])
         defer { nodes.kill() }
-        let (device, running, token) = try await nodes.connectedDevice("node-a", logger: logger)
-        await device.stop()
-        await running.value
+        let token = try await nodes.offlineToken("node-a", logger: logger)
         let onA = try nodes.provider("node-a", logger: logger)
         let onB = try nodes.provider("node-b", logger: logger)
         func push(_ provider: HTTP2ProviderClient) async throws -> HTTP2PushResult {
@@ -404,9 +411,7 @@ struct ClusterTests {
     @Test func theInboxIsEveryNodes() async throws {
         let nodes = try await Nodes.start(["node-a", "node-b"])
         defer { nodes.kill() }
-        let (device, running, token) = try await nodes.connectedDevice("node-a", logger: logger)
-        await device.stop()
-        await running.value
+        let token = try await nodes.offlineToken("node-a", logger: logger)
         let onA = try nodes.provider("node-a", logger: logger)
         let onB = try nodes.provider("node-b", logger: logger)
         let id = UUID()
