@@ -22,7 +22,8 @@ struct InboxRecord {
     var fault: String?
     /// The notification's `apns-unique-id` (sandbox only).
     var uniqueID: UUID? = nil
-    /// The node that received it, when it was another (several nodes).
+    /// The node that received it (several nodes): written only for
+    /// another node's entry; read back as this node for its own.
     var node: String? = nil
 }
 
@@ -83,27 +84,26 @@ struct InboxRing {
 
     /// The newest entry's bytes as written (its node left out).
     var lastEncoded: [UInt8]? {
-        guard let slot = slots.last else { return nil }
-        let buffer = chunks[slot.chunk]
-        return buffer.getBytes(at: slot.offset, length: buffer.writerIndex - slot.offset)
+        slots.isEmpty ? nil : encoded(at: slots.index(before: slots.endIndex))
+    }
+
+    /// The bytes of the entry at `index` of the slots, as written.
+    private func encoded(at index: CircularBuffer<Slot>.Index) -> [UInt8]? {
+        let slot = slots[index]
+        let next = slots.index(after: index)
+        // Entries follow one another in a chunk: this one ends where the next one starts, or at the chunk's end.
+        let end = next != slots.endIndex && slots[next].chunk == slot.chunk ? slots[next].offset : chunks[slot.chunk].writerIndex
+        return chunks[slot.chunk].getBytes(at: slot.offset, length: end - slot.offset)
     }
 
     /// The entries this node received (not another's), oldest first, with
     /// their bytes as `lastEncoded` gives them.
     var ownEncoded: [(sequence: UInt64, bytes: [UInt8])] {
-        var found: [(UInt64, [UInt8])] = []
-        var index = slots.startIndex
-        while index != slots.endIndex {
-            let slot = slots[index]
-            let nextIndex = slots.index(after: index)
-            // Entries follow one another in a chunk: this one ends where the next one starts, or at the chunk's end.
-            let end = nextIndex != slots.endIndex && slots[nextIndex].chunk == slot.chunk ? slots[nextIndex].offset : chunks[slot.chunk].writerIndex
-            if let bytes = chunks[slot.chunk].getBytes(at: slot.offset, length: end - slot.offset), bytes.suffix(2) == [0xFF, 0xFF] {
-                found.append((slot.sequence, bytes))
-            }
-            index = nextIndex
+        slots.indices.compactMap { index in
+            // Another node's entry ends with its node; this node's with none (0xFFFF).
+            guard let bytes = encoded(at: index), bytes.suffix(2) == [0xFF, 0xFF] else { return nil }
+            return (slots[index].sequence, bytes)
         }
-        return found
     }
 
     /// Writes an entry another node received (`lastEncoded` there); nil
