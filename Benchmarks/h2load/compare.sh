@@ -7,6 +7,7 @@
 #        EXPIRATION=<unix time> ... : apns-expiration (default 0); one in the
 #        future makes every push durable (committed before its 200: the
 #        demo device is not connected)
+#        ONLY=courier ... : Courier alone (builds compared before and after)
 # needs: h2load (Debian nghttp2-client), nginx, openssl; a release build:
 #        swift build -c release --product courier
 set -euo pipefail
@@ -106,5 +107,5 @@ run() { # name url connections
 sleep 0.5
 for c in 1 8; do
   run courier "https://127.0.0.1:42197" "$c"
-  run nginx "https://127.0.0.1:48443" "$c"
+  [ "${ONLY:-}" = courier ] || run nginx "https://127.0.0.1:48443" "$c"
 done

@@ -64,8 +64,9 @@ public struct Topic: Sendable, Hashable, CustomStringConvertible {
 
     /// Splits a topic string; `com.a.b.voip` is the VoIP topic of `com.a.b`.
     public init(_ topic: String) {
-        for kind in TopicKind.suffixed where topic.hasSuffix(kind.suffix) && topic.count > kind.suffix.count {
-            self.init(bundleID: String(topic.dropLast(kind.suffix.count)), kind: kind)
+        // Bytes, not Characters: counting Characters walks the whole string.
+        for kind in TopicKind.suffixed where topic.utf8.count > kind.suffix.utf8.count && topic.utf8.suffix(kind.suffix.utf8.count).elementsEqual(kind.suffix.utf8) {
+            self.init(bundleID: String(topic.utf8.dropLast(kind.suffix.utf8.count))!, kind: kind)
             return
         }
         self.init(bundleID: topic, kind: .app)
@@ -90,15 +91,23 @@ public enum Identifiers {
     /// Bundle ids: reverse-DNS, letters, digits, `-` and `.`, no empty part,
     /// at most 155 bytes.
     public static func isBundleID(_ text: String) -> Bool {
-        guard !text.isEmpty, text.utf8.count <= 155 else { return false }
-        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count >= 2 else { return false }
-        return parts.allSatisfy { part in
-            !part.isEmpty
-                && part.utf8.allSatisfy { byte in
-                    (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
-                        || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-")
-                }
+        // One pass over the bytes: every HTTP/2 request's topic comes here.
+        let utf8 = text.utf8
+        guard !utf8.isEmpty, utf8.count <= 155 else { return false }
+        var parts = 1
+        var partLength = 0
+        for byte in utf8 {
+            switch byte {
+            case UInt8(ascii: "."):
+                guard partLength > 0 else { return false }
+                parts += 1
+                partLength = 0
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"):
+                partLength += 1
+            default:
+                return false
+            }
         }
+        return parts >= 2 && partLength > 0
     }
 }

@@ -39,16 +39,17 @@ public struct HTTP2RequestHead: Sendable, Hashable {
             field = value
         }
         for (name, value, _) in headers {
-            switch name {
-            case ":method": method = value
-            case ":path": path = value
-            case "authorization": once(&head.authorization, value)
-            case "apns-id": once(&head.apnsID, value)
-            case "apns-expiration": once(&head.expiration, value)
-            case "apns-priority": once(&head.priority, value)
-            case "apns-topic": once(&head.topic, value)
-            case "apns-collapse-id": once(&head.collapseID, value)
-            case "apns-push-type": once(&head.pushType, value)
+            // By length first: one comparison of strings per header at most.
+            switch name.utf8.count {
+            case 5 where name == ":path": path = value
+            case 7 where name == ":method": method = value
+            case 7 where name == "apns-id": once(&head.apnsID, value)
+            case 10 where name == "apns-topic": once(&head.topic, value)
+            case 13 where name == "authorization": once(&head.authorization, value)
+            case 13 where name == "apns-priority": once(&head.priority, value)
+            case 14 where name == "apns-push-type": once(&head.pushType, value)
+            case 15 where name == "apns-expiration": once(&head.expiration, value)
+            case 16 where name == "apns-collapse-id": once(&head.collapseID, value)
             default: continue
             }
         }
@@ -117,13 +118,11 @@ public struct HTTP2RequestHead: Sendable, Hashable {
     /// 8-4-4-4-12 hex digits. Upper-case digits are accepted: clients
     /// written in Swift send `UUID().uuidString`, and Apple takes them.
     static func isCanonicalUUID(_ text: String) -> Bool {
-        let bytes = Array(text.utf8)
-        guard bytes.count == 36 else { return false }
-        for (index, byte) in bytes.enumerated() {
-            if [8, 13, 18, 23].contains(index) {
-                guard byte == UInt8(ascii: "-") else { return false }
-            } else {
-                guard Hex.value(of: byte) != nil else { return false }
+        guard text.utf8.count == 36 else { return false }
+        for (index, byte) in text.utf8.enumerated() {
+            switch index {
+            case 8, 13, 18, 23: guard byte == UInt8(ascii: "-") else { return false }
+            default: guard Hex.value(of: byte) != nil else { return false }
             }
         }
         return true

@@ -55,6 +55,15 @@ import Testing
         #expect(!Identifiers.isBundleID("nodots"))
         #expect(!Identifiers.isBundleID("com..example"))
         #expect(!Identifiers.isBundleID("com.exa mple"))
+        #expect(!Identifiers.isBundleID("com.example."))
+        #expect(!Identifiers.isBundleID(".com.example"))
+        #expect(!Identifiers.isBundleID("."))
+        #expect(!Identifiers.isBundleID(""))
+        #expect(!Identifiers.isBundleID("com.exämple"))
+        #expect(!Identifiers.isBundleID("com.example_app"))
+        #expect(Identifiers.isBundleID("a.b"))
+        #expect(Identifiers.isBundleID("a." + String(repeating: "b", count: 153)))
+        #expect(!Identifiers.isBundleID("a." + String(repeating: "b", count: 154)))
     }
 
     @Test func manualClockMovesOnlyWhenTold() {

@@ -18,6 +18,18 @@ import Testing
             fault: n % 5 == 0 ? "f\(n)" : nil)
     }
 
+    @Test func anAuthorizationHeaderKeepsOnlyItsScheme() {
+        #expect(InboxHeaders.redacted("bearer a.b.c") == "bearer (not recorded)")
+        #expect(InboxHeaders.redacted("Bearer a.b.c") == "bearer (not recorded)")
+        #expect(InboxHeaders.redacted("BEARER a.b.c") == "bearer (not recorded)")
+        #expect(InboxHeaders.redacted("bearer ") == "bearer (not recorded)")
+        #expect(InboxHeaders.redacted("bearer") == "(not recorded)")
+        #expect(InboxHeaders.redacted("bearer\ta.b.c") == "(not recorded)")
+        #expect(InboxHeaders.redacted("Basic dXNlcjpwYXNz") == "(not recorded)")
+        #expect(InboxHeaders.redacted("bearër a") == "(not recorded)")
+        #expect(InboxHeaders.redacted("") == "(not recorded)")
+    }
+
     @Test func everyFieldComesBack() {
         var ring = InboxRing(capacity: 10)
         var headers = HPACKHeaders()

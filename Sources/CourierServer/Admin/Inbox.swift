@@ -106,7 +106,11 @@ enum InboxHeaders: Sendable {
     /// An authorization header without its credential (the entry's
     /// `provider` names the key that signed a valid one).
     static func redacted(_ value: String) -> String {
-        value.lowercased().hasPrefix("bearer ") ? "bearer (not recorded)" : "(not recorded)"
+        // "bearer " in any case, byte by byte (no character lowercases to
+        // one of its letters but the letter's capital).
+        let scheme = "bearer ".utf8
+        let isBearer = value.utf8.count >= scheme.count && zip(value.utf8, scheme).allSatisfy { $1 == 0x20 ? $0 == 0x20 : $0 | 0x20 == $1 }
+        return isBearer ? "bearer (not recorded)" : "(not recorded)"
     }
 }
 
