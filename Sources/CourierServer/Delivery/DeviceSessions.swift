@@ -71,14 +71,7 @@ public final class DeviceSession: Sendable {
 
     func track(_ deliveryID: UUID, _ inFlight: InFlight) { state.withLock { $0.inFlight[deliveryID] = inFlight } }
 
-    func untrack(_ deliveryID: UUID) -> InFlight? {
-        state.withLock { state in
-            let found = state.inFlight.removeValue(forKey: deliveryID)
-            // An idle device keeps no storage from its last busy spell.
-            if found != nil, state.inFlight.isEmpty { state.inFlight = [:] }
-            return found
-        }
-    }
+    func untrack(_ deliveryID: UUID) -> InFlight? { state.withLock { $0.inFlight.removeValue(forKey: deliveryID) } }
 
     func isInFlight(_ deliveryID: UUID) -> Bool { state.withLock { $0.inFlight[deliveryID] != nil } }
 }
