@@ -2,11 +2,16 @@ import CourierCore
 import CourierDevice
 import CourierPKI
 import CourierProvider
-import CourierServer
+import CourierSQLite
 import CourierWire
 import Foundation
 import NIOCore
+import Logging
+import NIOEmbedded
+import Synchronization
 import Testing
+
+@testable import CourierServer
 
 /// Revoking a certificate closes every connection that uses it, on every
 /// interface, at the next sweep (every `qos.tickInterval`, 1 s), each with
@@ -101,5 +106,32 @@ import Testing
             await other.stop()
             await server.disconnect(device)
         }
+    }
+}
+
+/// The register of connections by certificate, without a server.
+@Suite struct CertificateConnectionsTests {
+    @Test func eachCertificatesConnectionsAreKeptUntilTheyClose() async throws {
+        let store = try await SQLiteStore.inMemory(logger: Logger(label: "test"))
+        let connections = CertificateConnections(store: store, clock: ManualWallClock(Date(timeIntervalSince1970: 1_750_000_000)), logger: Logger(label: "test"))
+        let closed = Mutex<[String]>([])
+        let channels = (0..<4).map { _ in EmbeddedChannel() }
+        for channel in channels { try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)) }
+        // A device's certificate with one connection, a provider's with three.
+        connections.register(serial: "01", channel: channels[0]) { closed.withLock { $0.append("device") } }
+        for (index, channel) in channels.dropFirst().enumerated() {
+            connections.register(serial: "02", channel: channel) { closed.withLock { $0.append("provider \(index)") } }
+        }
+        #expect(connections.count == 4)
+        try await channels[2].close()
+        channels[2].embeddedEventLoop.run()
+        #expect(connections.count == 3)
+        for close in connections.takeClosers(of: ["02"]) { close() }
+        #expect(closed.withLock { $0.sorted() } == ["provider 0", "provider 2"])
+        #expect(connections.count == 1)
+        try await channels[0].close()
+        channels[0].embeddedEventLoop.run()
+        #expect(connections.count == 0)
+        #expect(connections.takeClosers(of: ["01", "02"]).isEmpty)
     }
 }

@@ -15,8 +15,54 @@ import Synchronization
 /// is asked once per sweep for what was revoked lately — not once per
 /// connection — so `courier pki revoke` run by another process is seen too.
 final class CertificateConnections: Sendable {
+    /// The connections of one certificate. Most have one (a device's):
+    /// kept without a dictionary of its own, which would cost every idle
+    /// device connection a few hundred bytes.
+    private enum Connections {
+        case one(ObjectIdentifier, @Sendable () -> Void)
+        case several([ObjectIdentifier: @Sendable () -> Void])
+
+        mutating func add(_ key: ObjectIdentifier, _ revoke: @escaping @Sendable () -> Void) {
+            switch self {
+            case .one(let only, let closer):
+                self = only == key ? .one(key, revoke) : .several([only: closer, key: revoke])
+            case .several(var all):
+                self = .several([:])  // `all` alone holds the dictionary: changed in place
+                all[key] = revoke
+                self = .several(all)
+            }
+        }
+
+        /// Forgets `key`; true when no connection is left.
+        mutating func remove(_ key: ObjectIdentifier) -> Bool {
+            switch self {
+            case .one(let only, _):
+                return only == key
+            case .several(var all):
+                self = .several([:])
+                all[key] = nil
+                self = .several(all)
+                return all.isEmpty
+            }
+        }
+
+        var closers: [@Sendable () -> Void] {
+            switch self {
+            case .one(_, let closer): [closer]
+            case .several(let all): Array(all.values)
+            }
+        }
+
+        var count: Int {
+            switch self {
+            case .one: 1
+            case .several(let all): all.count
+            }
+        }
+    }
+
     private struct State {
-        var bySerial: [String: [ObjectIdentifier: @Sendable () -> Void]] = [:]
+        var bySerial: [String: Connections] = [:]
         /// When the last sweep began; the next asks for revocations from
         /// a while before it (another process's clock may differ).
         var lastSweep: Date?
@@ -42,13 +88,20 @@ final class CertificateConnections: Sendable {
     /// when the channel closes.
     func register(serial: String, channel: any Channel, revoke: @escaping @Sendable () -> Void) {
         let key = ObjectIdentifier(channel)
-        state.withLock { $0.bySerial[serial, default: [:]][key] = revoke }
+        state.withLock { state in
+            if state.bySerial[serial]?.add(key, revoke) == nil { state.bySerial[serial] = .one(key, revoke) }
+        }
         channel.closeFuture.whenComplete { _ in
             self.state.withLock { state in
-                state.bySerial[serial]?[key] = nil
-                if state.bySerial[serial]?.isEmpty == true { state.bySerial[serial] = nil }
+                if state.bySerial[serial]?.remove(key) == true { state.bySerial[serial] = nil }
             }
         }
+    }
+
+    /// What closes the connections of the certificates `serials`, which
+    /// are forgotten.
+    func takeClosers(of serials: [String]) -> [@Sendable () -> Void] {
+        state.withLock { state in serials.flatMap { state.bySerial.removeValue(forKey: $0)?.closers ?? [] } }
     }
 
     /// The store's record of a certificate (the handshake's question,
@@ -73,10 +126,8 @@ final class CertificateConnections: Sendable {
             logger.error("store failed while reading revocations", metadata: ["courier.error": "\(error)"])
             return
         }
-        let closers = state.withLock { state in
-            state.lastSweep = now
-            return revoked.flatMap { state.bySerial.removeValue(forKey: $0).map { Array($0.values) } ?? [] }
-        }
+        state.withLock { $0.lastSweep = now }
+        let closers = takeClosers(of: revoked)
         guard !closers.isEmpty else { return }
         logger.info("closing connections whose certificate was revoked", metadata: ["courier.connections": "\(closers.count)"])
         for close in closers { close() }
