@@ -64,12 +64,21 @@ public struct Topic: Sendable, Hashable, CustomStringConvertible {
 
     /// Splits a topic string; `com.a.b.voip` is the VoIP topic of `com.a.b`.
     public init(_ topic: String) {
-        // Bytes, not Characters: counting Characters walks the whole string.
-        for kind in TopicKind.suffixed where topic.utf8.count > kind.suffix.utf8.count && topic.utf8.suffix(kind.suffix.utf8.count).elementsEqual(kind.suffix.utf8) {
-            self.init(bundleID: String(topic.utf8.dropLast(kind.suffix.utf8.count))!, kind: kind)
-            return
+        // On the string's bytes: every HTTP/2 request's topic comes here.
+        var text = topic
+        let found = text.withUTF8 { bytes -> (kind: TopicKind, bundleID: String)? in
+            for kind in TopicKind.suffixed {
+                let suffix = kind.suffix.utf8
+                guard bytes.count > suffix.count, bytes[(bytes.count - suffix.count)...].elementsEqual(suffix) else { continue }
+                return (kind, String(decoding: bytes[..<(bytes.count - suffix.count)], as: UTF8.self))
+            }
+            return nil
         }
-        self.init(bundleID: topic, kind: .app)
+        if let found {
+            self.init(bundleID: found.bundleID, kind: found.kind)
+        } else {
+            self.init(bundleID: topic, kind: .app)
+        }
     }
 
     public var description: String { bundleID + kind.suffix }

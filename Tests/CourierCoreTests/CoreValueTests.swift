@@ -10,6 +10,9 @@ import Testing
         #expect(Hex.decode("abc") == nil)
         #expect(Hex.decode("zz") == nil)
         #expect(Hex.decode("") == [])
+        #expect(Hex.decode("xx00ff".dropFirst(2)) == [0, 255])
+        #expect(Hex.decode("0g") == nil)
+        #expect(Hex.decode("g0") == nil)
     }
 
     @Test func topicsSplitIntoBundleAndKind() {
