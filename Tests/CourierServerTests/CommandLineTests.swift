@@ -301,8 +301,10 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
 
         // A refusal is the one thing that ends it, non-zero: the device's certificate revoked.
         let listed = try courierRun(["pki", "list", "--data", data])
-        let serial = try #require(
-            listed.stdout.split(separator: "\n").first { $0.hasPrefix("certificate device") }?.split(separator: " ").first { $0.count == 40 })
+        // The word after "serial" (up to 40 hex digits: a serial's leading zero bytes are not written).
+        let deviceLine = try #require(listed.stdout.split(separator: "\n").first { $0.hasPrefix("certificate device") })
+        let words = deviceLine.split(separator: " ")
+        let serial = try #require(words.firstIndex(of: "serial").map { words[$0 + 1] })
         #expect(try courierRun(["pki", "revoke", "--data", data, "--serial", String(serial)]).status == 0)
         let third = try RunningProgram(courier, ["serve", "--data", data, "--config", config])
         #expect(third.waitForLine(containing: "Courier is running") != nil, "\(third.output)")
