@@ -115,7 +115,7 @@ public actor DeviceClient {
     private var seenOrder: [UUID] = []
     private var stopped = false
     /// The back-off under way: resumed when it has passed, or at `stop()`.
-    private var backoffWake: (id: Int, continuation: CheckedContinuation<Void, Never>)?
+    private var backoffWake: (id: Int, continuation: CheckedContinuation<Void, Never>, timer: Task<Void, Never>)?
     private var backoffs = 0
     private var terminalError: DeviceClientError?
     /// Connections made so far (for tests and tools).
@@ -253,11 +253,12 @@ public actor DeviceClient {
         let id = backoffs
         await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                backoffWake = (id, continuation)
-                Task { [weak self] in
-                    try? await Task.sleep(for: .seconds(seconds))
+                let timer = Task { [weak self] in
+                    // Cancelled when the back-off ends early (no sleeping task left behind).
+                    guard (try? await Task.sleep(for: .seconds(seconds))) != nil else { return }
                     await self?.endBackOff(id)
                 }
+                backoffWake = (id, continuation, timer)
             }
         } onCancel: {
             Task { await self.endBackOff(id) }
@@ -267,6 +268,7 @@ public actor DeviceClient {
     private func endBackOff(_ id: Int? = nil) {
         guard let wake = backoffWake, id == nil || wake.id == id else { return }
         backoffWake = nil
+        wake.timer.cancel()
         wake.continuation.resume()
     }
 
