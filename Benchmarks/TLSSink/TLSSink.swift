@@ -13,6 +13,11 @@ import NIOSSL
 /// certificate, a client certificate from its CA required) and, with
 /// `--page-buffers`, Courier's page-mapped buffer allocator. Measure it
 /// with `courier-load --mode tls-idle --device-port PORT --server-pid PID`.
+///
+/// By default, as Courier's device gateway, TLS keeps only a hash of each
+/// client's certificate once the handshake is done;
+/// `--keep-peer-certificates` keeps the certificates (as swift-nio-ssl
+/// does by default), `--tls12` limits the connections to TLS 1.2.
 @main
 struct TLSSink: AsyncParsableCommand {
     @Option(help: "A Courier data directory.")
@@ -21,13 +26,17 @@ struct TLSSink: AsyncParsableCommand {
     var port = 5299
     @Flag(name: .customLong("page-buffers"), help: "Give the connections Courier's page-mapped buffer allocator, as its device gateway does.")
     var pageBuffers = false
+    @Flag(name: .customLong("tls12"), help: "TLS 1.2 at most.")
+    var tls12 = false
+    @Flag(name: .customLong("keep-peer-certificates"), help: "Keep each client's certificate after the handshake (Courier's device gateway keeps only its hash).")
+    var keepPeerCertificates = false
 
     func run() async throws {
         ProcessorAffinity.fitSharedThreads()
         var configuration = CourierConfiguration(dataDirectory: data)
         configuration.demo.enabled = false
         let provisioner = try await Provisioner.open(configuration: configuration, logger: Logger(label: "tls-sink"))
-        let context = try provisioner.serverTLSContext()
+        let context = try provisioner.serverTLSContext(maximumVersion: tls12 ? .tlsv12 : nil, keepingPeerCertificates: keepPeerCertificates)
         try await provisioner.close()
         var bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.backlog, value: 1024)
@@ -38,7 +47,8 @@ struct TLSSink: AsyncParsableCommand {
                 channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: context)) }
             }
             .bind(host: "127.0.0.1", port: port).get()
-        print("tls-sink listening on 127.0.0.1:\(port)\(pageBuffers ? " (page buffers)" : "")")
+        let notes = [pageBuffers ? "page buffers" : nil, tls12 ? "TLS 1.2" : nil, keepPeerCertificates ? "peer certificates kept" : nil].compactMap { $0 }
+        print("tls-sink listening on 127.0.0.1:\(port)\(notes.isEmpty ? "" : " (" + notes.joined(separator: ", ") + ")")")
         try await server.closeFuture.get()
     }
 }

@@ -101,10 +101,10 @@ final class DeviceGateway: ListenerInterface {
         // However the channel ends (even before its handlers are in place),
         // its connection hears of it last.
         channel.closeFuture.whenComplete { _ in connection.enqueue(.closed) }
-        try channel.pipeline.syncOperations.addHandlers(
-            ConnectionTimeout(.silence, timeout: .seconds(Int64(2 * configuration.qos.keepAlive))),
+        try channel.pipeline.syncOperations.addHandler(
             DeviceConnectionHandler(
-                connection, maxFrameLength: configuration.limits.deviceMaxFrameLength, unfinishedFrameTimeout: policy.connections.unfinishedFrame))
+                connection, silence: SilenceWatch(channel, timeout: .seconds(Int64(2 * configuration.qos.keepAlive))),
+                maxFrameLength: configuration.limits.deviceMaxFrameLength, unfinishedFrameTimeout: policy.connections.unfinishedFrame))
         return nil
     }
 
@@ -291,7 +291,7 @@ final class DeviceConnection: Sendable {
     static let resumeAt = 16
 
     private struct Inbox {
-        var items = CircularBuffer<Item>(initialCapacity: 2)
+        var items = WaitingItems<Item>()
         var running = false
         var paused = false
         var conversation = DeviceConversation()
@@ -374,8 +374,6 @@ final class DeviceConnection: Sendable {
                 guard let item = inbox.items.popFirst() else {
                     inbox.conversation = conversation
                     inbox.running = false
-                    // A burst's room is not kept for the idle time after it.
-                    if inbox.items.capacity > 16 { inbox.items = CircularBuffer(initialCapacity: 2) }
                     return (nil, false)
                 }
                 let resume = inbox.paused && inbox.items.count <= Self.resumeAt
@@ -414,6 +412,29 @@ final class DeviceConnection: Sendable {
     }
 }
 
+/// A queue that holds no storage while it is empty: an idle connection's
+/// inbox costs nothing, and a burst's room is not kept after it.
+struct WaitingItems<Element> {
+    private var buffer: CircularBuffer<Element>?
+
+    var isEmpty: Bool { buffer?.isEmpty ?? true }
+    var count: Int { buffer?.count ?? 0 }
+
+    mutating func append(_ element: Element) {
+        if buffer == nil { buffer = CircularBuffer(initialCapacity: 4) }
+        buffer?.append(element)
+    }
+
+    /// The first element; nil, and the storage released, once none is left.
+    mutating func popFirst() -> Element? {
+        guard let first = buffer?.popFirst() else {
+            buffer = nil
+            return nil
+        }
+        return first
+    }
+}
+
 /// The last handler of a device connection: decodes its frames from the
 /// bytes TLS hands over and hands them (or a failure) to the connection's
 /// `DeviceConnection`, and holds back reads while too many frames wait.
@@ -422,6 +443,8 @@ final class DeviceConnectionHandler: ChannelDuplexHandler {
     typealias OutboundIn = ByteBuffer
 
     private let connection: DeviceConnection
+    /// A device silent for two keepalive intervals is gone.
+    private let silence: SilenceWatch
     private var decoder: DeviceFrameDecoder
     /// The start of a frame that a later read completes.
     private var received = ReceivedBytes()
@@ -432,13 +455,28 @@ final class DeviceConnectionHandler: ChannelDuplexHandler {
     /// Frames handed on in the current read.
     private var handedOn = 0
 
-    init(_ connection: DeviceConnection, maxFrameLength: Int, unfinishedFrameTimeout: TimeAmount) {
+    init(_ connection: DeviceConnection, silence: SilenceWatch, maxFrameLength: Int, unfinishedFrameTimeout: TimeAmount) {
         self.connection = connection
+        self.silence = silence
         decoder = DeviceFrameDecoder(maxFrameLength: maxFrameLength)
         deadline = UnfinishedFrameDeadline(timeout: unfinishedFrameTimeout)
     }
 
+    func handlerAdded(context: ChannelHandlerContext) {
+        if context.channel.isActive { silence.start() }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        silence.start()
+        context.fireChannelActive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        silence.stop()
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        silence.heard()
         guard !failed else { return }
         handedOn = 0
         received.receive(unwrapInboundIn(data)) { handOn(&$0) }
@@ -447,6 +485,7 @@ final class DeviceConnectionHandler: ChannelDuplexHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         deadline.cancel()
+        silence.stop()
         context.fireChannelInactive()
     }
 

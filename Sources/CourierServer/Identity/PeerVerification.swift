@@ -1,3 +1,4 @@
+import CourierBoringSSL
 import CourierCore
 import CourierPKI
 import CourierWire
@@ -13,31 +14,55 @@ import X509
 /// store knows it. Filled in by the verification callback, read by the
 /// connection once the handshake is done.
 final class PeerIdentityBox: Sendable {
-    private let value = Mutex<CertificateRecord?>(nil)
-    var record: CertificateRecord? { value.withLock { $0 } }
-    func set(_ record: CertificateRecord) { value.withLock { $0 = record } }
+    /// The record in an allocation of its own, so that the box of an idle
+    /// device's connection, whose record was taken, is a pointer's size.
+    private final class Held: Sendable {
+        let record: CertificateRecord
+        init(_ record: CertificateRecord) { self.record = record }
+    }
+
+    private let value = Mutex<Held?>(nil)
+    var record: CertificateRecord? { value.withLock { $0?.record } }
+    func set(_ record: CertificateRecord) { value.withLock { $0 = Held(record) } }
     /// The record, forgotten here: a connection that needs it once (a
     /// device's, at Connect) does not keep it (and its PEM) while idle.
-    func take() -> CertificateRecord? { value.withLock { $0.take() } }
+    func take() -> CertificateRecord? { value.withLock { $0.take()?.record } }
 }
 
 /// Checks client certificates during the TLS handshake: the chain must
 /// lead to Courier's CA (RFC 5280 rules, validity dates), and the
 /// certificate must be one the store knows, of the expected kind and not
 /// revoked. Anything else fails the handshake.
-struct PeerVerifier: Sendable {
+///
+/// One per port, shared by its connections: each connection's
+/// verification callback, which its TLS handler keeps as long as the
+/// connection is open, holds a reference rather than a copy of all this.
+final class PeerVerifier: Sendable {
     let authority: Certificate
     let certificates: CertificateConnections
     let kind: CertificateKind
     let logger: Logger
     /// For provider certificates: the environment the port serves, which
     /// the certificate must carry.
-    var environment: Environment? = nil
+    let environment: Environment?
     /// Provider certificates that connect too often, or hold too many
     /// connections, are refused.
-    var providers: ProviderLimits? = nil
+    let providers: ProviderLimits?
     /// For provider certificates: the other authorities trusted for them.
-    var authorities: ProviderAuthorities? = nil
+    let authorities: ProviderAuthorities?
+
+    init(
+        authority: Certificate, certificates: CertificateConnections, kind: CertificateKind, logger: Logger, environment: Environment? = nil,
+        providers: ProviderLimits? = nil, authorities: ProviderAuthorities? = nil
+    ) {
+        self.authority = authority
+        self.certificates = certificates
+        self.kind = kind
+        self.logger = logger
+        self.environment = environment
+        self.providers = providers
+        self.authorities = authorities
+    }
 
     /// The handlers every listener's connection starts with: TLS whose
     /// peer certificate this verifier checks (the identity into `box`),
@@ -50,7 +75,7 @@ struct PeerVerifier: Sendable {
     ) -> [any ChannelHandler] {
         let closed = channel.closeFuture
         return [
-            NIOSSLServerHandler(context: context) { chain, promise in verify(chain, into: box, closed: closed, work: work, promise: promise) },
+            NIOSSLServerHandler(context: context) { [self] chain, promise in verify(chain, into: box, closed: closed, work: work, promise: promise) },
             ConnectionTimeout(.handshake, timeout: handshakeTimeout),
             HandshakeFailure(failed),
         ]
@@ -73,7 +98,7 @@ struct PeerVerifier: Sendable {
             promise.succeed(.failed)
             return
         }
-        work.start {
+        work.start { [self] in
             let others = kind == .provider ? authorities?.current() ?? [] : []
             var verifier = Verifier(rootCertificates: CertificateStore([authority] + others)) { RFC5280Policy() }
             let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore(certificates.dropFirst()))
@@ -145,7 +170,7 @@ struct ServerTLS: Sendable {
     let providerAuthorities: ProviderAuthorities
 
     init(provisioner: Provisioner) throws {
-        context = try Self.context(provisioner: provisioner)
+        context = try Self.context(provisioner: provisioner, keepingPeerCertificates: false)
         authority = try provisioner.authority().certificate
         providerAuthorities = ProviderAuthorities(provisioner: provisioner)
     }
@@ -161,8 +186,19 @@ struct ServerTLS: Sendable {
     }
 
     /// A server context that asks for a client certificate from the CA.
+    ///
+    /// `keepingPeerCertificates` false: once a handshake is over, TLS keeps
+    /// only a hash of the client's certificate, not the certificate (its
+    /// DER and the objects BoringSSL parses it into, kept with the
+    /// session): about 6 KiB less per connection (docs/benchmarks.md). The
+    /// device gateway's context does this: a device's certificate is
+    /// checked during the handshake (`PeerVerifier`), which leaves what the
+    /// connection needs in its `PeerIdentityBox`, and nothing reads it
+    /// later. swift-nio-ssl has no setting for it, so BoringSSL's is set on
+    /// the context's SSL_CTX directly (`keepOnlyPeerCertificateHashes`).
     static func context(
-        provisioner: Provisioner, maximumVersion: TLSVersion? = nil, alpn: [String] = [], verification: CertificateVerification = .noHostnameVerification
+        provisioner: Provisioner, maximumVersion: TLSVersion? = nil, alpn: [String] = [], verification: CertificateVerification = .noHostnameVerification,
+        keepingPeerCertificates: Bool = true
     ) throws -> NIOSSLContext {
         let chain = try NIOSSLCertificate.fromPEMFile(provisioner.serverCertificatePath)
         let key = try NIOSSLPrivateKey(file: provisioner.serverKeyPath, format: .pem)
@@ -173,7 +209,25 @@ struct ServerTLS: Sendable {
         configuration.trustRoots = .certificates(ca)
         configuration.certificateVerification = verification
         configuration.applicationProtocols = alpn
-        return try NIOSSLContext(configuration: configuration)
+        let context = try NIOSSLContext(configuration: configuration)
+        if !keepingPeerCertificates { context.keepOnlyPeerCertificateHashes() }
+        return context
+    }
+}
+
+extension NIOSSLContext {
+    /// Makes BoringSSL keep only a hash of each client certificate once a
+    /// handshake is over (see `ServerTLS.context`); false if this
+    /// swift-nio-ssl keeps its SSL_CTX elsewhere than in its stored
+    /// property `sslContext` (then certificates are kept, as before, and
+    /// `ServerTLSTests` fails). Call before any connection uses the context.
+    @discardableResult
+    func keepOnlyPeerCertificateHashes() -> Bool {
+        guard let sslContext = Mirror(reflecting: self).children.first(where: { $0.label == "sslContext" })?.value as? OpaquePointer else {
+            return false
+        }
+        courier_ssl_ctx_retain_only_peer_hash(UnsafeMutableRawPointer(sslContext))
+        return true
     }
 }
 
@@ -182,9 +236,12 @@ extension Provisioner {
     /// most, of the binary and feedback listeners): this data directory's
     /// server certificate, a client certificate from its CA required.
     /// Public for the benchmarks' TLS-only server, which measures the TLS
-    /// stack with exactly these settings.
-    public func serverTLSContext() throws -> NIOSSLContext {
-        try ServerTLS.context(provisioner: self)
+    /// stack with exactly these settings (`maximumVersion`: TLS 1.2 at
+    /// most, as the binary and feedback listeners; `keepingPeerCertificates`:
+    /// the clients' certificates kept after the handshake, as the provider
+    /// listeners do and the device gateway does not).
+    public func serverTLSContext(maximumVersion: TLSVersion? = nil, keepingPeerCertificates: Bool = false) throws -> NIOSSLContext {
+        try ServerTLS.context(provisioner: self, maximumVersion: maximumVersion, keepingPeerCertificates: keepingPeerCertificates)
     }
 }
 

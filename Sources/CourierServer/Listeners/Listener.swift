@@ -76,24 +76,25 @@ func listenerBootstrap() -> ServerBootstrap {
 
 /// Closes a connection when its time is up, on the event loop's clock (a
 /// test can move it):
-/// - `.silence`: nothing was read for `timeout` — a dead device (two
-///   keepalive intervals without a frame);
+/// - `.silence`: nothing was read for `timeout` (a `SilenceWatch` told of
+///   every read) — an idle provider connection;
 /// - `.handshake`: the TLS handshake has not finished within `timeout` — a
 ///   client that connects and says nothing must not hold a socket for
 ///   ever. Sits after the TLS handler, whose handshake event it waits for.
+/// - `.lifetime`: the connection has `timeout` from its start, whatever it does.
 public final class ConnectionTimeout: ChannelInboundHandler, RemovableChannelHandler {
     public typealias InboundIn = NIOAny
 
     public enum Kind: Sendable {
         case silence
         case handshake
-        /// The connection has `timeout` from its start, whatever it does.
         case lifetime
     }
 
     private let kind: Kind
     private let timeout: TimeAmount
-    private var lastActivity: NIODeadline = .distantPast
+    /// `.silence`'s watch, from the start.
+    private var watch: SilenceWatch?
     private var check: Scheduled<Void>?
     private var stopped = false
 
@@ -112,7 +113,7 @@ public final class ConnectionTimeout: ChannelInboundHandler, RemovableChannelHan
     }
 
     public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        if kind == .silence { lastActivity = context.eventLoop.now }
+        watch?.heard()
         context.fireChannelRead(data)
     }
 
@@ -129,37 +130,93 @@ public final class ConnectionTimeout: ChannelInboundHandler, RemovableChannelHan
     }
 
     public func channelInactive(context: ChannelHandlerContext) {
-        check?.cancel()
+        stop()
         context.fireChannelInactive()
     }
 
     public func handlerRemoved(context: ChannelHandlerContext) {
+        stop()
+    }
+
+    private func stop() {
         check?.cancel()
+        watch?.stop()
     }
 
     private func start(_ context: ChannelHandlerContext) {
-        guard check == nil, !stopped else { return }
-        lastActivity = context.eventLoop.now
-        schedule(context, at: lastActivity + timeout)
-    }
-
-    private func schedule(_ context: ChannelHandlerContext, at deadline: NIODeadline) {
-        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        check = context.eventLoop.scheduleTask(deadline: deadline) {
-            let (handler, context) = loopBound.value
-            guard !handler.stopped else { return }
-            let due = handler.lastActivity + handler.timeout
-            if context.eventLoop.now >= due {
-                context.close(promise: nil)
-            } else {
-                handler.schedule(context, at: due)
-            }
+        guard check == nil, watch == nil, !stopped else { return }
+        if kind == .silence {
+            watch = SilenceWatch(context.channel, timeout: timeout)
+            watch?.start()
+            return
+        }
+        check = context.eventLoop.assumeIsolated().scheduleTask(deadline: context.eventLoop.now + timeout) { [weak self] in
+            guard let self, !self.stopped else { return }
+            context.close(promise: nil)
         }
     }
 }
 
 @available(*, unavailable)
 extension ConnectionTimeout: Sendable {}
+
+/// Closes a connection from which nothing was read for `timeout` (a dead
+/// device: two keepalive intervals without a frame), on the event loop's
+/// clock (a test can move it). It is no handler of its own: the
+/// connection's handler tells it of each read (`heard`) and of the end
+/// (`stop`). While the connection is idle it holds one entry in its event
+/// loop's schedule, which comes due at most once per `timeout` and is
+/// moved on if the connection was heard from since — no handler context,
+/// task closure or promise per connection.
+final class SilenceWatch: NIOScheduledCallbackHandler, Sendable {
+    private let channel: any Channel
+    private let timeout: TimeAmount
+    /// The last read, on the event loop's clock (uptime nanoseconds).
+    private let lastHeard = Atomic<UInt64>(0)
+    private let started = Atomic<Bool>(false)
+    /// Nil once stopped (or closed for silence).
+    private let scheduled = Mutex<NIOScheduledCallback?>(nil)
+
+    init(_ channel: any Channel, timeout: TimeAmount) {
+        self.channel = channel
+        self.timeout = timeout
+    }
+
+    /// Starts the watch, on the channel's event loop (once: a second
+    /// start, or one after `stop`, does nothing).
+    func start() {
+        guard !started.exchange(true, ordering: .relaxed) else { return }
+        heard()
+        schedule(at: channel.eventLoop.now + timeout)
+    }
+
+    /// Something was read.
+    func heard() {
+        lastHeard.store(channel.eventLoop.now.uptimeNanoseconds, ordering: .relaxed)
+    }
+
+    /// The connection ended: its entry leaves the schedule.
+    func stop() {
+        started.store(true, ordering: .relaxed)
+        scheduled.withLock { $0.take() }?.cancel()
+    }
+
+    func handleScheduledCallback(eventLoop: some EventLoop) {
+        let due = NIODeadline.uptimeNanoseconds(lastHeard.load(ordering: .relaxed)) + timeout
+        if eventLoop.now >= due {
+            scheduled.withLock { $0 = nil }
+            channel.close(promise: nil)
+        } else {
+            schedule(at: due)
+        }
+    }
+
+    private func schedule(at deadline: NIODeadline) {
+        // It throws only when the event loop is shutting down, which ends the connection anyway.
+        let next = try? channel.eventLoop.scheduleCallback(at: deadline, handler: self)
+        scheduled.withLock { $0 = next }
+    }
+}
 
 /// The bytes a connection handler reads its frames from. A read's bytes
 /// are read where they are, in the buffer the TLS handler hands over; what
@@ -178,7 +235,8 @@ struct ReceivedBytes {
         guard carried.readableBytes > 0 else {
             // The usual case: whole frames read in place, only the rest copied.
             read(&bytes)
-            carried.writeBuffer(&bytes)
+            // Nothing left (the usual case) allocates nothing.
+            if bytes.readableBytes > 0 { carried.writeBuffer(&bytes) }
             return
         }
         carried.writeBuffer(&bytes)
