@@ -95,6 +95,9 @@ final class DeviceGateway: ListenerInterface {
     /// frames were handled: the dispatcher was told it went offline.
     static var releasesItself: Bool { true }
 
+    /// `DeviceConnectionHandler` closes a device that does not read.
+    static var closesUnreadItself: Bool { true }
+
     func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: @escaping @Sendable () -> Void) throws -> Never? {
         let connection = DeviceConnection(
             gateway: self, link: ChannelDeviceLink(channel: channel, tokenLength: tokenLength), peer: peer, work: work, release: release)
@@ -103,7 +106,7 @@ final class DeviceGateway: ListenerInterface {
         channel.closeFuture.whenComplete { _ in connection.enqueue(.closed) }
         try channel.pipeline.syncOperations.addHandler(
             DeviceConnectionHandler(
-                connection, silence: SilenceWatch(channel, timeout: .seconds(Int64(2 * configuration.qos.keepAlive))),
+                connection, silence: SilenceWatch(channel, timeout: .seconds(Int64(2 * configuration.qos.keepAlive))), unread: basics.guardian,
                 maxFrameLength: configuration.limits.deviceMaxFrameLength, unfinishedFrameTimeout: policy.connections.unfinishedFrame))
         return nil
     }
@@ -445,6 +448,8 @@ final class DeviceConnectionHandler: ChannelDuplexHandler {
     private let connection: DeviceConnection
     /// A device silent for two keepalive intervals is gone.
     private let silence: SilenceWatch
+    /// A device that does not read what waits for it is closed.
+    private let unread: ListenerGuard
     private var decoder: DeviceFrameDecoder
     /// The start of a frame that a later read completes.
     private var received = ReceivedBytes()
@@ -455,9 +460,10 @@ final class DeviceConnectionHandler: ChannelDuplexHandler {
     /// Frames handed on in the current read.
     private var handedOn = 0
 
-    init(_ connection: DeviceConnection, silence: SilenceWatch, maxFrameLength: Int, unfinishedFrameTimeout: TimeAmount) {
+    init(_ connection: DeviceConnection, silence: SilenceWatch, unread: ListenerGuard, maxFrameLength: Int, unfinishedFrameTimeout: TimeAmount) {
         self.connection = connection
         self.silence = silence
+        self.unread = unread
         decoder = DeviceFrameDecoder(maxFrameLength: maxFrameLength)
         deadline = UnfinishedFrameDeadline(timeout: unfinishedFrameTimeout)
     }
@@ -520,6 +526,11 @@ final class DeviceConnectionHandler: ChannelDuplexHandler {
 
     func read(context: ChannelHandlerContext) {
         if !connection.shouldPauseReading() { context.read() }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        unread.writabilityChanged(context)
+        context.fireChannelWritabilityChanged()
     }
 }
 

@@ -64,7 +64,9 @@ final class ListenerGuard: Sendable {
     /// Counts a new connection in, or refuses it: `CloseAtOnce` goes in
     /// its pipeline and false is returned (the listener adds nothing
     /// else). Call first in the child channel initializer.
-    func admit(_ channel: any Channel) throws -> Bool {
+    /// `addingUnreadLimit` false: the connection's own handler calls
+    /// `writabilityChanged` (one handler fewer per connection).
+    func admit(_ channel: any Channel, addingUnreadLimit: Bool = true) throws -> Bool {
         guard count(channel) else {
             try channel.pipeline.syncOperations.addHandler(CloseAtOnce(), position: .first)
             return false
@@ -86,14 +88,24 @@ final class ListenerGuard: Sendable {
                 try channel.pipeline.syncOperations.addHandler(CloseAtOnce(), position: .first)
                 return false
             }
-            try channel.pipeline.syncOperations.addHandler(UnreadLimit(self), position: .first)
+            if addingUnreadLimit { try channel.pipeline.syncOperations.addHandler(UnreadLimit(self), position: .first) }
         }
         return true
     }
 
+    /// Closes a connection whose channel turned unwritable: more than
+    /// `maxUnread` bytes wait for a peer that does not read (the channel's
+    /// write-buffer high water mark, set by `admit`). Counted and logged.
+    func writabilityChanged(_ context: ChannelHandlerContext) {
+        if !context.channel.isWritable, context.channel.isActive {
+            closedUnread(context.channel)
+            context.close(promise: nil)
+        }
+    }
+
     /// Counts and (at most once per interval) logs a connection closed
     /// because its peer did not read.
-    fileprivate func closedUnread(_ channel: any Channel) {
+    private func closedUnread(_ channel: any Channel) {
         let now = NIODeadline.now()
         let count = state.withLock { state -> Int? in
             state.closedUnread += 1
@@ -188,10 +200,7 @@ final class UnreadLimit: ChannelInboundHandler, Sendable {
     init(_ limits: ListenerGuard) { self.limits = limits }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if !context.channel.isWritable, context.channel.isActive {
-            limits.closedUnread(context.channel)
-            context.close(promise: nil)
-        }
+        limits.writabilityChanged(context)
         context.fireChannelWritabilityChanged()
     }
 }

@@ -44,6 +44,11 @@ protocol ListenerInterface: Sendable {
 
     /// The interface calls `release` itself (see `setUp`).
     static var releasesItself: Bool { get }
+
+    /// The interface's own handler closes a connection whose peer does not
+    /// read (`ListenerGuard.writabilityChanged`), so the listener adds no
+    /// `UnreadLimit` handler of its own.
+    static var closesUnreadItself: Bool { get }
 }
 
 extension ListenerInterface {
@@ -60,6 +65,7 @@ extension ListenerInterface {
     func shuttingDown() {}
     func farewell(_ channel: any Channel) { channel.close(promise: nil) }
     static var releasesItself: Bool { false }
+    static var closesUnreadItself: Bool { false }
 }
 
 extension ListenerInterface where Connection == Never {
@@ -78,6 +84,8 @@ struct PortBasics: Sendable {
     let logger: Logger
     let tlsContext: NIOSSLContext
     let verifier: PeerVerifier
+    /// What the port's peers may hold (connections, unread bytes).
+    let guardian: ListenerGuard
 
     /// Whose certificates the port takes.
     enum Peers {
@@ -99,6 +107,7 @@ struct PortBasics: Sendable {
         var logger = logger
         logger[metadataKey: "courier.listener"] = "\(listener.rawValue).\(environment.rawValue)"
         self.logger = logger
+        guardian = policy.guardFor(listener, environment, logger: logger)
         tlsContext = context
         verifier =
             switch peers {
@@ -134,7 +143,7 @@ struct PortListener<Interface: ListenerInterface>: Service {
         self.metrics = metrics
         self.interface = interface
         network = configuration.network
-        guardian = policy.guardFor(interface.listener, interface.environment, logger: interface.logger)
+        guardian = interface.basics.guardian
         handshakeTimeout = configuration.handshakeTimeout
         self.ports = ports
     }
@@ -157,7 +166,7 @@ struct PortListener<Interface: ListenerInterface>: Service {
                         var added = false
                         do {
                             // Refused: CloseAtOnce closes it as it becomes active.
-                            guard try guardian.admit(channel) else { return nil }
+                            guard try guardian.admit(channel, addingUnreadLimit: !Interface.closesUnreadItself) else { return nil }
                             try open.add(channel)
                             added = true
                             if !Interface.releasesItself { channel.closeFuture.whenComplete { _ in release() } }
