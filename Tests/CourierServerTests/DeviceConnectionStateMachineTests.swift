@@ -9,7 +9,7 @@ import Testing
 /// is allowed when, and the session the connected state carries.
 @Suite struct DeviceConnectionStateMachineTests {
     /// A link that goes nowhere: the machine never uses it.
-    struct NoLink: DeviceLink {
+    final class NoLink: DeviceLink {
         func deliver(_ notification: PushNotification, channelID: String?) -> String? { nil }
         func sentEverythingHeld() {}
         func close() {}

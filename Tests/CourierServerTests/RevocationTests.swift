@@ -81,6 +81,23 @@ import Testing
         }
     }
 
+    /// A device connection is kept under its certificate while it is
+    /// open, and forgotten once it has ended (the connection says so; its
+    /// channel has no close callback for it).
+    @Test func aDeviceConnectionLeavesTheRegisterWhenItEnds() async throws {
+        try await withTestServer { server in
+            let certificates = server.application.policy.certificates
+            let before = certificates.count
+            let device = try await server.device()
+            _ = try await device.client.register("com.example.demo")
+            #expect(certificates.count == before + 1)
+            let deviceID = await device.client.deviceID
+            await server.disconnect(device)
+            await server.dispatcher.waitUntilOffline(deviceID: deviceID, environment: .production)
+            #expect(certificates.count == before)
+        }
+    }
+
     /// Only the revoked certificate's connections close: another
     /// provider's binary connection and another device stay.
     @Test func otherCertificatesConnectionsStay() async throws {

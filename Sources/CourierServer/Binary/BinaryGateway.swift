@@ -119,7 +119,7 @@ final class BinaryGateway: ListenerInterface {
             command2Payload: configuration.limits.payload.binaryCommand2)
     }
 
-    func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: @escaping @Sendable () -> Void) throws -> Never? {
+    func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: ConnectionRelease) throws -> Never? {
         try channel.pipeline.syncOperations.addHandlers(
             ConnectionTimeout(.silence, timeout: policy.connections.binaryIdle),
             BinaryConnectionHandler(gateway: self, peer: peer, work: work, limits: decoderLimits))

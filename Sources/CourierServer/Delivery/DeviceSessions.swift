@@ -6,7 +6,9 @@ import Synchronization
 /// Where the dispatcher sends a device's notifications: its connection,
 /// which knows the device protocol (the dispatcher speaks only of
 /// notifications).
-public protocol DeviceLink: Sendable {
+///
+/// A class's: a session holds it in two words, not in an existential's five.
+public protocol DeviceLink: AnyObject, Sendable {
     /// Sends the notification; or, when a device could not read it (an
     /// item over the device protocol's bounds), sends nothing and says why:
     /// one notification must never end a device's connection. With

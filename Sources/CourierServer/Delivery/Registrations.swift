@@ -36,6 +36,28 @@ struct TokenKey: Hashable, Sendable {
     }
 }
 
+/// A registration as the cache keeps it: what its key does not say
+/// already (32 bytes beside the key, against `AppRegistration`'s 72).
+struct CachedRegistration {
+    var token: [UInt8]
+    var registeredAt: Date
+    var unregisteredAt: Date?
+    var active: Bool
+
+    init(_ registration: AppRegistration) {
+        token = registration.token
+        registeredAt = registration.registeredAt
+        unregisteredAt = registration.unregisteredAt
+        active = registration.active
+    }
+
+    func registration(_ key: RegistrationKey) -> AppRegistration {
+        AppRegistration(
+            deviceID: key.deviceID, bundleID: key.bundleID, environment: key.environment, token: token, active: active, registeredAt: registeredAt,
+            unregisteredAt: unregisteredAt)
+    }
+}
+
 /// A token that opened and belongs to the notification's topic.
 struct CheckedToken {
     var contents: DeviceTokenContents
@@ -100,7 +122,10 @@ final class Registrations: Sendable {
     static let tokenCapacity = 100_000
 
     private struct State {
-        var registrations: [RegistrationKey: AppRegistration] = [:]
+        var registrations: [RegistrationKey: CachedRegistration] = [:]
+        /// The bundle ids of cached registrations, each kept once: every
+        /// device's registration of an app shares its string.
+        var bundleIDs: Set<String> = []
         /// Tokens that opened (see `TokenEntry`).
         var tokens: [TokenKey: TokenEntry] = [:]
         /// Prune `tokens` of idle entries when it reaches this many.
@@ -109,6 +134,19 @@ final class Registrations: Sendable {
         var appHashes: [String: UInt64] = [:]
         /// Counts changes of `registrations` (see `TokenEntry.registeredEpoch`).
         var epoch = 0
+
+        /// Caches `registration` (nil: known not to exist) under `key`,
+        /// whose bundle id is the one kept for every registration of the app.
+        mutating func cache(_ registration: AppRegistration?, _ key: RegistrationKey) {
+            var key = key
+            if let index = bundleIDs.firstIndex(of: key.bundleID) {
+                key.bundleID = bundleIDs[index]
+            } else {
+                if bundleIDs.count >= Registrations.tokenCapacity { bundleIDs.removeAll() }
+                bundleIDs.insert(key.bundleID)
+            }
+            registrations[key] = registration.map(CachedRegistration.init)
+        }
 
         /// Keeps a token that opened, and the app it belongs to when known.
         /// A full table first loses its idle entries.
@@ -210,7 +248,7 @@ final class Registrations: Sendable {
 
     /// The registration as cached (nil: not cached), and the epoch it was read in.
     func cached(_ key: RegistrationKey) -> (AppRegistration?, epoch: Int) {
-        state.withLock { ($0.registrations[key], $0.epoch) }
+        state.withLock { ($0.registrations[key]?.registration(key), $0.epoch) }
     }
 
     /// The current epoch: read before a registration is loaded, a change
@@ -219,10 +257,15 @@ final class Registrations: Sendable {
 
     /// The registration, from the cache or the store.
     func registration(_ key: RegistrationKey) async throws -> AppRegistration? {
-        if let cached = state.withLock({ $0.registrations[key] }) { return cached }
+        if let cached = state.withLock({ $0.registrations[key] }) { return cached.registration(key) }
         let loaded = try await store.registration(deviceID: key.deviceID, bundleID: key.bundleID, environment: key.environment)
-        if let loaded { state.withLock { $0.registrations[key] = $0.registrations[key] ?? loaded } }
-        return loaded
+        guard let loaded else { return nil }
+        // A registration cached meanwhile (by `register`) is newer.
+        return state.withLock { state in
+            if let newer = state.registrations[key] { return newer.registration(key) }
+            state.cache(loaded, key)
+            return loaded
+        }
     }
 
     /// A Live Activity token that opened for the topic's app, against the
@@ -274,7 +317,7 @@ final class Registrations: Sendable {
         let registration = AppRegistration(deviceID: deviceID, bundleID: bundleID, environment: environment, token: token, registeredAt: clock.now())
         try await store.register(registration)
         state.withLock { state in
-            state.registrations[key] = registration
+            state.cache(registration, key)
             state.epoch += 1
         }
         return (token, true)
@@ -286,7 +329,7 @@ final class Registrations: Sendable {
         let key = RegistrationKey(deviceID: deviceID, bundleID: bundleID, environment: environment)
         let updated = try await store.registration(deviceID: deviceID, bundleID: bundleID, environment: environment)
         state.withLock { state in
-            state.registrations[key] = updated
+            state.cache(updated, key)
             state.epoch += 1
         }
         return true

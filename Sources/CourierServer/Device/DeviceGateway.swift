@@ -9,63 +9,6 @@ import NIOSSL
 import ServiceLifecycle
 import Synchronization
 
-/// Sends a device's frames straight into its channel: written and flushed
-/// on the channel's event loop in the order they are sent, with no writer
-/// task or queue of its own per connection.
-final class ChannelDeviceLink: DeviceLink {
-    let channel: any Channel
-    /// The device tokens' length in this environment (a Notification's item bound).
-    let tokenLength: Int
-
-    init(channel: any Channel, tokenLength: Int) {
-        self.channel = channel
-        self.tokenLength = tokenLength
-    }
-
-    /// A Notification frame, unless an item is beyond what the device
-    /// protocol carries (held by an older version, say): then why, and
-    /// nothing is sent.
-    func deliver(_ notification: PushNotification, channelID: String?) -> String? {
-        let n = notification
-        let expiration = n.expiration.map { UInt32(clamping: Int64($0.timeIntervalSince1970)) }
-        let frame = DeviceNotification(
-            token: n.token, payload: n.payload, id: n.id, deliveryID: n.deliveryID, expiration: expiration, priority: n.priority.rawValue,
-            topic: n.topic, collapseID: n.collapseID, pushType: n.pushType, channelID: channelID)
-        if let problem = frame.problem(tokenLength: tokenLength) { return "\(problem)" }
-        send(.notification(frame))
-        return nil
-    }
-
-    func sentEverythingHeld() {
-        send(.noStorage)
-    }
-
-    /// Always through the event loop's queue, even on the loop itself: a
-    /// frame answered at once on the loop (`DeviceConnection.enqueue`)
-    /// must not overtake frames the connection's task sent just before,
-    /// which are still in that queue.
-    func send(_ message: DeviceMessage) {
-        let channel = self.channel
-        channel.eventLoop.execute { channel.writeAndFlush(Self.encode(message, channel), promise: nil) }
-    }
-
-    /// Sends a last frame and waits until it is written (or the write failed).
-    func sendLast(_ message: DeviceMessage) async {
-        try? await channel.writeAndFlush(Self.encode(message, channel))
-    }
-
-    /// The frame's bytes, written straight into one buffer.
-    private static func encode(_ message: DeviceMessage, _ channel: any Channel) -> ByteBuffer {
-        var buffer = channel.allocator.buffer(capacity: message.capacityHint)
-        message.write(to: &buffer)
-        return buffer
-    }
-
-    func close() {
-        channel.close(promise: nil)
-    }
-}
-
 /// The device gateway of one environment: TLS with device certificates,
 /// the courier device protocol (docs/device-protocol.md), keepalive.
 ///
@@ -76,7 +19,8 @@ final class ChannelDeviceLink: DeviceLink {
 final class DeviceGateway: ListenerInterface {
     let basics: PortBasics
     let dispatcher: Dispatcher
-    private let tokenLength: Int
+    /// The device tokens' length in this environment (a Notification's item bound).
+    fileprivate let tokenLength: Int
 
     init(environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, dispatcher: Dispatcher, policy: ConnectionPolicy, logger: Logger) {
         basics = PortBasics(
@@ -98,12 +42,11 @@ final class DeviceGateway: ListenerInterface {
     /// `DeviceConnectionHandler` closes a device that does not read.
     static var closesUnreadItself: Bool { true }
 
-    func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: @escaping @Sendable () -> Void) throws -> Never? {
-        let connection = DeviceConnection(
-            gateway: self, link: ChannelDeviceLink(channel: channel, tokenLength: tokenLength), peer: peer, work: work, release: release)
-        // However the channel ends (even before its handlers are in place),
-        // its connection hears of it last.
-        channel.closeFuture.whenComplete { _ in connection.enqueue(.closed) }
+    func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: ConnectionRelease) throws -> Never? {
+        let connection = DeviceConnection(gateway: self, channel: channel, peer: peer, work: work, release: release)
+        // The handler tells the connection when the channel has ended
+        // (`handlerRemoved`); a handler that could not be added leaves the
+        // release to the listener.
         try channel.pipeline.syncOperations.addHandler(
             DeviceConnectionHandler(
                 connection, silence: SilenceWatch(channel, timeout: .seconds(Int64(2 * configuration.qos.keepAlive))), unread: basics.guardian,
@@ -114,7 +57,7 @@ final class DeviceGateway: ListenerInterface {
     /// Reads one frame of a connection and does at once what needs no
     /// waiting: a KeepAlive's answer, the Ack of a notification not held in
     /// the store. Returns what is left to do (`perform`), if anything.
-    fileprivate func receive(_ frame: DeviceFrame, _ conversation: inout DeviceConversation, link: ChannelDeviceLink) -> DeviceStep? {
+    fileprivate func receive(_ frame: DeviceFrame, _ conversation: inout DeviceConversation, link: DeviceConnection) -> DeviceStep? {
         let message: DeviceMessage
         do {
             // A server's command from a device is unknown here, whatever its items.
@@ -140,7 +83,7 @@ final class DeviceGateway: ListenerInterface {
 
     /// Does what a frame left to do; false once the connection is over (an
     /// error frame sent, or a refused connect).
-    fileprivate func perform(_ step: DeviceStep, _ conversation: inout DeviceConversation, link: ChannelDeviceLink, peer: PeerIdentityBox) async -> Bool {
+    fileprivate func perform(_ step: DeviceStep, _ conversation: inout DeviceConversation, link: DeviceConnection) async -> Bool {
         let action: DeviceConnectionStateMachine.Action
         switch step {
         case .close(let error):
@@ -159,7 +102,7 @@ final class DeviceGateway: ListenerInterface {
                 await fail(error, link: link)
                 return false
             case .connect(let tokens, let presentedGeneration):
-                guard let (device, refused) = try await connect(peer: peer, link: link, tokens: tokens, generation: presentedGeneration) else {
+                guard let (device, refused) = try await connect(link, &conversation, tokens: tokens, generation: presentedGeneration) else {
                     conversation.machine.connectRefused()
                     await link.sendLast(
                         .connectAck(status: .certificateRefused, serverTime: now(), keepAlive: 0, maxFrameLength: 0, refusedTokens: [], tokenLength: nil))
@@ -226,7 +169,7 @@ final class DeviceGateway: ListenerInterface {
     }
 
     /// Sends the Error frame and closes.
-    fileprivate func fail(_ error: DeviceProtocolError, link: ChannelDeviceLink) async {
+    fileprivate func fail(_ error: DeviceProtocolError, link: DeviceConnection) async {
         logger.info("device protocol error", metadata: ["courier.code": "\(error.code.name)", "courier.detail": "\(error.message)"])
         await link.sendLast(.error(code: error.code, message: error.message))
         link.close()
@@ -234,14 +177,17 @@ final class DeviceGateway: ListenerInterface {
 
     private func now() -> UInt64 { UInt64(max(0, dispatcher.clock.now().timeIntervalSince1970 * 1000)) }
 
-    /// Identifies the device from its certificate, records a newer
-    /// generation, and sorts out the presented tokens that are not its own.
-    private func connect(peer: PeerIdentityBox, link: ChannelDeviceLink, tokens: [[UInt8]], generation: UInt32?) async throws -> (Device, [[UInt8]])? {
-        guard let record = peer.take(), let deviceID = record.deviceID else { return nil }
-        let channel = link.channel
-        policy.certificates.register(serial: record.serial, channel: channel) {
-            channel.pipeline.fireUserInboundEventTriggered(DeviceConnectionHandler.Revoked())
-        }
+    /// Identifies the device from its certificate (whose revocation will
+    /// end the connection), records a newer generation, and sorts out the
+    /// presented tokens that are not its own.
+    private func connect(
+        _ connection: DeviceConnection, _ conversation: inout DeviceConversation, tokens: [[UInt8]], generation: UInt32?
+    ) async throws -> (Device, [[UInt8]])? {
+        guard let record = connection.peer.take(), let deviceID = record.deviceID else { return nil }
+        // The connection, not its channel, is captured: a closure that
+        // holds one object needs no allocation of its own.
+        policy.certificates.register(serial: record.serial, key: ObjectIdentifier(connection)) { [connection] in connection.revoke() }
+        conversation.serial = record.serial
         guard let device = try await dispatcher.deviceConnected(id: deviceID, generation: generation) else { return nil }
         let codec = dispatcher.codec(environment)
         let refused = tokens.filter { token in
@@ -269,6 +215,8 @@ struct DeviceConversation {
     /// An error frame was sent or the connect refused: later frames are
     /// not handled.
     var over = false
+    /// The certificate the connection is registered under, for its revocation.
+    var serial: String?
 }
 
 /// One device connection's frames, handled in arrival order. A frame into
@@ -278,7 +226,12 @@ struct DeviceConversation {
 /// a task of the listener's `ConnectionWork` that exists only while there
 /// are frames waiting and ends when the inbox is empty again. The conversation lives in the inbox's lock
 /// while neither runs.
-final class DeviceConnection: Sendable {
+///
+/// It is also the device's link for the dispatcher (`DeviceLink`): its
+/// frames are written and flushed straight into the channel, on the
+/// channel's event loop, in the order they are sent, with no writer task or
+/// queue of its own.
+final class DeviceConnection: DeviceLink, Sendable {
     enum Item {
         case frame(DeviceFrame)
         /// The frame decoder or the channel failed.
@@ -300,22 +253,76 @@ final class DeviceConnection: Sendable {
         var conversation = DeviceConversation()
     }
 
+    let channel: any Channel
     private let gateway: DeviceGateway
-    private let link: ChannelDeviceLink
-    private let peer: PeerIdentityBox
+    /// What the handshake learned of the device.
+    fileprivate let peer: PeerIdentityBox
     /// Tells the listener the connection has ended.
-    private let release: @Sendable () -> Void
+    private let release: ConnectionRelease
     /// Where the frames that wait are handled (`handleWaiting`).
     private let work: ConnectionWork
     private let inbox = Mutex(Inbox())
 
-    init(gateway: DeviceGateway, link: ChannelDeviceLink, peer: PeerIdentityBox, work: ConnectionWork, release: @escaping @Sendable () -> Void) {
+    init(gateway: DeviceGateway, channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: ConnectionRelease) {
         self.gateway = gateway
+        self.channel = channel
         self.work = work
-        self.link = link
         self.peer = peer
         self.release = release
     }
+
+    // MARK: The device's link
+
+    /// A Notification frame, unless an item is beyond what the device
+    /// protocol carries (held by an older version, say): then why, and
+    /// nothing is sent.
+    func deliver(_ notification: PushNotification, channelID: String?) -> String? {
+        let n = notification
+        let expiration = n.expiration.map { UInt32(clamping: Int64($0.timeIntervalSince1970)) }
+        let frame = DeviceNotification(
+            token: n.token, payload: n.payload, id: n.id, deliveryID: n.deliveryID, expiration: expiration, priority: n.priority.rawValue,
+            topic: n.topic, collapseID: n.collapseID, pushType: n.pushType, channelID: channelID)
+        if let problem = frame.problem(tokenLength: gateway.tokenLength) { return "\(problem)" }
+        send(.notification(frame))
+        return nil
+    }
+
+    func sentEverythingHeld() {
+        send(.noStorage)
+    }
+
+    /// Always through the event loop's queue, even on the loop itself: a
+    /// frame answered at once on the loop (`enqueue`) must not overtake
+    /// frames the connection's task sent just before, which are still in
+    /// that queue.
+    func send(_ message: DeviceMessage) {
+        let channel = self.channel
+        channel.eventLoop.execute { channel.writeAndFlush(Self.encode(message, channel), promise: nil) }
+    }
+
+    /// Sends a last frame and waits until it is written (or the write failed).
+    func sendLast(_ message: DeviceMessage) async {
+        try? await channel.writeAndFlush(Self.encode(message, channel))
+    }
+
+    /// The frame's bytes, written straight into one buffer.
+    private static func encode(_ message: DeviceMessage, _ channel: any Channel) -> ByteBuffer {
+        var buffer = channel.allocator.buffer(capacity: message.capacityHint)
+        message.write(to: &buffer)
+        return buffer
+    }
+
+    func close() {
+        channel.close(promise: nil)
+    }
+
+    /// The device's certificate was revoked (`CertificateConnections`):
+    /// the connection's handler hands it on, unless the channel has ended.
+    func revoke() {
+        channel.pipeline.fireUserInboundEventTriggered(DeviceConnectionHandler.Revoked())
+    }
+
+    // MARK: Frames
 
     /// Takes a frame or event, on the channel's event loop. A frame that
     /// finds nothing waiting is read at once, there: a KeepAlive or an Ack
@@ -342,7 +349,7 @@ final class DeviceConnection: Sendable {
         case .task:
             work.start { await self.handleWaiting() }
         case .atOnce(let frame, var conversation):
-            if !conversation.over, let step = gateway.receive(frame, &conversation, link: link) {
+            if !conversation.over, let step = gateway.receive(frame, &conversation, link: self) {
                 let handed = conversation
                 work.start { await self.handleWaiting(handed, first: step) }
                 return
@@ -370,7 +377,7 @@ final class DeviceConnection: Sendable {
     private func handleWaiting(_ conversation: DeviceConversation? = nil, first: DeviceStep? = nil) async {
         var conversation = conversation ?? inbox.withLock { $0.conversation }
         if let first {
-            conversation.over = await !gateway.perform(first, &conversation, link: link, peer: peer)
+            conversation.over = await !gateway.perform(first, &conversation, link: self)
         }
         while true {
             let (next, resume) = inbox.withLock { inbox -> (Item?, Bool) in
@@ -383,7 +390,7 @@ final class DeviceConnection: Sendable {
                 if resume { inbox.paused = false }
                 return (item, resume)
             }
-            if resume { link.channel.read() }
+            if resume { channel.read() }
             guard let next else { return }
             await handle(next, &conversation)
         }
@@ -392,23 +399,24 @@ final class DeviceConnection: Sendable {
     private func handle(_ item: Item, _ conversation: inout DeviceConversation) async {
         switch item {
         case .frame(let frame):
-            guard !conversation.over, let step = gateway.receive(frame, &conversation, link: link) else { return }
-            conversation.over = await !gateway.perform(step, &conversation, link: link, peer: peer)
+            guard !conversation.over, let step = gateway.receive(frame, &conversation, link: self) else { return }
+            conversation.over = await !gateway.perform(step, &conversation, link: self)
         case .failed(let error):
             guard !conversation.over else { return }
             conversation.over = true
             if let error = error as? DeviceProtocolError {
-                await gateway.fail(error, link: link)
+                await gateway.fail(error, link: self)
             } else {
                 gateway.logger.debug("device connection ended", metadata: ["courier.error": "\(error)"])
-                link.close()
+                close()
             }
         case .revoked:
             guard !conversation.over else { return }
             conversation.over = true
-            await gateway.fail(DeviceProtocolError(.certificateRefused, "the device certificate was revoked"), link: link)
+            await gateway.fail(DeviceProtocolError(.certificateRefused, "the device certificate was revoked"), link: self)
         case .closed:
             conversation.over = true
+            if let serial = conversation.serial { gateway.policy.certificates.forget(serial: serial, key: ObjectIdentifier(self)) }
             if let session = conversation.machine.end() { gateway.dispatcher.disconnected(session) }
             release()
         }
@@ -477,8 +485,11 @@ final class DeviceConnectionHandler: ChannelDuplexHandler {
         context.fireChannelActive()
     }
 
+    /// The channel has ended (NIO removes its handlers once it closed):
+    /// the connection hears of it last.
     func handlerRemoved(context: ChannelHandlerContext) {
         silence.stop()
+        connection.enqueue(.closed)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

@@ -29,7 +29,7 @@ final class FeedbackService: ListenerInterface {
     /// A feedback connection: its channel, the peer's identity, and the end of the handshake.
     typealias Connection = (channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>, peer: PeerIdentityBox, handshake: EventLoopFuture<Void>)
 
-    func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: @escaping @Sendable () -> Void) throws -> Connection? {
+    func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: ConnectionRelease) throws -> Connection? {
         let handshake = HandshakeSignal(promise: channel.eventLoop.makePromise())
         // A client that does not read cannot hold the connection.
         try channel.pipeline.syncOperations.addHandlers(ConnectionTimeout(.lifetime, timeout: policy.connections.feedbackLifetime), handshake)

@@ -168,7 +168,7 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
 
     var clock: any WallClock { dispatcher.clock }
 
-    func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: @escaping @Sendable () -> Void) throws -> Never? {
+    func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: ConnectionRelease) throws -> Never? {
         try channel.pipeline.syncOperations.addHandler(HTTP2ConnectionSetup(gateway: self, peer: peer, work: work))
         return nil
     }

@@ -13,6 +13,10 @@ import X509
 /// What the TLS handshake learned about the peer: its certificate as the
 /// store knows it. Filled in by the verification callback, read by the
 /// connection once the handshake is done.
+///
+/// It holds what the connection's check needs (`verify`), so that the
+/// callback the TLS handler keeps for the connection's life captures the
+/// box alone, with no context of its own to allocate.
 final class PeerIdentityBox: Sendable {
     /// The record in an allocation of its own, so that the box of an idle
     /// device's connection, whose record was taken, is a pointer's size.
@@ -22,6 +26,23 @@ final class PeerIdentityBox: Sendable {
     }
 
     private let value = Mutex<Held?>(nil)
+    private let verifier: PeerVerifier
+    /// The connection's close, until which an admitted provider certificate counts as open.
+    private let closed: EventLoopFuture<Void>
+    /// Where the check runs.
+    private let work: ConnectionWork
+
+    init(verifier: PeerVerifier, closed: EventLoopFuture<Void>, work: ConnectionWork) {
+        self.verifier = verifier
+        self.closed = closed
+        self.work = work
+    }
+
+    /// The TLS handler's verification callback.
+    func verify(_ chain: [NIOSSLCertificate], promise: EventLoopPromise<NIOSSLVerificationResult>) {
+        verifier.verify(chain, into: self, closed: closed, work: work, promise: promise)
+    }
+
     var record: CertificateRecord? { value.withLock { $0?.record } }
     func set(_ record: CertificateRecord) { value.withLock { $0 = Held(record) } }
     /// The record, forgotten here: a connection that needs it once (a
@@ -65,17 +86,14 @@ final class PeerVerifier: Sendable {
     }
 
     /// The handlers every listener's connection starts with: TLS whose
-    /// peer certificate this verifier checks (the identity into `box`),
+    /// peer certificate `box`'s verifier checks (the identity into `box`),
     /// then the close of a handshake not done within `handshakeTimeout`,
-    /// and `failed` called if the handshake fails. The check runs as the
-    /// listener's `work`.
-    func tlsHandlers(
-        _ channel: any Channel, context: NIOSSLContext, box: PeerIdentityBox, work: ConnectionWork, handshakeTimeout: TimeAmount,
-        failed: @escaping @Sendable () -> Void
+    /// and `failed` called if the handshake fails.
+    static func tlsHandlers(
+        context: NIOSSLContext, box: PeerIdentityBox, handshakeTimeout: TimeAmount, failed: @escaping @Sendable () -> Void
     ) -> [any ChannelHandler] {
-        let closed = channel.closeFuture
-        return [
-            NIOSSLServerHandler(context: context) { [self] chain, promise in verify(chain, into: box, closed: closed, work: work, promise: promise) },
+        [
+            NIOSSLServerHandler(context: context) { [box] chain, promise in box.verify(chain, promise: promise) },
             ConnectionTimeout(.handshake, timeout: handshakeTimeout),
             HandshakeFailure(failed),
         ]

@@ -88,13 +88,24 @@ final class CertificateConnections: Sendable {
     /// when the channel closes.
     func register(serial: String, channel: any Channel, revoke: @escaping @Sendable () -> Void) {
         let key = ObjectIdentifier(channel)
+        register(serial: serial, key: key, revoke: revoke)
+        channel.closeFuture.whenComplete { _ in self.forget(serial: serial, key: key) }
+    }
+
+    /// The connection `key` uses the certificate `serial`; `revoke` ends
+    /// it once the certificate is revoked. It stays until `forget`: for a
+    /// connection that says when it has ended (a device's), rather than a
+    /// close callback on its channel.
+    func register(serial: String, key: ObjectIdentifier, revoke: @escaping @Sendable () -> Void) {
         state.withLock { state in
             if state.bySerial[serial]?.add(key, revoke) == nil { state.bySerial[serial] = .one(key, revoke) }
         }
-        channel.closeFuture.whenComplete { _ in
-            self.state.withLock { state in
-                if state.bySerial[serial]?.remove(key) == true { state.bySerial[serial] = nil }
-            }
+    }
+
+    /// The connection `key`, registered with `serial`, has ended.
+    func forget(serial: String, key: ObjectIdentifier) {
+        state.withLock { state in
+            if state.bySerial[serial]?.remove(key) == true { state.bySerial[serial] = nil }
         }
     }
 

@@ -26,9 +26,10 @@ final class OpenConnections: Sendable {
         }
     }
 
-    func remove(_ channel: any Channel) {
+    /// Forgets the channel whose `ObjectIdentifier` is `key`.
+    func remove(_ key: ObjectIdentifier) {
         let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            state.channels.removeValue(forKey: ObjectIdentifier(channel))
+            state.channels.removeValue(forKey: key)
             guard state.channels.isEmpty else { return [] }
             defer { state.waiters = [] }
             return state.waiters

@@ -28,7 +28,7 @@ protocol ListenerInterface: Sendable {
     /// it: the listener calls it when the channel closes, unless
     /// `releasesItself` (then the interface calls it, once the
     /// connection's last work is done).
-    func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: @escaping @Sendable () -> Void) throws -> Connection?
+    func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: ConnectionRelease) throws -> Connection?
 
     /// A connection's work in a task of its own (one of the listener's
     /// child tasks).
@@ -121,6 +121,16 @@ struct PortBasics: Sendable {
     }
 }
 
+/// Tells a port's listener that one of its connections has ended (see
+/// `ListenerInterface.setUp`). A key, not a closure: a connection that
+/// keeps it while idle keeps no allocation of its own for it.
+struct ConnectionRelease: Sendable {
+    fileprivate let open: OpenConnections
+    fileprivate let key: ObjectIdentifier
+
+    func callAsFunction() { open.remove(key) }
+}
+
 /// The one listener every port runs, in the manner of hummingbird's
 /// `Server`: it binds the port, admits each connection through the
 /// port's `ListenerGuard` (limits, unread bytes), adds TLS with the
@@ -162,7 +172,7 @@ struct PortListener<Interface: ListenerInterface>: Service {
                     // initializer failed without closing its socket. A
                     // connection that cannot be set up is closed here.
                     channel.eventLoop.makeCompletedFuture { () -> Interface.Connection? in
-                        let release: @Sendable () -> Void = { open.remove(channel) }
+                        let release = ConnectionRelease(open: open, key: ObjectIdentifier(channel))
                         var added = false
                         do {
                             // Refused: CloseAtOnce closes it as it becomes active.
@@ -170,10 +180,9 @@ struct PortListener<Interface: ListenerInterface>: Service {
                             try open.add(channel)
                             added = true
                             if !Interface.releasesItself { channel.closeFuture.whenComplete { _ in release() } }
-                            let peer = PeerIdentityBox()
+                            let peer = PeerIdentityBox(verifier: interface.verifier, closed: channel.closeFuture, work: work)
                             try channel.pipeline.syncOperations.addHandlers(
-                                interface.verifier.tlsHandlers(
-                                    channel, context: interface.tlsContext, box: peer, work: work, handshakeTimeout: timeout, failed: failed))
+                                PeerVerifier.tlsHandlers(context: interface.tlsContext, box: peer, handshakeTimeout: timeout, failed: failed))
                             return try interface.setUp(channel, peer: peer, work: work, release: release)
                         } catch {
                             // Whatever the interface took on ends with the channel.
