@@ -101,6 +101,8 @@ final class BinaryGateway: ListenerInterface {
     /// that closing is not a TCP reset that destroys the packet.
     let linger: TimeAmount = .milliseconds(250)
     private let decoderLimits: BinaryDecoderLimits
+    /// A connection idle for `connections.binaryIdle` is closed.
+    private let silence: SilenceSweeps<SilenceTimeout>
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher,
@@ -114,6 +116,7 @@ final class BinaryGateway: ListenerInterface {
             .binary, environment, configuration: configuration, policy: policy, authority: tls,
             context: try ServerTLS.context(provisioner: provisioner, maximumVersion: .tlsv12), peers: .providers(checkingEnvironment: true), logger: logger)
         self.dispatcher = dispatcher
+        silence = SilenceSweeps(timeout: policy.connections.binaryIdle)
         decoderLimits = BinaryDecoderLimits(
             tokenLength: configuration.limits.tokenLength, legacyPayload: configuration.limits.payload.binaryLegacy,
             command2Payload: configuration.limits.payload.binaryCommand2)
@@ -121,7 +124,7 @@ final class BinaryGateway: ListenerInterface {
 
     func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: ConnectionRelease) throws -> Never? {
         try channel.pipeline.syncOperations.addHandlers(
-            ConnectionTimeout(.silence, timeout: policy.connections.binaryIdle),
+            SilenceTimeout(silence),
             BinaryConnectionHandler(gateway: self, peer: peer, work: work, limits: decoderLimits))
         return nil
     }

@@ -21,12 +21,15 @@ final class DeviceGateway: ListenerInterface {
     let dispatcher: Dispatcher
     /// The device tokens' length in this environment (a Notification's item bound).
     fileprivate let tokenLength: Int
+    /// A device silent for two keepalive intervals is gone.
+    private let silence: SilenceSweeps<DeviceConnectionHandler>
 
     init(environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, dispatcher: Dispatcher, policy: ConnectionPolicy, logger: Logger) {
         basics = PortBasics(
             .device, environment, configuration: configuration, policy: policy, authority: tls, context: tls.context, peers: .devices, logger: logger)
         self.dispatcher = dispatcher
         tokenLength = dispatcher.codec(environment).length
+        silence = SilenceSweeps(timeout: .seconds(Int64(2 * configuration.qos.keepAlive)))
     }
 
     func configure(_ bootstrap: ServerBootstrap) -> ServerBootstrap {
@@ -49,7 +52,7 @@ final class DeviceGateway: ListenerInterface {
         // release to the listener.
         try channel.pipeline.syncOperations.addHandler(
             DeviceConnectionHandler(
-                connection, silence: SilenceWatch(channel, timeout: .seconds(Int64(2 * configuration.qos.keepAlive))), unread: basics.guardian,
+                connection, silence: silence.sweep(on: channel.eventLoop), unread: basics.guardian,
                 maxFrameLength: configuration.limits.deviceMaxFrameLength, unfinishedFrameTimeout: policy.connections.unfinishedFrame))
         return nil
     }
@@ -449,13 +452,14 @@ struct WaitingItems<Element> {
 /// The last handler of a device connection: decodes its frames from the
 /// bytes TLS hands over and hands them (or a failure) to the connection's
 /// `DeviceConnection`, and holds back reads while too many frames wait.
-final class DeviceConnectionHandler: ChannelDuplexHandler {
+final class DeviceConnectionHandler: ChannelDuplexHandler, SilenceWatched {
     typealias InboundIn = ByteBuffer
     typealias OutboundIn = ByteBuffer
 
     private let connection: DeviceConnection
     /// A device silent for two keepalive intervals is gone.
-    private let silence: SilenceWatch
+    private let silence: SilenceSweep<DeviceConnectionHandler>
+    var silenceLinks = SilenceLinks<DeviceConnectionHandler>()
     /// A device that does not read what waits for it is closed.
     private let unread: ListenerGuard
     private var decoder: DeviceFrameDecoder
@@ -468,7 +472,7 @@ final class DeviceConnectionHandler: ChannelDuplexHandler {
     /// Frames handed on in the current read.
     private var handedOn = 0
 
-    init(_ connection: DeviceConnection, silence: SilenceWatch, unread: ListenerGuard, maxFrameLength: Int, unfinishedFrameTimeout: TimeAmount) {
+    init(_ connection: DeviceConnection, silence: SilenceSweep<DeviceConnectionHandler>, unread: ListenerGuard, maxFrameLength: Int, unfinishedFrameTimeout: TimeAmount) {
         self.connection = connection
         self.silence = silence
         self.unread = unread
@@ -477,23 +481,28 @@ final class DeviceConnectionHandler: ChannelDuplexHandler {
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        if context.channel.isActive { silence.start() }
+        if context.channel.isActive { silence.start(self) }
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        silence.start()
+        silence.start(self)
         context.fireChannelActive()
     }
 
     /// The channel has ended (NIO removes its handlers once it closed):
     /// the connection hears of it last.
     func handlerRemoved(context: ChannelHandlerContext) {
-        silence.stop()
+        silence.stop(self)
         connection.enqueue(.closed)
     }
 
+    /// Nothing was read for two keepalive intervals.
+    func silent() {
+        connection.close()
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        silence.heard()
+        silence.heard(self)
         guard !failed else { return }
         handedOn = 0
         received.receive(unwrapInboundIn(data)) { handOn(&$0) }
@@ -502,7 +511,7 @@ final class DeviceConnectionHandler: ChannelDuplexHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         deadline.cancel()
-        silence.stop()
+        silence.stop(self)
         context.fireChannelInactive()
     }
 

@@ -77,25 +77,22 @@ func listenerBootstrap() -> ServerBootstrap {
 
 /// Closes a connection when its time is up, on the event loop's clock (a
 /// test can move it):
-/// - `.silence`: nothing was read for `timeout` (a `SilenceWatch` told of
-///   every read) — an idle provider connection;
 /// - `.handshake`: the TLS handshake has not finished within `timeout` — a
 ///   client that connects and says nothing must not hold a socket for
 ///   ever. Sits after the TLS handler, whose handshake event it waits for.
 /// - `.lifetime`: the connection has `timeout` from its start, whatever it does.
+///
+/// A connection's silence is watched by its event loop's `SilenceSweep`.
 public final class ConnectionTimeout: ChannelInboundHandler, RemovableChannelHandler {
     public typealias InboundIn = NIOAny
 
     public enum Kind: Sendable {
-        case silence
         case handshake
         case lifetime
     }
 
     private let kind: Kind
     private let timeout: TimeAmount
-    /// `.silence`'s watch, from the start.
-    private var watch: SilenceWatch?
     private var check: Scheduled<Void>?
     private var stopped = false
 
@@ -113,11 +110,6 @@ public final class ConnectionTimeout: ChannelInboundHandler, RemovableChannelHan
         context.fireChannelActive()
     }
 
-    public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        watch?.heard()
-        context.fireChannelRead(data)
-    }
-
     public func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         guard kind == .handshake, case .handshakeCompleted = event as? TLSUserEvent else {
             context.fireUserInboundEventTriggered(event)
@@ -131,26 +123,16 @@ public final class ConnectionTimeout: ChannelInboundHandler, RemovableChannelHan
     }
 
     public func channelInactive(context: ChannelHandlerContext) {
-        stop()
+        check?.cancel()
         context.fireChannelInactive()
     }
 
     public func handlerRemoved(context: ChannelHandlerContext) {
-        stop()
-    }
-
-    private func stop() {
         check?.cancel()
-        watch?.stop()
     }
 
     private func start(_ context: ChannelHandlerContext) {
-        guard check == nil, watch == nil, !stopped else { return }
-        if kind == .silence {
-            watch = SilenceWatch(context.channel, timeout: timeout)
-            watch?.start()
-            return
-        }
+        guard check == nil, !stopped else { return }
         check = context.eventLoop.assumeIsolated().scheduleTask(deadline: context.eventLoop.now + timeout) { [weak self] in
             guard let self, !self.stopped else { return }
             context.close(promise: nil)
@@ -161,63 +143,196 @@ public final class ConnectionTimeout: ChannelInboundHandler, RemovableChannelHan
 @available(*, unavailable)
 extension ConnectionTimeout: Sendable {}
 
-/// Closes a connection from which nothing was read for `timeout` (a dead
-/// device: two keepalive intervals without a frame), on the event loop's
-/// clock (a test can move it). It is no handler of its own: the
-/// connection's handler tells it of each read (`heard`) and of the end
-/// (`stop`). While the connection is idle it holds one entry in its event
-/// loop's schedule, which comes due at most once per `timeout` and is
-/// moved on if the connection was heard from since — no handler context,
-/// task closure or promise per connection.
-final class SilenceWatch: NIOScheduledCallbackHandler, Sendable {
-    private let channel: any Channel
-    private let timeout: TimeAmount
-    /// The last read, on the event loop's clock (uptime nanoseconds).
-    private let lastHeard = Atomic<UInt64>(0)
-    private let started = Atomic<Bool>(false)
-    /// Nil once stopped (or closed for silence).
-    private let scheduled = Mutex<NIOScheduledCallback?>(nil)
+/// A connection whose silence its event loop's `SilenceSweep` watches:
+/// it keeps its place in the sweep's list (`silenceLinks`) itself, so that
+/// watching an idle connection costs three words in an object it has
+/// anyway — no object, scheduled task or timer entry of its own.
+protocol SilenceWatched: AnyObject {
+    var silenceLinks: SilenceLinks<Self> { get set }
+    /// Nothing was read for the sweep's timeout: the connection closes.
+    func silent()
+}
 
-    init(_ channel: any Channel, timeout: TimeAmount) {
-        self.channel = channel
+/// A connection's place in its `SilenceSweep`: when it was last heard
+/// from, and its neighbours in the sweep's list.
+struct SilenceLinks<Watched: AnyObject> {
+    fileprivate var lastHeard = NIODeadline.uptimeNanoseconds(0)
+    fileprivate var next: Watched?
+    /// Held by the list itself (its own previous's `next`) while linked.
+    fileprivate unowned(unsafe) var previous: Watched?
+    fileprivate var state = State.new
+
+    fileprivate enum State {
+        case new
+        case watched
+        /// Stopped (or closed for silence): never watched again.
+        case over
+    }
+
+    init() {}
+}
+
+/// Closes the connections of one event loop from which nothing was read
+/// for `timeout` (a dead device: two keepalive intervals without a frame;
+/// an idle binary provider), on the event loop's clock (a test can move
+/// it). The connections are kept in a list in the order they were last
+/// heard from — a read moves its connection to the end — so the first is
+/// always the one whose time is up first, and one scheduled task, at its
+/// deadline, serves them all.
+///
+/// Everything is done on `eventLoop`: by the connections' handlers
+/// (`start`, `heard`, `stop`) and by the task.
+final class SilenceSweep<Watched: SilenceWatched>: @unchecked Sendable {
+    let eventLoop: any EventLoop
+    let timeout: TimeAmount
+    private var first: Watched?
+    private unowned(unsafe) var last: Watched?
+    private var scheduled: Scheduled<Void>?
+
+    init(eventLoop: any EventLoop, timeout: TimeAmount) {
+        self.eventLoop = eventLoop
         self.timeout = timeout
     }
 
-    /// Starts the watch, on the channel's event loop (once: a second
-    /// start, or one after `stop`, does nothing).
-    func start() {
-        guard !started.exchange(true, ordering: .relaxed) else { return }
-        heard()
-        schedule(at: channel.eventLoop.now + timeout)
+    /// Starts watching `watched` (once: a second start, or one after `stop`, does nothing).
+    func start(_ watched: Watched) {
+        eventLoop.preconditionInEventLoop()
+        guard case .new = watched.silenceLinks.state else { return }
+        watched.silenceLinks.state = .watched
+        watched.silenceLinks.lastHeard = eventLoop.now
+        append(watched)
+        scheduleForFirst()
     }
 
-    /// Something was read.
-    func heard() {
-        lastHeard.store(channel.eventLoop.now.uptimeNanoseconds, ordering: .relaxed)
+    /// Something was read from `watched`.
+    func heard(_ watched: Watched) {
+        guard case .watched = watched.silenceLinks.state else { return }
+        watched.silenceLinks.lastHeard = eventLoop.now
+        guard watched !== last else { return }
+        unlink(watched)
+        append(watched)
     }
 
-    /// The connection ended: its entry leaves the schedule.
-    func stop() {
-        started.store(true, ordering: .relaxed)
-        scheduled.withLock { $0.take() }?.cancel()
-    }
-
-    func handleScheduledCallback(eventLoop: some EventLoop) {
-        let due = NIODeadline.uptimeNanoseconds(lastHeard.load(ordering: .relaxed)) + timeout
-        if eventLoop.now >= due {
-            scheduled.withLock { $0 = nil }
-            channel.close(promise: nil)
-        } else {
-            schedule(at: due)
+    /// The connection ended: it leaves the list.
+    func stop(_ watched: Watched) {
+        let state = watched.silenceLinks.state
+        watched.silenceLinks.state = .over
+        guard case .watched = state else { return }
+        unlink(watched)
+        if first == nil {
+            scheduled?.cancel()
+            scheduled = nil
         }
     }
 
-    private func schedule(at deadline: NIODeadline) {
-        // It throws only when the event loop is shutting down, which ends the connection anyway.
-        let next = try? channel.eventLoop.scheduleCallback(at: deadline, handler: self)
-        scheduled.withLock { $0 = next }
+    private func append(_ watched: Watched) {
+        watched.silenceLinks.previous = last
+        watched.silenceLinks.next = nil
+        if let last { last.silenceLinks.next = watched } else { first = watched }
+        last = watched
+    }
+
+    private func unlink(_ watched: Watched) {
+        let next = watched.silenceLinks.next
+        let previous = watched.silenceLinks.previous
+        if let previous { previous.silenceLinks.next = next } else { first = next }
+        if let next { next.silenceLinks.previous = previous } else { last = previous }
+        watched.silenceLinks.next = nil
+        watched.silenceLinks.previous = nil
+    }
+
+    /// The task: closes every connection whose time is up, and waits for the next one's.
+    private func sweep() {
+        scheduled = nil
+        let now = eventLoop.now
+        while let watched = first, watched.silenceLinks.lastHeard + timeout <= now {
+            unlink(watched)
+            watched.silenceLinks.state = .over
+            watched.silent()
+        }
+        scheduleForFirst()
+    }
+
+    /// One task, at the first connection's deadline (a task already
+    /// waiting stays: when it comes early, it waits again).
+    private func scheduleForFirst() {
+        guard scheduled == nil, let first else { return }
+        // It fails only when the event loop is shutting down, which ends the connections anyway.
+        scheduled = eventLoop.assumeIsolated().scheduleTask(deadline: first.silenceLinks.lastHeard + timeout) { [self] in sweep() }
     }
 }
+
+/// The `SilenceSweep`s of a kind of connection (one timeout), one per
+/// event loop, each made when a connection of its loop first needs it.
+final class SilenceSweeps<Watched: SilenceWatched>: Sendable {
+    let timeout: TimeAmount
+    private let sweeps = Mutex<[ObjectIdentifier: SilenceSweep<Watched>]>([:])
+
+    init(timeout: TimeAmount) {
+        self.timeout = timeout
+    }
+
+    func sweep(on eventLoop: any EventLoop) -> SilenceSweep<Watched> {
+        sweeps.withLock { sweeps in
+            if let sweep = sweeps[ObjectIdentifier(eventLoop)] { return sweep }
+            let sweep = SilenceSweep<Watched>(eventLoop: eventLoop, timeout: timeout)
+            sweeps[ObjectIdentifier(eventLoop)] = sweep
+            return sweep
+        }
+    }
+}
+
+/// Closes a connection from which nothing was read for its sweep's
+/// timeout (an idle binary provider's, `connections.binaryIdle`).
+final class SilenceTimeout: ChannelInboundHandler, SilenceWatched {
+    typealias InboundIn = NIOAny
+
+    private let sweeps: SilenceSweeps<SilenceTimeout>
+    private var sweep: SilenceSweep<SilenceTimeout>?
+    private var context: ChannelHandlerContext?
+    var silenceLinks = SilenceLinks<SilenceTimeout>()
+
+    init(_ sweeps: SilenceSweeps<SilenceTimeout>) {
+        self.sweeps = sweeps
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        if context.channel.isActive { start(context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        start(context)
+        context.fireChannelActive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        sweep?.heard(self)
+        context.fireChannelRead(data)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        sweep?.stop(self)
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        sweep?.stop(self)
+        self.context = nil
+    }
+
+    func silent() {
+        context?.close(promise: nil)
+    }
+
+    private func start(_ context: ChannelHandlerContext) {
+        if sweep == nil { sweep = sweeps.sweep(on: context.eventLoop) }
+        sweep?.start(self)
+    }
+}
+
+@available(*, unavailable)
+extension SilenceTimeout: Sendable {}
 
 /// The bytes a connection handler reads its frames from. A read's bytes
 /// are read where they are, in the buffer the TLS handler hands over; what

@@ -125,8 +125,13 @@ struct PortBasics: Sendable {
 /// `ListenerInterface.setUp`). A key, not a closure: a connection that
 /// keeps it while idle keeps no allocation of its own for it.
 struct ConnectionRelease: Sendable {
-    fileprivate let open: OpenConnections
-    fileprivate let key: ObjectIdentifier
+    private let open: OpenConnections
+    private let key: ObjectIdentifier
+
+    init(open: OpenConnections, key: ObjectIdentifier) {
+        self.open = open
+        self.key = key
+    }
 
     func callAsFunction() { open.remove(key) }
 }
