@@ -1,7 +1,7 @@
 import CourierCore
 import CourierPKI
 import CourierProvider
-import CourierServer
+@testable import CourierServer
 import CourierWire
 import Foundation
 import NIOCore
@@ -42,6 +42,18 @@ import Testing
             await reopened.close()
             await second.close()
             await server.disconnect(device)
+        }
+    }
+
+    /// A device connection counts itself out of its listener's guard when
+    /// it ends (it has no close callback on its channel for it).
+    @Test func aDeviceConnectionIsCountedOutWhenItEnds() async throws {
+        try await withTestServer { server in
+            let open = { server.application.policy.open.counts()["device.production"] }
+            let device = try await server.device()
+            #expect(open() == 1)
+            await server.disconnect(device)
+            try await waitUntil(limit: 10) { open() == 0 }
         }
     }
 

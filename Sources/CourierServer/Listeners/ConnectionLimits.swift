@@ -61,16 +61,28 @@ final class ListenerGuard: Sendable {
             maxUnread: listener == .feedback ? nil : connections.maxUnreadBytes, logInterval: connections.refusalLogInterval, logger: logger)
     }
 
+    /// A connection counted in; `end` counts it out, once.
+    struct Admission: Sendable {
+        fileprivate let guardian: ListenerGuard
+        fileprivate let address: String
+
+        func end() { guardian.countOut(address) }
+    }
+
     /// Counts a new connection in, or refuses it: `CloseAtOnce` goes in
-    /// its pipeline and false is returned (the listener adds nothing
+    /// its pipeline and nil is returned (the listener adds nothing
     /// else). Call first in the child channel initializer.
     /// `addingUnreadLimit` false: the connection's own handler calls
     /// `writabilityChanged` (one handler fewer per connection).
-    func admit(_ channel: any Channel, addingUnreadLimit: Bool = true) throws -> Bool {
-        guard count(channel) else {
+    /// `countedOutOnClose` false: the caller ends the admission (for a
+    /// connection that says when it has ended, with no close callback on
+    /// its channel for it); true: the channel's close does.
+    func admit(_ channel: any Channel, addingUnreadLimit: Bool = true, countedOutOnClose: Bool = true) throws -> Admission? {
+        guard let admission = count(channel) else {
             try channel.pipeline.syncOperations.addHandler(CloseAtOnce(), position: .first)
-            return false
+            return nil
         }
+        if countedOutOnClose { channel.closeFuture.whenComplete { _ in admission.end() } }
         if let maxUnread {
             // The kernel's send buffer is fixed instead of growing with
             // the peer's backlog (to 4 MiB per socket by Linux's defaults:
@@ -85,12 +97,13 @@ final class ListenerGuard: Sendable {
                 try channel.syncOptions?.setOption(.socketOption(.so_sndbuf), value: Self.sendBuffer)
                 try channel.syncOptions?.setOption(.writeBufferWaterMark, value: .init(low: maxUnread / 2, high: maxUnread))
             } catch {
+                if !countedOutOnClose { admission.end() }
                 try channel.pipeline.syncOperations.addHandler(CloseAtOnce(), position: .first)
-                return false
+                return nil
             }
             if addingUnreadLimit { try channel.pipeline.syncOperations.addHandler(UnreadLimit(self), position: .first) }
         }
-        return true
+        return admission
     }
 
     /// Closes a connection whose channel turned unwritable: more than
@@ -125,9 +138,9 @@ final class ListenerGuard: Sendable {
         }
     }
 
-    /// Counts a new connection in (it is counted out when it closes);
-    /// false, and counted as refused, when it is over a limit.
-    private func count(_ channel: any Channel) -> Bool {
+    /// Counts a new connection in; nil, and counted as refused, when it is
+    /// over a limit.
+    private func count(_ channel: any Channel) -> Admission? {
         let address = channel.remoteAddress?.ipAddress ?? "unknown"
         let now = NIODeadline.now()
         let refusal = state.withLock { state -> (why: String, log: Int?)? in
@@ -153,16 +166,17 @@ final class ListenerGuard: Sendable {
                 logger.warning(
                     "refusing connections", metadata: ["courier.reason": "\(refusal.why)", "courier.refused": "\(count)", "courier.address": "\(address)"])
             }
-            return false
+            return nil
         }
-        channel.closeFuture.whenComplete { _ in
-            self.state.withLock { state in
-                state.open -= 1
-                let left = state.byAddress[address, default: 1] - 1
-                state.byAddress[address] = left > 0 ? left : nil
-            }
+        return Admission(guardian: self, address: address)
+    }
+
+    private func countOut(_ address: String) {
+        state.withLock { state in
+            state.open -= 1
+            let left = state.byAddress[address, default: 1] - 1
+            state.byAddress[address] = left > 0 ? left : nil
         }
-        return true
     }
 
     /// Connections refused since the start.

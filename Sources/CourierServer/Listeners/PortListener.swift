@@ -122,18 +122,26 @@ struct PortBasics: Sendable {
 }
 
 /// Tells a port's listener that one of its connections has ended (see
-/// `ListenerInterface.setUp`). A key, not a closure: a connection that
-/// keeps it while idle keeps no allocation of its own for it.
+/// `ListenerInterface.setUp`), and counts it out of the port's guard. A
+/// key, not a closure: a connection that keeps it while idle keeps no
+/// allocation of its own for it.
 struct ConnectionRelease: Sendable {
     private let open: OpenConnections
     private let key: ObjectIdentifier
+    /// For an interface that `releasesItself`: its admission, which then
+    /// has no close callback of its own.
+    private let admission: ListenerGuard.Admission?
 
-    init(open: OpenConnections, key: ObjectIdentifier) {
+    init(open: OpenConnections, key: ObjectIdentifier, admission: ListenerGuard.Admission? = nil) {
         self.open = open
         self.key = key
+        self.admission = admission
     }
 
-    func callAsFunction() { open.remove(key) }
+    func callAsFunction() {
+        open.remove(key)
+        admission?.end()
+    }
 }
 
 /// The one listener every port runs, in the manner of hummingbird's
@@ -177,13 +185,16 @@ struct PortListener<Interface: ListenerInterface>: Service {
                     // initializer failed without closing its socket. A
                     // connection that cannot be set up is closed here.
                     channel.eventLoop.makeCompletedFuture { () -> Interface.Connection? in
-                        let release = ConnectionRelease(open: open, key: ObjectIdentifier(channel))
-                        var added = false
+                        var admitted: ConnectionRelease?
                         do {
                             // Refused: CloseAtOnce closes it as it becomes active.
-                            guard try guardian.admit(channel, addingUnreadLimit: !Interface.closesUnreadItself) else { return nil }
+                            guard
+                                let admission = try guardian.admit(
+                                    channel, addingUnreadLimit: !Interface.closesUnreadItself, countedOutOnClose: !Interface.releasesItself)
+                            else { return nil }
+                            let release = ConnectionRelease(open: open, key: ObjectIdentifier(channel), admission: Interface.releasesItself ? admission : nil)
+                            admitted = release
                             try open.add(channel)
-                            added = true
                             if !Interface.releasesItself { channel.closeFuture.whenComplete { _ in release() } }
                             let peer = PeerIdentityBox(verifier: interface.verifier, closed: channel.closeFuture, work: work)
                             try channel.pipeline.syncOperations.addHandlers(
@@ -191,7 +202,7 @@ struct PortListener<Interface: ListenerInterface>: Service {
                             return try interface.setUp(channel, peer: peer, work: work, release: release)
                         } catch {
                             // Whatever the interface took on ends with the channel.
-                            if added, Interface.releasesItself { release() }
+                            if Interface.releasesItself { admitted?() }
                             interface.logger.debug("closing a connection that could not be set up", metadata: ["courier.error": "\(error)"])
                             channel.close(promise: nil)
                             return nil
