@@ -189,8 +189,9 @@ final class DeviceGateway: ListenerInterface {
         guard let record = connection.peer.take(), let deviceID = record.deviceID else { return nil }
         // The connection, not its channel, is captured: a closure that
         // holds one object needs no allocation of its own.
-        policy.certificates.register(serial: record.serial, key: ObjectIdentifier(connection)) { [connection] in connection.revoke() }
-        conversation.serial = record.serial
+        let certificate = CertificateConnections.Key(serial: record.serial)
+        policy.certificates.register(certificate, connection: ObjectIdentifier(connection)) { [connection] in connection.revoke() }
+        conversation.certificate = certificate
         guard let device = try await dispatcher.deviceConnected(id: deviceID, generation: generation) else { return nil }
         let codec = dispatcher.codec(environment)
         let refused = tokens.filter { token in
@@ -219,7 +220,7 @@ struct DeviceConversation {
     /// not handled.
     var over = false
     /// The certificate the connection is registered under, for its revocation.
-    var serial: String?
+    var certificate: CertificateConnections.Key?
 }
 
 /// One device connection's frames, handled in arrival order. A frame into
@@ -419,7 +420,7 @@ final class DeviceConnection: DeviceLink, Sendable {
             await gateway.fail(DeviceProtocolError(.certificateRefused, "the device certificate was revoked"), link: self)
         case .closed:
             conversation.over = true
-            if let serial = conversation.serial { gateway.policy.certificates.forget(serial: serial, key: ObjectIdentifier(self)) }
+            if let certificate = conversation.certificate { gateway.policy.certificates.forget(certificate, connection: ObjectIdentifier(self)) }
             if let session = conversation.machine.end() { gateway.dispatcher.disconnected(session) }
             release()
         }

@@ -6,8 +6,8 @@ import Synchronization
 
 /// The certificates peers present: their records, and every open
 /// connection that a certificate authenticated, on every
-/// interface (binary, feedback, HTTP/2, device), by the certificate's
-/// serial: revoking a certificate closes all of them, each with its
+/// interface (binary, feedback, HTTP/2, device), by the certificate (`Key`):
+/// revoking a certificate closes all of them, each with its
 /// protocol's own signal (docs/protocol.md, docs/device-protocol.md).
 ///
 /// A revoked certificate is refused at the handshake (`PeerVerifier`), so
@@ -15,6 +15,24 @@ import Synchronization
 /// is asked once per sweep for what was revoked lately — not once per
 /// connection — so `courier pki revoke` run by another process is seen too.
 final class CertificateConnections: Sendable {
+    /// A certificate as the register keys it: a hash of its serial
+    /// number, with the process's random seed (Swift's `Hasher`), in one
+    /// word — not the serial's 40-character string, which every idle
+    /// device connection would keep. Two serials with the same hash would
+    /// share an entry, so revoking one would also close the other's
+    /// connections (which then connect again, their certificate being
+    /// good): about one chance in 2^64 per pair, and not one a peer can
+    /// aim for, the seed being unknown outside the process.
+    struct Key: Hashable, Sendable {
+        private let hash: Int
+
+        init(serial: String) {
+            var hasher = Hasher()
+            hasher.combine(serial)
+            hash = hasher.finalize()
+        }
+    }
+
     /// The connections of one certificate. Most have one (a device's):
     /// kept without a dictionary of its own, which would cost every idle
     /// device connection a few hundred bytes.
@@ -62,7 +80,7 @@ final class CertificateConnections: Sendable {
     }
 
     private struct State {
-        var bySerial: [String: Connections] = [:]
+        var byCertificate: [Key: Connections] = [:]
         /// When the last sweep began; the next asks for revocations from
         /// a while before it (another process's clock may differ).
         var lastSweep: Date?
@@ -87,32 +105,33 @@ final class CertificateConnections: Sendable {
     /// the protocol's signal) once the certificate is revoked. Forgotten
     /// when the channel closes.
     func register(serial: String, channel: any Channel, revoke: @escaping @Sendable () -> Void) {
+        let certificate = Key(serial: serial)
         let key = ObjectIdentifier(channel)
-        register(serial: serial, key: key, revoke: revoke)
-        channel.closeFuture.whenComplete { _ in self.forget(serial: serial, key: key) }
+        register(certificate, connection: key, revoke: revoke)
+        channel.closeFuture.whenComplete { _ in self.forget(certificate, connection: key) }
     }
 
-    /// The connection `key` uses the certificate `serial`; `revoke` ends
-    /// it once the certificate is revoked. It stays until `forget`: for a
+    /// The connection `connection` uses `certificate`; `revoke` ends it
+    /// once the certificate is revoked. It stays until `forget`: for a
     /// connection that says when it has ended (a device's), rather than a
     /// close callback on its channel.
-    func register(serial: String, key: ObjectIdentifier, revoke: @escaping @Sendable () -> Void) {
+    func register(_ certificate: Key, connection: ObjectIdentifier, revoke: @escaping @Sendable () -> Void) {
         state.withLock { state in
-            if state.bySerial[serial]?.add(key, revoke) == nil { state.bySerial[serial] = .one(key, revoke) }
+            if state.byCertificate[certificate]?.add(connection, revoke) == nil { state.byCertificate[certificate] = .one(connection, revoke) }
         }
     }
 
-    /// The connection `key`, registered with `serial`, has ended.
-    func forget(serial: String, key: ObjectIdentifier) {
+    /// The connection `connection`, registered with `certificate`, has ended.
+    func forget(_ certificate: Key, connection: ObjectIdentifier) {
         state.withLock { state in
-            if state.bySerial[serial]?.remove(key) == true { state.bySerial[serial] = nil }
+            if state.byCertificate[certificate]?.remove(connection) == true { state.byCertificate[certificate] = nil }
         }
     }
 
     /// What closes the connections of the certificates `serials`, which
     /// are forgotten.
     func takeClosers(of serials: [String]) -> [@Sendable () -> Void] {
-        state.withLock { state in serials.flatMap { state.bySerial.removeValue(forKey: $0)?.closers ?? [] } }
+        state.withLock { state in serials.flatMap { state.byCertificate.removeValue(forKey: Key(serial: $0))?.closers ?? [] } }
     }
 
     /// The store's record of a certificate (the handshake's question,
@@ -122,7 +141,7 @@ final class CertificateConnections: Sendable {
     }
 
     /// Connections open now, for tests and logs.
-    var count: Int { state.withLock { $0.bySerial.values.reduce(0) { $0 + $1.count } } }
+    var count: Int { state.withLock { $0.byCertificate.values.reduce(0) { $0 + $1.count } } }
 
     /// Closes the connections of every certificate revoked since the last
     /// sweep (the application's timer, every `qos.tickInterval`).
