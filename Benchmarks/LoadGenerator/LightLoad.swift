@@ -535,6 +535,10 @@ func tlsIdleConnections(_ arguments: Arguments, directories: [String]) async thr
     // Let the server finish with the handshakes' leftovers before reading its memory.
     try await Task.sleep(for: .seconds(2))
     printServerMemory(arguments.serverPID, before: before, connections: channels.count)
+    if arguments.hold > 0 {
+        print("holding the connections open for \(arguments.hold) s")
+        try await Task.sleep(for: .seconds(arguments.hold))
+    }
     for channel in channels { try? await channel.close() }
 }
 

@@ -76,6 +76,8 @@ struct Arguments: ParsableCommand {
     var mqttCA: String?
     @Option(name: .customLong("write-interval"), help: "Microseconds between the provider's writes in the fixed-rate phase (--light): each write carries the notifications due by then.")
     var writeInterval = 1000
+    @Option(help: "Seconds the tls-idle connections stay open after the memory figure is printed (for a measurement of one's own, such as the server's memory after malloc_trim); then they are closed.")
+    var hold = 0
 }
 
 /// The server's configuration as the load generator opens its store:
