@@ -9,8 +9,9 @@ import Testing
 
 /// What TLS keeps of a client's certificate once the handshake is over:
 /// the device gateway's context only its hash (about 6 KiB less per idle
-/// device, docs/benchmarks.md), the provider listeners' the certificate.
-/// Real TLS on loopback, with a device identity from the test server's CA.
+/// device, docs/benchmarks.md), the provider listeners' the certificate;
+/// and what the peer check keeps of a device's. Real TLS on loopback, with
+/// a device identity from the test server's CA.
 @Suite(.timeLimit(.minutes(1))) struct ServerTLSTests {
     @Test func theDeviceGatewayKeepsNoPeerCertificateAfterTheHandshake() async throws {
         try await withTestServer { server in
@@ -23,6 +24,36 @@ import Testing
             #expect(device == false, "the device gateway keeps only the certificate's hash")
             let provider = try await peerCertificateAfterHandshake(server: try ServerTLS.context(provisioner: provisioner), credentials)
             #expect(provider == true, "a provider listener keeps the certificate")
+        }
+    }
+
+    /// The peer check leaves a device's connection its certificate's
+    /// serial and device id, not the certificate's text, which a
+    /// connection that never sends Connect would keep.
+    @Test func aDevicesPeerBoxKeepsItsIdentityNotItsCertificate() async throws {
+        try await withTestServer { server in
+            let provisioner = server.application.provisioner
+            let directory = server.directory + "/box-device"
+            let (device, _) = try await provisioner.issueDeviceIdentity(directory: directory)
+            let credentials = try DeviceCredentials.load(from: directory)
+            let verifier = PeerVerifier(
+                authority: try provisioner.authority().certificate, certificates: server.application.policy.certificates, kind: .device,
+                logger: server.logger)
+            let (work, runner) = ConnectionWork.make()
+            let running = Task { await runner.run() }
+            let loop = MultiThreadedEventLoopGroup.singleton.any()
+            let closed = loop.makePromise(of: Void.self)
+            let box = PeerIdentityBox(verifier: verifier, closed: closed.futureResult, work: work)
+            let verified = loop.makePromise(of: NIOSSLVerificationResult.self)
+            box.verify(try NIOSSLCertificate.fromPEMFile(credentials.certificatePath), promise: verified)
+            #expect(try await verified.futureResult.get() == .certificateVerified)
+            let record = try #require(box.record)
+            #expect(record.deviceID == device.id)
+            #expect(record.serial == device.certificateSerial)
+            #expect(record.pem.isEmpty && record.subject.isEmpty)
+            closed.succeed()
+            work.finish()
+            await running.value
         }
     }
 

@@ -170,7 +170,15 @@ final class PeerVerifier: Sendable {
                     promise.succeed(.failed)
                     return
                 }
-                box.set(record)
+                // A device's connection needs its certificate's serial and
+                // device id (at Connect), not its text: a connection that
+                // never sends Connect does not keep the PEM and subject.
+                var kept = record
+                if kind == .device {
+                    kept.pem = ""
+                    kept.subject = ""
+                }
+                box.set(kept)
                 promise.succeed(.certificateVerified)
             } catch {
                 logger.error("store failed during a handshake", metadata: ["courier.error": "\(error)"])
