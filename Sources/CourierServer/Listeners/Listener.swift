@@ -145,7 +145,7 @@ extension ConnectionTimeout: Sendable {}
 
 /// A connection whose silence its event loop's `SilenceSweep` watches:
 /// it keeps its place in the sweep's list (`silenceLinks`) itself, so that
-/// watching an idle connection costs three words in an object it has
+/// watching an idle connection costs a few words in an object it has
 /// anyway — no object, scheduled task or timer entry of its own.
 protocol SilenceWatched: AnyObject {
     var silenceLinks: SilenceLinks<Self> { get set }
