@@ -24,24 +24,43 @@ public struct PendingSlot: Hashable, Comparable, Sendable {
 }
 
 /// A batch of notifications to hold, as both stores write it
-/// (`Store.storePending`).
-extension Array where Element == PendingNotification {
+/// (`Store.storePending`): which of them are written and what each
+/// replaced. Each notification's slot is hashed once, when the batch is
+/// made, and again only to look up what the store held for it.
+public struct PendingBatch: Sendable {
+    public let notifications: [PendingNotification]
     /// Only the last of each slot: the ones before it are replaced in the
     /// same transaction, so only it is written.
-    public var lastOfEachSlot: [PendingNotification] {
+    public let written: [PendingNotification]
+    /// For each notification, the batch's one before it in its slot.
+    private let earlier: [Int?]
+
+    public init(_ notifications: [PendingNotification]) {
+        self.notifications = notifications
+        guard notifications.count > 1 else {
+            written = notifications
+            earlier = notifications.map { _ in nil }
+            return
+        }
         var last: [PendingSlot: Int] = [:]
-        for (index, pending) in enumerated() { last[PendingSlot(pending)] = index }
-        return indices.filter { last[PendingSlot(self[$0])] == $0 }.map { self[$0] }
+        var earlier: [Int?] = []
+        var replaced = [Bool](repeating: false, count: notifications.count)
+        earlier.reserveCapacity(notifications.count)
+        for (index, pending) in notifications.enumerated() {
+            let before = last.updateValue(index, forKey: PendingSlot(pending))
+            if let before { replaced[before] = true }
+            earlier.append(before)
+        }
+        self.earlier = earlier
+        written = notifications.indices.compactMap { replaced[$0] ? nil : notifications[$0] }
     }
 
-    /// What each notification of the batch replaced, in order: the one the
-    /// store held for its slot (`held`), then the batch's earlier ones in turn.
+    /// What each notification replaced, in order: the one the store held
+    /// for its slot (`held`), or else the batch's one before it.
     public func replacements(of held: [PendingSlot: PendingNotification]) -> [PendingNotification?] {
-        var held = held
-        return map { pending in
-            let slot = PendingSlot(pending)
-            defer { held[slot] = pending }
-            return held[slot]
+        notifications.indices.map { index in
+            if let before = earlier[index] { return notifications[before] }
+            return held.isEmpty ? nil : held[PendingSlot(notifications[index])]
         }
     }
 }

@@ -539,7 +539,8 @@ public final class PostgresStore: Store {
     public func storePending(_ notifications: [PendingNotification]) async throws -> [PendingNotification?] {
         guard !notifications.isEmpty else { return [] }
         // In key order, so that two nodes' batches lock shared rows in the same order.
-        let written = notifications.lastOfEachSlot.sorted { PendingSlot($0) < PendingSlot($1) }
+        let batch = PendingBatch(notifications)
+        let written = batch.written.sorted { PendingSlot($0) < PendingSlot($1) }
         let held = try await transaction { connection in
             var held: [PendingSlot: PendingNotification] = [:]
             for chunk in written.slices(of: Self.rowsPerStatement) {
@@ -574,7 +575,7 @@ public final class PostgresStore: Store {
             }
             return held
         }
-        return notifications.replacements(of: held)
+        return batch.replacements(of: held)
     }
 
     /// The notifications `slots` hold, each row locked until the transaction ends.

@@ -436,10 +436,10 @@ public final class SQLiteStore: Store {
 
     public func storePending(_ notifications: [PendingNotification]) async throws -> [PendingNotification?] {
         guard !notifications.isEmpty else { return [] }
-        let written = notifications.lastOfEachSlot
+        let batch = PendingBatch(notifications)
         let held = try await transaction {
             var held: [PendingSlot: PendingNotification] = [:]
-            for chunk in written.slices(of: Self.rowsPerStatement) {
+            for chunk in batch.written.slices(of: Self.rowsPerStatement) {
                 let slots = chunk.flatMap { PendingSlot($0).binds }
                 for row in try await self.connection.query(Self.heldPendingSQL(chunk.count), slots) {
                     let old = try PendingNotification(row: row)
@@ -462,7 +462,7 @@ public final class SQLiteStore: Store {
             }
             return held
         }
-        return notifications.replacements(of: held)
+        return batch.replacements(of: held)
     }
 
     /// What `count` (device, app, environment) triples hold, each found by

@@ -15,6 +15,7 @@ final class FaultyStore: Store {
     private struct State {
         var failStorePending = false
         var logWrites: [Int] = []
+        var pendingBatches: [Int] = []
         var failRegistrationReads = false
         var failKeyReads = false
         var failChannels = false
@@ -34,6 +35,9 @@ final class FaultyStore: Store {
     func failChannels(_ on: Bool) { state.withLock { $0.failChannels = on } }
     func hideTeam(_ id: String) { _ = state.withLock { $0.missingTeams.insert(id) } }
 
+    /// The sizes of the batches of notifications to hold, in order.
+    var pendingBatches: [Int] { state.withLock { $0.pendingBatches } }
+
     /// Holds commits of notifications to store while closed.
     let commitGate = Gate()
 
@@ -49,6 +53,7 @@ final class FaultyStore: Store {
 
     func storePending(_ notifications: [PendingNotification]) async throws -> [PendingNotification?] {
         if state.withLock({ $0.failStorePending }) { throw Injected() }
+        state.withLock { $0.pendingBatches.append(notifications.count) }
         await commitGate.pass()
         return try await base.storePending(notifications)
     }

@@ -2,7 +2,7 @@ import CourierCore
 import CourierDevice
 import CourierPKI
 import CourierProvider
-import CourierServer
+@testable import CourierServer
 import CourierWire
 import Foundation
 import Logging
@@ -643,6 +643,40 @@ extension HTTP2ProtocolTableTests {
             // The connection opened just now is not idle.
             #expect(try await RawPush(token: token).send(on: fresh).status == 200)
             await fresh.close()
+            await server.disconnect(device)
+        }
+    }
+
+    @Test func durablePushesThatShareACommitAreEachAnswered() async throws {
+        try await withFaultyStoreServer { server, store in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let connection = try await server.http2Connection(certificate: (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem"))
+            let expiration = String(Int(server.clock.now().timeIntervalSince1970) + 3600)
+            func held(_ id: String) -> RawPush {
+                var push = RawPush(token: token)
+                push.headers += [("apns-expiration", expiration), ("apns-id", id)]
+                return push
+            }
+            // The first push's commit is held; the next five wait behind it
+            // and are written in one commit, whose answers go to the
+            // connection's event loop together.
+            store.commitGate.close()
+            let firstID = UUID().uuidString
+            let first = Task { try await held(firstID).send(on: connection) }
+            await store.commitGate.waitUntilHolding()
+            let ids = (0..<5).map { _ in UUID().uuidString }
+            let rest = ids.map { id in Task { try await held(id).send(on: connection) } }
+            try await waitUntil(limit: 10) { server.dispatcher.waitingToBeHeld == ids.count }
+            store.commitGate.open()
+            let answer = try await first.value
+            #expect((answer.status, answer.response.apnsID) == (200, firstID))
+            for (id, task) in zip(ids, rest) {
+                let answer = try await task.value
+                #expect((answer.status, answer.response.apnsID) == (200, id))
+            }
+            #expect(store.pendingBatches == [1, ids.count])
+            await connection.close()
             await server.disconnect(device)
         }
     }

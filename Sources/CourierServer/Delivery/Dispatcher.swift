@@ -111,6 +111,9 @@ public final class Dispatcher: Sendable {
     /// notifications, whose commits it follows.
     var writers: [any Service] { [acknowledger, pendingWriter] }
 
+    /// Notifications to hold that wait for the writer's next batch.
+    var waitingToBeHeld: Int { pendingWriter.queued }
+
     // MARK: Accepting notifications
 
     /// What `admit` made of a notification.

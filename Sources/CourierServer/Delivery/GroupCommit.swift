@@ -83,12 +83,19 @@ final class GroupCommit<Item: Sendable, Result: Sendable>: Service, Sendable {
     private let observe: @Sendable (Duration) -> Void
     private let wake: AsyncStream<Void>.Continuation
     private let wakeups: AsyncStream<Void>
+    /// `drain`, as made where the writer is created: there `Item` and
+    /// `Result` are known, so the compiler specializes it. `run`, called
+    /// through `Service` by the service group, is generic code, and a
+    /// drain called from it would look up generic type metadata at run
+    /// time for every item.
+    private let drainQueued: @Sendable (GroupCommit) async -> Void
 
     /// `write` must return one result for each item, in order.
     init(observe: @escaping @Sendable (Duration) -> Void = { _ in }, write: @escaping @Sendable ([Item]) async throws -> [Result]) {
         self.write = write
         self.observe = observe
         (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        drainQueued = { await $0.drain() }
     }
 
     /// Queues an item now (its place in the order is fixed by this call)
@@ -110,19 +117,22 @@ final class GroupCommit<Item: Sendable, Result: Sendable>: Service, Sendable {
         return pending
     }
 
+    /// Items handed in and not yet taken by the writer.
+    var queued: Int { state.withLock { $0.queue.count } }
+
     func submit(_ item: Item) async throws -> Result {
         try await enqueue(item).value
     }
 
     func run() async throws {
         await withGracefulShutdownHandler {
-            for await _ in wakeups { await drain() }
+            for await _ in wakeups { await drainQueued(self) }
         } onGracefulShutdown: {
             self.wake.finish()
         }
         // What was queued until now is written; nothing is taken after.
         state.withLock { $0.ended = true }
-        await drain()
+        await drainQueued(self)
     }
 
     private func drain() async {

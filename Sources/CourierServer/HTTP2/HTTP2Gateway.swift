@@ -670,6 +670,9 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     /// The requests the current read completed (`decideReceived`).
     private var received: [HTTP2Request] = []
     private let deciding = HTTP2DecisionQueue()
+    /// Durable pushes whose commit has finished, answered on the loop
+    /// together: one hop per commit, not one per push.
+    private let committed = HTTP2CommittedAnswers()
     /// Answers written since the last flush (`scheduleFlush`).
     private var unflushed = 0
     private let eventLoop: any EventLoop
@@ -925,9 +928,15 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
             finish(answer, on: streamID)
         case .committing(let durable, let answer):
             let handler = NIOLoopBound(self, eventLoop: eventLoop)
+            let answers = committed
             durable.whenResolved { result in
                 let committed = if case .success = result { true } else { false }
-                handler.eventLoop.execute { handler.value.finish(answer(committed), on: streamID) }
+                // A commit resolves its pushes one after another on its own
+                // thread: the first of them to find nothing waiting hops.
+                guard answers.add(answer(committed), on: streamID) else { return }
+                handler.eventLoop.execute {
+                    for (streamID, answer) in answers.take() { handler.value.finish(answer, on: streamID) }
+                }
             }
         case .waits(let answer):
             let handler = NIOLoopBound(self, eventLoop: eventLoop)
@@ -1037,6 +1046,29 @@ final class HTTP2DecisionQueue: Sendable {
             }
             defer { state.requests = [] }
             return state.requests
+        }
+    }
+}
+
+/// Answers of a connection's durable pushes, from their commits' thread to
+/// the connection's event loop.
+final class HTTP2CommittedAnswers: Sendable {
+    private let answers = Mutex<[(HTTP2StreamID, HTTP2Answer)]>([])
+
+    /// Adds an answer; true when none was waiting (the caller hops to the
+    /// loop to `take` them).
+    func add(_ answer: HTTP2Answer, on streamID: HTTP2StreamID) -> Bool {
+        answers.withLock { answers in
+            answers.append((streamID, answer))
+            return answers.count == 1
+        }
+    }
+
+    /// Everything added, in order.
+    func take() -> [(HTTP2StreamID, HTTP2Answer)] {
+        answers.withLock { answers in
+            defer { answers = [] }
+            return answers
         }
     }
 }
