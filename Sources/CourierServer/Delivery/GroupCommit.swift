@@ -70,7 +70,11 @@ final class Pending<Value: Sendable>: Sendable {
 /// handed in after that fails at once (`GroupCommitEnded`).
 final class GroupCommit<Item: Sendable, Result: Sendable>: Service, Sendable {
     private struct State {
-        var queue: [(Item, Pending<Result>)] = []
+        /// The items queued, and beside them their results to come: the
+        /// writer takes the items as they are, without copying each one
+        /// out of a pair.
+        var queue: [Item] = []
+        var pending: [Pending<Result>] = []
         /// The writer was woken for what is queued, and has not yet found
         /// the queue empty.
         var woken = false
@@ -104,7 +108,8 @@ final class GroupCommit<Item: Sendable, Result: Sendable>: Service, Sendable {
         let pending = Pending<Result>()
         let (wakeWriter, ended) = state.withLock { state -> (Bool, Bool) in
             if state.ended { return (false, true) }
-            state.queue.append((item, pending))
+            state.queue.append(item)
+            state.pending.append(pending)
             if state.woken { return (false, false) }
             state.woken = true
             return (true, false)
@@ -137,20 +142,24 @@ final class GroupCommit<Item: Sendable, Result: Sendable>: Service, Sendable {
 
     private func drain() async {
         while true {
-            let batch = state.withLock { state -> [(Item, Pending<Result>)] in
-                let batch = state.queue
-                state.queue.removeAll(keepingCapacity: true)
-                if batch.isEmpty { state.woken = false }
-                return batch
+            let (items, pending) = state.withLock { state -> ([Item], [Pending<Result>]) in
+                let taken = (state.queue, state.pending)
+                if taken.0.isEmpty { state.woken = false }
+                // Room for as many again: the next batch is likely as large.
+                state.queue = []
+                state.queue.reserveCapacity(taken.0.count)
+                state.pending = []
+                state.pending.reserveCapacity(taken.0.count)
+                return taken
             }
-            if batch.isEmpty { return }
+            if items.isEmpty { return }
             do {
                 let started = ContinuousClock.now
-                let results = try await write(batch.map(\.0))
+                let results = try await write(items)
                 observe(ContinuousClock.now - started)
-                for ((_, pending), result) in zip(batch, results) { pending.resolve(.success(result)) }
+                for (pending, result) in zip(pending, results) { pending.resolve(.success(result)) }
             } catch {
-                for (_, pending) in batch { pending.resolve(.failure(error)) }
+                for pending in pending { pending.resolve(.failure(error)) }
             }
         }
     }
