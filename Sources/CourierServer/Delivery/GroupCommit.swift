@@ -70,11 +70,7 @@ final class Pending<Value: Sendable>: Sendable {
 /// handed in after that fails at once (`GroupCommitEnded`).
 final class GroupCommit<Item: Sendable, Result: Sendable>: Service, Sendable {
     private struct State {
-        /// The items queued, and beside them their results to come: the
-        /// writer takes the items as they are, without copying each one
-        /// out of a pair.
-        var queue: [Item] = []
-        var pending: [Pending<Result>] = []
+        var queue: [(Item, Pending<Result>)] = []
         /// The writer was woken for what is queued, and has not yet found
         /// the queue empty.
         var woken = false
@@ -108,8 +104,7 @@ final class GroupCommit<Item: Sendable, Result: Sendable>: Service, Sendable {
         let pending = Pending<Result>()
         let (wakeWriter, ended) = state.withLock { state -> (Bool, Bool) in
             if state.ended { return (false, true) }
-            state.queue.append(item)
-            state.pending.append(pending)
+            state.queue.append((item, pending))
             if state.woken { return (false, false) }
             state.woken = true
             return (true, false)
@@ -142,24 +137,20 @@ final class GroupCommit<Item: Sendable, Result: Sendable>: Service, Sendable {
 
     private func drain() async {
         while true {
-            let (items, pending) = state.withLock { state -> ([Item], [Pending<Result>]) in
-                let taken = (state.queue, state.pending)
-                if taken.0.isEmpty { state.woken = false }
-                // Room for as many again: the next batch is likely as large.
-                state.queue = []
-                state.queue.reserveCapacity(taken.0.count)
-                state.pending = []
-                state.pending.reserveCapacity(taken.0.count)
-                return taken
+            let batch = state.withLock { state -> [(Item, Pending<Result>)] in
+                let batch = state.queue
+                state.queue.removeAll(keepingCapacity: true)
+                if batch.isEmpty { state.woken = false }
+                return batch
             }
-            if items.isEmpty { return }
+            if batch.isEmpty { return }
             do {
                 let started = ContinuousClock.now
-                let results = try await write(items)
+                let results = try await write(batch.map(\.0))
                 observe(ContinuousClock.now - started)
-                for (pending, result) in zip(pending, results) { pending.resolve(.success(result)) }
+                for ((_, pending), result) in zip(batch, results) { pending.resolve(.success(result)) }
             } catch {
-                for pending in pending { pending.resolve(.failure(error)) }
+                for (_, pending) in batch { pending.resolve(.failure(error)) }
             }
         }
     }
