@@ -672,7 +672,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     private let deciding = HTTP2DecisionQueue()
     /// Durable pushes whose commit has finished, answered on the loop
     /// together: one hop per commit, not one per push.
-    private let committed = HTTP2CommittedAnswers()
+    private let committedAnswers = HTTP2CommittedAnswers()
     /// Answers written since the last flush (`scheduleFlush`).
     private var unflushed = 0
     private let eventLoop: any EventLoop
@@ -928,7 +928,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
             finish(answer, on: streamID)
         case .committing(let durable, let answer):
             let handler = NIOLoopBound(self, eventLoop: eventLoop)
-            let answers = committed
+            let answers = committedAnswers
             durable.whenResolved { result in
                 let committed = if case .success = result { true } else { false }
                 // A commit resolves its pushes one after another on its own
