@@ -6,6 +6,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import NIOSSL
+import NIOTLS
 import ServiceLifecycle
 import Synchronization
 
@@ -481,14 +482,6 @@ final class DeviceConnectionHandler: ChannelDuplexHandler, SilenceWatched {
         deadline = UnfinishedFrameDeadline(timeout: unfinishedFrameTimeout)
     }
 
-    func handlerAdded(context: ChannelHandlerContext) {
-        if context.channel.isActive { silence.start(self) }
-    }
-
-    func channelActive(context: ChannelHandlerContext) {
-        silence.start(self)
-        context.fireChannelActive()
-    }
 
     /// The channel has ended (NIO removes its handlers once it closed):
     /// the connection hears of it last.
@@ -541,6 +534,9 @@ final class DeviceConnectionHandler: ChannelDuplexHandler, SilenceWatched {
         if event is Revoked {
             connection.enqueue(.revoked)
         } else {
+            // Silence counts from the end of the handshake; until then the
+            // handshake's own limit holds.
+            if case .handshakeCompleted = event as? TLSUserEvent { silence.start(self) }
             context.fireUserInboundEventTriggered(event)
         }
     }

@@ -283,7 +283,10 @@ final class SilenceSweeps<Watched: SilenceWatched>: Sendable {
 }
 
 /// Closes a connection from which nothing was read for its sweep's
-/// timeout (an idle binary provider's, `connections.binaryIdle`).
+/// timeout (an idle binary provider's, `connections.binaryIdle`), counted
+/// from the end of its TLS handshake: until then the handshake's own limit
+/// holds (`ConnectionTimeout(.handshake)`), so that a handshake slowed by
+/// its certificate's lookup is not taken for silence.
 final class SilenceTimeout: ChannelInboundHandler, SilenceWatched {
     typealias InboundIn = NIOAny
 
@@ -298,12 +301,11 @@ final class SilenceTimeout: ChannelInboundHandler, SilenceWatched {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        if context.channel.isActive { start(context) }
     }
 
-    func channelActive(context: ChannelHandlerContext) {
-        start(context)
-        context.fireChannelActive()
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if case .handshakeCompleted = event as? TLSUserEvent { start(context) }
+        context.fireUserInboundEventTriggered(event)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
