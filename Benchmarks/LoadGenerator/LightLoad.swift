@@ -336,6 +336,7 @@ func lightDelivery(_ arguments: Arguments, directories: [String]) async throws {
     var devices = try await connectLightDevices(contexts, tokens: nil, wave: arguments.connectWave, collector: collector, arguments: arguments)
     let tokens = devices.map(\.token)
     print("connected and registered \(devices.count) light devices in \(String(format: "%.1f", Date().timeIntervalSince(connectStart))) s")
+    try await settle()
     printServerMemory(arguments.serverPID, before: before, connections: devices.count)
 
     let cpu = arguments.serverPID.map { CPUMeter(server: $0) }
@@ -532,8 +533,7 @@ func tlsIdleConnections(_ arguments: Arguments, directories: [String]) async thr
         return channel
     }
     print("\(channels.count) TLS-only device connections in \(String(format: "%.1f", Date().timeIntervalSince(start))) s")
-    // Let the server finish with the handshakes' leftovers before reading its memory.
-    try await Task.sleep(for: .seconds(2))
+    try await settle()
     printServerMemory(arguments.serverPID, before: before, connections: channels.count)
     if arguments.hold > 0 {
         print("holding the connections open for \(arguments.hold) s")

@@ -169,6 +169,14 @@ final class Collector: Sendable {
     }
 }
 
+/// Lets the server finish with the connections' leftovers before its
+/// memory is read: the handshakes' and Connects' freed memory, which
+/// Courier gives back at the second tick (one second each) after a storm
+/// of connections stopped growing. The same wait for every server measured.
+func settle() async throws {
+    try await Task.sleep(for: .seconds(3))
+}
+
 /// Prints the server's memory growth per connection since `before` (KiB).
 func printServerMemory(_ pid: Int32?, before: Int?, connections: Int) {
     guard let pid, let before, let after = residentKiB(pid) else { return }

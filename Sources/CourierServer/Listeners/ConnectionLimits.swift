@@ -428,7 +428,10 @@ final class ConnectionCounts: Sendable {
 /// half of `floodSize` from their peak since memory was last given back,
 /// and stopped falling (a tick without fewer of them: the connections'
 /// memory is freed by then, not only half of it), the allocator's free
-/// memory goes back to the system (`malloc_trim`).
+/// memory goes back to the system (`malloc_trim`). So it does once they
+/// rose by as many from their low and stopped rising: what the handshakes
+/// and Connects of a storm of new connections (devices reconnecting after
+/// a restart) freed is not kept beside the connections that stay.
 final class MemoryReturn: Sendable {
     static let floodSize = 1_000
     static let followUpTicks = 5
@@ -436,6 +439,7 @@ final class MemoryReturn: Sendable {
     private struct State {
         var listeners: [ListenerGuard] = []
         var peak = 0
+        var low = 0
         /// Open connections at the previous tick.
         var last = 0
         /// Ticks until memory is given back once more after a flood.
@@ -464,6 +468,7 @@ final class MemoryReturn: Sendable {
             let open = state.listeners.reduce(0) { $0 + $1.open }
             defer { state.last = open }
             state.peak = max(state.peak, open)
+            state.low = min(state.low, open)
             if let ticks = state.followUp {
                 // Some of a flood's memory is freed only after its
                 // connections are counted out (their channels' last
@@ -471,8 +476,11 @@ final class MemoryReturn: Sendable {
                 state.followUp = ticks > 1 ? ticks - 1 : nil
                 return ticks == 1
             }
-            guard state.peak - open >= Self.floodSize / 2, open >= state.last else { return false }
+            let fell = state.peak - open >= Self.floodSize / 2 && open >= state.last
+            let rose = open - state.low >= Self.floodSize / 2 && open <= state.last
+            guard fell || rose else { return false }
             state.peak = open
+            state.low = open
             state.returned += 1
             state.followUp = Self.followUpTicks
             return true
