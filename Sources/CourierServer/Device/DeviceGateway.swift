@@ -482,7 +482,6 @@ final class DeviceConnectionHandler: ChannelDuplexHandler, SilenceWatched {
         deadline = UnfinishedFrameDeadline(timeout: unfinishedFrameTimeout)
     }
 
-
     /// The channel has ended (NIO removes its handlers once it closed):
     /// the connection hears of it last.
     func handlerRemoved(context: ChannelHandlerContext) {

@@ -428,8 +428,8 @@ final class ConnectionCounts: Sendable {
 /// half of `floodSize` from their peak since memory was last given back,
 /// and stopped falling (a tick without fewer of them: the connections'
 /// memory is freed by then, not only half of it), the allocator's free
-/// memory goes back to the system (`malloc_trim`). So it does once they
-/// rose by as many from their low and stopped rising: what the handshakes
+/// memory goes back to the system (`malloc_trim`). It does so too once
+/// they rose by as many from their low and stopped rising: what the handshakes
 /// and Connects of a storm of new connections (devices reconnecting after
 /// a restart) freed is not kept beside the connections that stay.
 final class MemoryReturn: Sendable {
