@@ -438,6 +438,7 @@ final class MemoryReturn: Sendable {
 
     private struct State {
         var listeners: [ListenerGuard] = []
+        /// Open connections at their highest and lowest since memory was last given back.
         var peak = 0
         var low = 0
         /// Open connections at the previous tick.
