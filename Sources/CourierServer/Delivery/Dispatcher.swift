@@ -197,12 +197,10 @@ public final class Dispatcher: Sendable {
         case .success(let checked): token = checked
         case .failure(let failure): return reject(notification, rules.refusal(failure.problem), now: now)
         }
-        let (registration, epoch) = registrations.cached(token.key)
         // Not known, or removed (a feedback entry to write): decided after waiting.
-        guard let registration, registration.active else { return nil }
-        if let problem = Registrations.problem(of: notification.token, in: registration, now: now) {
-            return reject(notification, rules.refusal(problem), now: now)
-        }
+        guard let (holds, epoch) = registrations.cachedActive(holding: token) else { return nil }
+        // A token the device no longer holds (an older generation), as `Registrations.problem` says.
+        guard holds else { return reject(notification, rules.refusal(.notHeld), now: now) }
         if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, refusal, now: now) }
         return carryOut(notification, token, now: now)
     }

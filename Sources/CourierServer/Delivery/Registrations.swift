@@ -37,25 +37,45 @@ struct TokenKey: Hashable, Sendable {
 }
 
 /// A registration as the cache keeps it: what its key does not say
-/// already (32 bytes beside the key, against `AppRegistration`'s 72).
+/// already, in 24 bytes beside a 16-byte key (`CacheKey`), not
+/// `AppRegistration`'s 72 beside a 32-byte one.
+///
+/// Its token is kept as its generation: the token the codec issues to
+/// the key's device and app in that generation (a token and its contents
+/// determine each other, DeviceTokens.swift), so an idle device's cached
+/// registration holds no array of its own. A stored token the codec did
+/// not issue so (one issued under another secret) is kept as it is, beside
+/// (`State.otherTokens`).
 struct CachedRegistration {
-    var token: [UInt8]
     var registeredAt: Date
     var unregisteredAt: Date?
     var active: Bool
+    /// The token is the codec's of `generation`; false: it is in `otherTokens`.
+    var issued: Bool
+    var generation: UInt32
 
-    init(_ registration: AppRegistration) {
-        token = registration.token
-        registeredAt = registration.registeredAt
-        unregisteredAt = registration.unregisteredAt
-        active = registration.active
+    /// The registration's token in contents, when the codec issued it to
+    /// the key's device and app: its generation.
+    static func generation(of token: [UInt8], _ key: RegistrationKey, codec: DeviceTokenCodec, appHash: UInt64) -> UInt32? {
+        guard case .success(let contents) = codec.open(token), contents.deviceID == key.deviceID, contents.appHash == appHash, !contents.isLiveActivity
+        else { return nil }
+        return contents.generation
     }
 
-    func registration(_ key: RegistrationKey) -> AppRegistration {
-        AppRegistration(
-            deviceID: key.deviceID, bundleID: key.bundleID, environment: key.environment, token: token, active: active, registeredAt: registeredAt,
-            unregisteredAt: unregisteredAt)
+    /// Whether the registration holds `token` (which opened to `contents`
+    /// with the key's device and app, as a checked token did): of its
+    /// generation, or, for a token kept as it is, the same bytes.
+    func holds(_ contents: DeviceTokenContents, token: [UInt8], other: [UInt8]?) -> Bool {
+        issued ? !contents.isLiveActivity && contents.generation == generation : other == token
     }
+}
+
+/// A registration's key as the cache keeps it: the app by its number
+/// (`State.apps`), not its bundle id's string.
+struct CacheKey: Hashable {
+    var deviceID: UInt64
+    var app: UInt32
+    var environment: Environment
 }
 
 /// A token that opened and belongs to the notification's topic.
@@ -122,10 +142,12 @@ final class Registrations: Sendable {
     static let tokenCapacity = 100_000
 
     private struct State {
-        var registrations: [RegistrationKey: CachedRegistration] = [:]
-        /// The bundle ids of cached registrations, each kept once: every
-        /// device's registration of an app shares its string.
-        var bundleIDs: Set<String> = []
+        var registrations: [CacheKey: CachedRegistration] = [:]
+        /// The tokens of cached registrations that the codec did not issue
+        /// as their keys' (see `CachedRegistration`).
+        var otherTokens: [CacheKey: [UInt8]] = [:]
+        /// The apps of cached registrations, numbered for `CacheKey`.
+        var apps: [String: UInt32] = [:]
         /// Tokens that opened (see `TokenEntry`).
         var tokens: [TokenKey: TokenEntry] = [:]
         /// Prune `tokens` of idle entries when it reaches this many.
@@ -135,17 +157,48 @@ final class Registrations: Sendable {
         /// Counts changes of `registrations` (see `TokenEntry.registeredEpoch`).
         var epoch = 0
 
-        /// Caches `registration` (nil: known not to exist) under `key`,
-        /// whose bundle id is the one kept for every registration of the app.
-        mutating func cache(_ registration: AppRegistration?, _ key: RegistrationKey) {
-            var key = key
-            if let index = bundleIDs.firstIndex(of: key.bundleID) {
-                key.bundleID = bundleIDs[index]
-            } else {
-                if bundleIDs.count >= Registrations.tokenCapacity { bundleIDs.removeAll() }
-                bundleIDs.insert(key.bundleID)
+        /// The cache's key for `key`; nil when no registration of its app is cached.
+        func cacheKey(_ key: RegistrationKey) -> CacheKey? {
+            apps[key.bundleID].map { CacheKey(deviceID: key.deviceID, app: $0, environment: key.environment) }
+        }
+
+        /// The registration cached under `key`, with its token when it is kept as it is.
+        func cached(_ key: RegistrationKey) -> (registration: CachedRegistration, other: [UInt8]?)? {
+            guard let key = cacheKey(key), let cached = registrations[key] else { return nil }
+            return (cached, cached.issued ? nil : otherTokens[key])
+        }
+
+        /// Caches `registration` (nil: forgets it) under `key`; `generation`
+        /// is its token's, when the codec issued it as the key's
+        /// (`CachedRegistration.generation(of:)`). A full table of apps
+        /// is emptied first, with the registrations that name them.
+        mutating func cache(_ registration: AppRegistration?, generation: UInt32?, _ key: RegistrationKey) {
+            guard let registration else {
+                if let key = cacheKey(key) { forget(key) }
+                return
             }
-            registrations[key] = registration.map(CachedRegistration.init)
+            let app: UInt32
+            if let known = apps[key.bundleID] {
+                app = known
+            } else {
+                if apps.count >= Registrations.tokenCapacity {
+                    apps = [:]
+                    registrations = [:]
+                    otherTokens = [:]
+                }
+                app = UInt32(apps.count)
+                apps[key.bundleID] = app
+            }
+            let cacheKey = CacheKey(deviceID: key.deviceID, app: app, environment: key.environment)
+            registrations[cacheKey] = CachedRegistration(
+                registeredAt: registration.registeredAt, unregisteredAt: registration.unregisteredAt, active: registration.active,
+                issued: generation != nil, generation: generation ?? 0)
+            otherTokens[cacheKey] = generation == nil ? registration.token : nil
+        }
+
+        mutating func forget(_ key: CacheKey) {
+            registrations[key] = nil
+            otherTokens[key] = nil
         }
 
         /// Keeps a token that opened, and the app it belongs to when known.
@@ -246,9 +299,34 @@ final class Registrations: Sendable {
 
     // MARK: Registrations
 
-    /// The registration as cached (nil: not cached), and the epoch it was read in.
-    func cached(_ key: RegistrationKey) -> (AppRegistration?, epoch: Int) {
-        state.withLock { ($0.registrations[key]?.registration(key), $0.epoch) }
+    /// For a checked token that is not a Live Activity's: when its app's
+    /// registration on its device is cached and active, whether it holds
+    /// the token, and the epoch it was read in. Nil otherwise (not cached,
+    /// or removed: the store decides).
+    func cachedActive(holding token: CheckedToken) -> (holds: Bool, epoch: Int)? {
+        state.withLock { state in
+            guard let (cached, other) = state.cached(token.key), cached.active else { return nil }
+            return (cached.holds(token.contents, token: token.tokenKey.bytes, other: other), state.epoch)
+        }
+    }
+
+    /// A cached registration as the store has it: its token issued again
+    /// from its generation (or kept as it is).
+    private func appRegistration(_ cached: (registration: CachedRegistration, other: [UInt8]?), _ key: RegistrationKey) -> AppRegistration {
+        let registration = cached.registration
+        let token =
+            registration.issued
+            ? codec(key.environment).issue(DeviceTokenContents(deviceID: key.deviceID, generation: registration.generation, appHash: appHash(of: key.bundleID)))
+            : cached.other ?? []
+        return AppRegistration(
+            deviceID: key.deviceID, bundleID: key.bundleID, environment: key.environment, token: token, active: registration.active,
+            registeredAt: registration.registeredAt, unregisteredAt: registration.unregisteredAt)
+    }
+
+    /// The generation of a stored registration's token, when the codec
+    /// issued it as the key's (`CachedRegistration`).
+    private func issuedGeneration(of registration: AppRegistration?, _ key: RegistrationKey) -> UInt32? {
+        registration.flatMap { CachedRegistration.generation(of: $0.token, key, codec: codec(key.environment), appHash: appHash(of: key.bundleID)) }
     }
 
     /// The current epoch: read before a registration is loaded, a change
@@ -257,15 +335,17 @@ final class Registrations: Sendable {
 
     /// The registration, from the cache or the store.
     func registration(_ key: RegistrationKey) async throws -> AppRegistration? {
-        if let cached = state.withLock({ $0.registrations[key] }) { return cached.registration(key) }
+        if let cached = state.withLock({ $0.cached(key) }) { return appRegistration(cached, key) }
         let loaded = try await store.registration(deviceID: key.deviceID, bundleID: key.bundleID, environment: key.environment)
         guard let loaded else { return nil }
+        let generation = issuedGeneration(of: loaded, key)
         // A registration cached meanwhile (by `register`) is newer.
-        return state.withLock { state in
-            if let newer = state.registrations[key] { return newer.registration(key) }
-            state.cache(loaded, key)
-            return loaded
+        let newer = state.withLock { state -> (registration: CachedRegistration, other: [UInt8]?)? in
+            if let newer = state.cached(key) { return newer }
+            state.cache(loaded, generation: generation, key)
+            return nil
         }
+        return newer.map { appRegistration($0, key) } ?? loaded
     }
 
     /// A Live Activity token that opened for the topic's app, against the
@@ -317,7 +397,7 @@ final class Registrations: Sendable {
         let registration = AppRegistration(deviceID: deviceID, bundleID: bundleID, environment: environment, token: token, registeredAt: clock.now())
         try await store.register(registration)
         state.withLock { state in
-            state.cache(registration, key)
+            state.cache(registration, generation: generation, key)
             state.epoch += 1
         }
         return (token, true)
@@ -328,8 +408,9 @@ final class Registrations: Sendable {
         guard try await store.unregister(deviceID: deviceID, bundleID: bundleID, environment: environment, at: date ?? clock.now()) else { return false }
         let key = RegistrationKey(deviceID: deviceID, bundleID: bundleID, environment: environment)
         let updated = try await store.registration(deviceID: deviceID, bundleID: bundleID, environment: environment)
+        let generation = issuedGeneration(of: updated, key)
         state.withLock { state in
-            state.cache(updated, key)
+            state.cache(updated, generation: generation, key)
             state.epoch += 1
         }
         return true
@@ -340,6 +421,7 @@ final class Registrations: Sendable {
     func forgetAll() {
         state.withLock { state in
             state.registrations = [:]
+            state.otherTokens = [:]
             state.epoch += 1
         }
     }
@@ -348,7 +430,7 @@ final class Registrations: Sendable {
     /// when next needed.
     func forget(_ key: RegistrationKey) {
         state.withLock { state in
-            state.registrations[key] = nil
+            if let key = state.cacheKey(key) { state.forget(key) }
             state.epoch += 1
         }
     }
@@ -358,6 +440,7 @@ final class Registrations: Sendable {
     func forgetDevice(_ deviceID: UInt64) {
         state.withLock { state in
             state.registrations = state.registrations.filter { $0.key.deviceID != deviceID }
+            state.otherTokens = state.otherTokens.filter { $0.key.deviceID != deviceID }
             state.epoch += 1
         }
     }

@@ -1,0 +1,86 @@
+import CourierCore
+import CourierPKI
+import CourierSQLite
+import Crypto
+import Foundation
+import Logging
+import Testing
+
+@testable import CourierServer
+
+/// The registration cache keeps a token as its generation when the codec
+/// issued it as its device's and app's, and as it is otherwise; either way
+/// it answers as the store would.
+@Suite struct RegistrationCacheTests {
+    let bundleID = "com.example.demo"
+    let start = Date(timeIntervalSince1970: 1_750_000_000)
+
+    /// A store with the app (and its team) and device 7.
+    func store() async throws -> SQLiteStore {
+        let store = try await SQLiteStore.inMemory(logger: Logger(label: "test"))
+        try await store.createTeam(Team(id: "DEMOTEAM01", name: "Demo", createdAt: start))
+        try await store.createApp(App(bundleID: bundleID, teamID: "DEMOTEAM01", createdAt: start))
+        try await store.createDevice(Device(id: 7, certificateSerial: "07", createdAt: start))
+        return store
+    }
+
+    func registrations(_ store: any Store, codec: DeviceTokenCodec) -> Registrations {
+        Registrations(
+            store: store, codecs: [.production: codec], rules: DeliveryRules(QoSConfiguration()), clock: ManualWallClock(start))
+    }
+
+    func checked(_ registrations: Registrations, _ token: [UInt8]) throws -> CheckedToken {
+        try registrations.check(TokenKey(environment: .production, bytes: token), bundleID: bundleID, now: start).get()
+    }
+
+    @Test func aTokenKeptAsItsGenerationIsHeldOnlyInThatGeneration() async throws {
+        let store = try await store()
+        let codec = try DeviceTokenCodec(secret: SymmetricKey(size: .bits256), environment: .production)
+        let registrations = registrations(store, codec: codec)
+        let key = RegistrationKey(deviceID: 7, bundleID: bundleID, environment: .production)
+
+        let first = try #require(try await registrations.register(deviceID: 7, generation: 1, bundleID: bundleID, environment: .production))
+        #expect(first.changed)
+        #expect(try await registrations.registration(key)?.token == first.token)
+        #expect(registrations.cachedActive(holding: try checked(registrations, first.token))?.holds == true)
+        // Registering again in the same generation changes nothing.
+        #expect(try await registrations.register(deviceID: 7, generation: 1, bundleID: bundleID, environment: .production)?.changed == false)
+
+        // A reset: the next generation's token is held, the first's no longer.
+        let second = try #require(try await registrations.register(deviceID: 7, generation: 2, bundleID: bundleID, environment: .production))
+        #expect(second.changed && second.token != first.token)
+        #expect(registrations.cachedActive(holding: try checked(registrations, first.token))?.holds == false)
+        #expect(registrations.cachedActive(holding: try checked(registrations, second.token))?.holds == true)
+        #expect(try await registrations.registration(key)?.token == second.token)
+        #expect(try await store.registration(deviceID: 7, bundleID: bundleID, environment: .production)?.token == second.token)
+
+        // Removed: not answered from the cache, and the store's record read back as it is.
+        #expect(try await registrations.unregister(deviceID: 7, bundleID: bundleID, environment: .production, at: start.addingTimeInterval(5)))
+        #expect(registrations.cachedActive(holding: try checked(registrations, second.token)) == nil)
+        let removed = try #require(try await registrations.registration(key))
+        #expect(removed.token == second.token && !removed.active && removed.unregisteredAt == start.addingTimeInterval(5))
+    }
+
+    @Test func aStoredTokenTheCodecDidNotIssueIsKeptAsItIs() async throws {
+        let store = try await store()
+        // Registered under another secret (the configuration's changed since).
+        let before = try DeviceTokenCodec(secret: SymmetricKey(size: .bits256), environment: .production)
+        let stored = before.issue(DeviceTokenContents(deviceID: 7, generation: 1, bundleID: bundleID))
+        try await store.register(AppRegistration(deviceID: 7, bundleID: bundleID, environment: .production, token: stored, registeredAt: start))
+
+        let codec = try DeviceTokenCodec(secret: SymmetricKey(size: .bits256), environment: .production)
+        let registrations = registrations(store, codec: codec)
+        let key = RegistrationKey(deviceID: 7, bundleID: bundleID, environment: .production)
+        // Loaded into the cache, then answered from it: the stored bytes both times.
+        #expect(try await registrations.registration(key)?.token == stored)
+        #expect(try await registrations.registration(key)?.token == stored)
+        // This codec's token of the same device, app and generation is not the one registered.
+        let reissued = codec.issue(DeviceTokenContents(deviceID: 7, generation: 1, bundleID: bundleID))
+        #expect(registrations.cachedActive(holding: try checked(registrations, reissued))?.holds == false)
+        // Registering with this codec replaces it.
+        let registered = try #require(try await registrations.register(deviceID: 7, generation: 1, bundleID: bundleID, environment: .production))
+        #expect(registered.changed && registered.token == reissued)
+        #expect(registrations.cachedActive(holding: try checked(registrations, reissued))?.holds == true)
+        #expect(try await registrations.registration(key)?.token == reissued)
+    }
+}
