@@ -143,12 +143,12 @@ import Testing
         try await channels[2].close()
         channels[2].embeddedEventLoop.run()
         #expect(connections.count == 3)
-        for close in connections.takeClosers(of: ["02"]) { close() }
+        for connection in connections.takeConnections(of: ["02"]) { connection.revoke() }
         #expect(closed.withLock { $0.sorted() } == ["provider 0", "provider 2"])
         #expect(connections.count == 1)
         try await channels[0].close()
         channels[0].embeddedEventLoop.run()
         #expect(connections.count == 0)
-        #expect(connections.takeClosers(of: ["01", "02"]).isEmpty)
+        #expect(connections.takeConnections(of: ["01", "02"]).isEmpty)
     }
 }

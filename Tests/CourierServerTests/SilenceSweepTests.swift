@@ -119,7 +119,7 @@ import Testing
             let (work, _) = ConnectionWork.make()
             _ = try gateway.setUp(
                 channel, peer: PeerIdentityBox(verifier: gateway.verifier, closed: channel.closeFuture, work: work), work: work,
-                release: ConnectionRelease(open: OpenConnections(), key: ObjectIdentifier(channel)))
+                release: ConnectionRelease(open: OpenConnections()))
             loop.advanceTime(by: silence + .seconds(60))
             #expect(channel.isActive, "no silence counted before the handshake ends")
             channel.pipeline.fireUserInboundEventTriggered(TLSUserEvent.handshakeCompleted(negotiatedProtocol: nil))

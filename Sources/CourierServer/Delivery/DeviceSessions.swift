@@ -78,6 +78,33 @@ public final class DeviceSession: Sendable {
     func isInFlight(_ deliveryID: UUID) -> Bool { state.withLock { $0.inFlight[deliveryID] != nil } }
 }
 
+/// The connected devices' sessions by key: a table per environment, keyed
+/// by the device id alone (16 bytes a slot, not 24 with the environment
+/// beside it in the key).
+struct SessionTable {
+    private var production: [UInt64: DeviceSession] = [:]
+    private var sandbox: [UInt64: DeviceSession] = [:]
+
+    subscript(key: DeviceKey) -> DeviceSession? {
+        get {
+            switch key.environment {
+            case .production: production[key.deviceID]
+            case .sandbox: sandbox[key.deviceID]
+            }
+        }
+        set {
+            switch key.environment {
+            case .production: production[key.deviceID] = newValue
+            case .sandbox: sandbox[key.deviceID] = newValue
+            }
+        }
+    }
+
+    var count: Int { production.count + sandbox.count }
+
+    var all: [DeviceSession] { Array(production.values) + Array(sandbox.values) }
+}
+
 /// A notification for an online device, on its way: waiting for the
 /// device's burst, or being sent.
 struct QueuedNotification: Sendable {
@@ -94,7 +121,7 @@ struct QueuedNotification: Sendable {
 /// a notification finds its device's presence and budget in one take.
 final class DeviceSessions: Sendable {
     private struct State {
-        var sessions: [DeviceKey: DeviceSession] = [:]
+        var sessions = SessionTable()
         var bursts: [DeviceKey: BurstQueue<QueuedNotification>] = [:]
         var silent: [DeviceKey: RateWindow] = [:]
         var offlineWaiters: [DeviceKey: [CheckedContinuation<Void, Never>]] = [:]
@@ -112,7 +139,7 @@ final class DeviceSessions: Sendable {
 
     /// The sessions connected now, longest connected first, at most `limit`.
     func sessions(limit: Int) -> [DeviceSession] {
-        let all = state.withLock { Array($0.sessions.values) }
+        let all = state.withLock { $0.sessions.all }
         return Array(all.sorted { ($0.connectedAt, $0.deviceID) < ($1.connectedAt, $1.deviceID) }.prefix(limit))
     }
 

@@ -35,18 +35,21 @@ final class CertificateConnections: Sendable {
 
     /// The connections of one certificate. Most have one (a device's):
     /// kept without a dictionary of its own, which would cost every idle
-    /// device connection a few hundred bytes.
+    /// device connection a few hundred bytes, and as the connection
+    /// itself, an entry of 24 bytes (a closure beside the connection's
+    /// identity would make it 40).
     private enum Connections {
-        case one(ObjectIdentifier, @Sendable () -> Void)
-        case several([ObjectIdentifier: @Sendable () -> Void])
+        case one(any RevocableConnection)
+        case several([ObjectIdentifier: any RevocableConnection])
 
-        mutating func add(_ key: ObjectIdentifier, _ revoke: @escaping @Sendable () -> Void) {
+        mutating func add(_ connection: any RevocableConnection) {
+            let key = ObjectIdentifier(connection)
             switch self {
-            case .one(let only, let closer):
-                self = only == key ? .one(key, revoke) : .several([only: closer, key: revoke])
+            case .one(let only):
+                self = ObjectIdentifier(only) == key ? .one(connection) : .several([ObjectIdentifier(only): only, key: connection])
             case .several(var all):
                 self = .several([:])  // `all` alone holds the dictionary: changed in place
-                all[key] = revoke
+                all[key] = connection
                 self = .several(all)
             }
         }
@@ -54,8 +57,8 @@ final class CertificateConnections: Sendable {
         /// Forgets `key`; true when no connection is left.
         mutating func remove(_ key: ObjectIdentifier) -> Bool {
             switch self {
-            case .one(let only, _):
-                return only == key
+            case .one(let only):
+                return ObjectIdentifier(only) == key
             case .several(var all):
                 self = .several([:])
                 all[key] = nil
@@ -64,9 +67,9 @@ final class CertificateConnections: Sendable {
             }
         }
 
-        var closers: [@Sendable () -> Void] {
+        var all: [any RevocableConnection] {
             switch self {
-            case .one(_, let closer): [closer]
+            case .one(let only): [only]
             case .several(let all): Array(all.values)
             }
         }
@@ -106,18 +109,18 @@ final class CertificateConnections: Sendable {
     /// when the channel closes.
     func register(serial: String, channel: any Channel, revoke: @escaping @Sendable () -> Void) {
         let certificate = Key(serial: serial)
-        let key = ObjectIdentifier(channel)
-        register(certificate, connection: key, revoke: revoke)
-        channel.closeFuture.whenComplete { _ in self.forget(certificate, connection: key) }
+        let connection = ChannelRevocation(revoke)
+        register(certificate, connection: connection)
+        channel.closeFuture.whenComplete { _ in self.forget(certificate, connection: ObjectIdentifier(connection)) }
     }
 
-    /// The connection `connection` uses `certificate`; `revoke` ends it
-    /// once the certificate is revoked. It stays until `forget`: for a
-    /// connection that says when it has ended (a device's), rather than a
-    /// close callback on its channel.
-    func register(_ certificate: Key, connection: ObjectIdentifier, revoke: @escaping @Sendable () -> Void) {
+    /// `connection` uses `certificate`; its `revoke` ends it once the
+    /// certificate is revoked. It stays until `forget`: for a connection
+    /// that says when it has ended (a device's), rather than a close
+    /// callback on its channel.
+    func register(_ certificate: Key, connection: any RevocableConnection) {
         state.withLock { state in
-            if state.byCertificate[certificate]?.add(connection, revoke) == nil { state.byCertificate[certificate] = .one(connection, revoke) }
+            if state.byCertificate[certificate]?.add(connection) == nil { state.byCertificate[certificate] = .one(connection) }
         }
     }
 
@@ -128,10 +131,9 @@ final class CertificateConnections: Sendable {
         }
     }
 
-    /// What closes the connections of the certificates `serials`, which
-    /// are forgotten.
-    func takeClosers(of serials: [String]) -> [@Sendable () -> Void] {
-        state.withLock { state in serials.flatMap { state.byCertificate.removeValue(forKey: Key(serial: $0))?.closers ?? [] } }
+    /// The connections of the certificates `serials`, which are forgotten.
+    func takeConnections(of serials: [String]) -> [any RevocableConnection] {
+        state.withLock { state in serials.flatMap { state.byCertificate.removeValue(forKey: Key(serial: $0))?.all ?? [] } }
     }
 
     /// The store's record of a certificate (the handshake's question,
@@ -157,9 +159,26 @@ final class CertificateConnections: Sendable {
             return
         }
         state.withLock { $0.lastSweep = now }
-        let closers = takeClosers(of: revoked)
-        guard !closers.isEmpty else { return }
-        logger.info("closing connections whose certificate was revoked", metadata: ["courier.connections": "\(closers.count)"])
-        for close in closers { close() }
+        let connections = takeConnections(of: revoked)
+        guard !connections.isEmpty else { return }
+        logger.info("closing connections whose certificate was revoked", metadata: ["courier.connections": "\(connections.count)"])
+        for connection in connections { connection.revoke() }
     }
+}
+
+/// A connection that a certificate authenticated (`CertificateConnections`).
+protocol RevocableConnection: AnyObject, Sendable {
+    /// The certificate was revoked: end the connection, with its protocol's signal.
+    func revoke()
+}
+
+/// A connection registered by its channel: what ends it.
+private final class ChannelRevocation: RevocableConnection {
+    private let end: @Sendable () -> Void
+
+    init(_ end: @escaping @Sendable () -> Void) {
+        self.end = end
+    }
+
+    func revoke() { end() }
 }

@@ -8,8 +8,17 @@ import Synchronization
 /// The channels of a listener that are open or whose last frames are still
 /// being handled, so that shutdown can close them and wait for them.
 final class OpenConnections: Sendable {
+    /// A channel in the set, by its identity: 16 bytes a slot (a
+    /// dictionary from its identifier would take 24).
+    private struct Open: Hashable {
+        let channel: any Channel
+
+        static func == (left: Open, right: Open) -> Bool { left.channel === right.channel }
+        func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(channel)) }
+    }
+
     private struct State {
-        var channels: [ObjectIdentifier: any Channel] = [:]
+        var channels: Set<Open> = []
         var waiters: [CheckedContinuation<Void, Never>] = []
         /// `closeAll` was called: a channel accepted from now on is refused.
         var closing = false
@@ -22,14 +31,14 @@ final class OpenConnections: Sendable {
     func add(_ channel: any Channel) throws {
         try state.withLock { state in
             if state.closing { throw ChannelError.ioOnClosedChannel }
-            state.channels[ObjectIdentifier(channel)] = channel
+            state.channels.insert(Open(channel: channel))
         }
     }
 
-    /// Forgets the channel whose `ObjectIdentifier` is `key`.
-    func remove(_ key: ObjectIdentifier) {
+    /// Forgets the channel.
+    func remove(_ channel: any Channel) {
         let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            state.channels.removeValue(forKey: key)
+            state.channels.remove(Open(channel: channel))
             guard state.channels.isEmpty else { return [] }
             defer { state.waiters = [] }
             return state.waiters
@@ -42,7 +51,7 @@ final class OpenConnections: Sendable {
     func closeAll(_ farewell: (any Channel) -> Void = { $0.close(promise: nil) }) {
         let channels = state.withLock { state in
             state.closing = true
-            return Array(state.channels.values)
+            return state.channels.map(\.channel)
         }
         for channel in channels { farewell(channel) }
     }

@@ -122,24 +122,24 @@ struct PortBasics: Sendable {
 }
 
 /// Tells a port's listener that one of its connections has ended (see
-/// `ListenerInterface.setUp`), and counts it out of the port's guard. A
-/// key, not a closure: a connection that keeps it while idle keeps no
-/// allocation of its own for it.
+/// `ListenerInterface.setUp`), and counts it out of the port's guard. Not
+/// a closure: a connection that keeps it while idle keeps no allocation
+/// of its own for it; and told the channel rather than keeping it, which
+/// the connection has already.
 struct ConnectionRelease: Sendable {
     private let open: OpenConnections
-    private let key: ObjectIdentifier
     /// For an interface that `releasesItself`: its admission, which then
     /// has no close callback of its own.
     private let admission: ListenerGuard.Admission?
 
-    init(open: OpenConnections, key: ObjectIdentifier, admission: ListenerGuard.Admission? = nil) {
+    init(open: OpenConnections, admission: ListenerGuard.Admission? = nil) {
         self.open = open
-        self.key = key
         self.admission = admission
     }
 
-    func callAsFunction() {
-        open.remove(key)
+    /// `channel` has ended.
+    func callAsFunction(_ channel: any Channel) {
+        open.remove(channel)
         admission?.end()
     }
 }
@@ -192,17 +192,17 @@ struct PortListener<Interface: ListenerInterface>: Service {
                                 let admission = try guardian.admit(
                                     channel, addingUnreadLimit: !Interface.closesUnreadItself, countedOutOnClose: !Interface.releasesItself)
                             else { return nil }
-                            let release = ConnectionRelease(open: open, key: ObjectIdentifier(channel), admission: Interface.releasesItself ? admission : nil)
+                            let release = ConnectionRelease(open: open, admission: Interface.releasesItself ? admission : nil)
                             admitted = release
                             try open.add(channel)
-                            if !Interface.releasesItself { channel.closeFuture.whenComplete { _ in release() } }
+                            if !Interface.releasesItself { channel.closeFuture.whenComplete { _ in release(channel) } }
                             let peer = PeerIdentityBox(verifier: interface.verifier, closed: channel.closeFuture, work: work)
                             try channel.pipeline.syncOperations.addHandlers(
                                 PeerVerifier.tlsHandlers(context: interface.tlsContext, box: peer, handshakeTimeout: timeout, failed: failed))
                             return try interface.setUp(channel, peer: peer, work: work, release: release)
                         } catch {
                             // Whatever the interface took on ends with the channel.
-                            if Interface.releasesItself { admitted?() }
+                            if Interface.releasesItself { admitted?(channel) }
                             interface.logger.debug("closing a connection that could not be set up", metadata: ["courier.error": "\(error)"])
                             channel.close(promise: nil)
                             return nil
