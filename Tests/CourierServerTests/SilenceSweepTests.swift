@@ -117,9 +117,8 @@ import Testing
             let channel = EmbeddedChannel(loop: loop)
             try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).get()
             let (work, _) = ConnectionWork.make()
-            _ = try gateway.setUp(
-                channel, peer: PeerIdentityBox(verifier: gateway.verifier, closed: channel.closeFuture, work: work), work: work,
-                release: ConnectionRelease(open: OpenConnections()))
+            let release = ConnectionRelease(open: OpenConnections())
+            _ = try gateway.setUp(channel, peer: gateway.peer(for: channel, work: work, release: release), work: work, release: release)
             loop.advanceTime(by: silence + .seconds(60))
             #expect(channel.isActive, "no silence counted before the handshake ends")
             channel.pipeline.fireUserInboundEventTriggered(TLSUserEvent.handshakeCompleted(negotiatedProtocol: nil))

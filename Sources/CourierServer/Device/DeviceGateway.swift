@@ -46,8 +46,12 @@ final class DeviceGateway: ListenerInterface {
     /// `DeviceConnectionHandler` closes a device that does not read.
     static var closesUnreadItself: Bool { true }
 
-    func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: ConnectionRelease) throws -> Never? {
-        let connection = DeviceConnection(gateway: self, channel: channel, peer: peer, work: work, release: release)
+    /// The connection holds what its handshake learns of the device itself.
+    func peer(for channel: any Channel, work: ConnectionWork, release: ConnectionRelease) -> DeviceConnection {
+        DeviceConnection(gateway: self, channel: channel, work: work, release: release)
+    }
+
+    func setUp(_ channel: any Channel, peer connection: DeviceConnection, work: ConnectionWork, release: ConnectionRelease) throws -> Never? {
         // The handler tells the connection when the channel has ended
         // (`handlerRemoved`); a handler that could not be added leaves the
         // release to the listener.
@@ -187,7 +191,7 @@ final class DeviceGateway: ListenerInterface {
     private func connect(
         _ connection: DeviceConnection, _ conversation: inout DeviceConversation, tokens: [[UInt8]], generation: UInt32?
     ) async throws -> (Device, [[UInt8]])? {
-        guard let record = connection.peer.take(), let deviceID = record.deviceID else { return nil }
+        guard let record = connection.takePeerRecord(), let deviceID = record.deviceID else { return nil }
         let certificate = CertificateConnections.Key(serial: record.serial)
         policy.certificates.register(certificate, connection: connection)
         conversation.certificate = certificate
@@ -234,7 +238,7 @@ struct DeviceConversation {
 /// frames are written and flushed straight into the channel, on the
 /// channel's event loop, in the order they are sent, with no writer task or
 /// queue of its own.
-final class DeviceConnection: DeviceLink, RevocableConnection, Sendable {
+final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolder, Sendable {
     enum Item {
         case frame(DeviceFrame)
         /// The frame decoder or the channel failed.
@@ -254,6 +258,8 @@ final class DeviceConnection: DeviceLink, RevocableConnection, Sendable {
     /// of malloc's.
     private struct Inbox {
         var items = WaitingItems<Item>()
+        /// What the handshake learned of the device, until Connect takes it.
+        var peer: HeldRecord?
         var conversation = DeviceConversation()
         var running = false
         var paused = false
@@ -261,21 +267,30 @@ final class DeviceConnection: DeviceLink, RevocableConnection, Sendable {
 
     let channel: any Channel
     private let gateway: DeviceGateway
-    /// What the handshake learned of the device.
-    fileprivate let peer: PeerIdentityBox
     /// Tells the listener the connection has ended.
     private let release: ConnectionRelease
     /// Where the frames that wait are handled (`handleWaiting`).
     private let work: ConnectionWork
     private let inbox = Mutex(Inbox())
 
-    init(gateway: DeviceGateway, channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: ConnectionRelease) {
+    init(gateway: DeviceGateway, channel: any Channel, work: ConnectionWork, release: ConnectionRelease) {
         self.gateway = gateway
         self.channel = channel
         self.work = work
-        self.peer = peer
         self.release = release
     }
+
+    // MARK: The device's identity
+
+    func verificationCallback() -> NIOSSLCustomVerificationCallback {
+        { [self] chain, promise in gateway.verifier.verify(chain, into: self, closed: channel.closeFuture, work: work, promise: promise) }
+    }
+
+    func set(_ record: CertificateRecord) { inbox.withLock { $0.peer = HeldRecord(record) } }
+
+    /// The record, forgotten here: Connect needs it once, an idle
+    /// connection does not keep it.
+    fileprivate func takePeerRecord() -> CertificateRecord? { inbox.withLock { $0.peer.take()?.record } }
 
     // MARK: The device's link
 

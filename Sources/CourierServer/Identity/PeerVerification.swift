@@ -10,22 +10,32 @@ import NIOTLS
 import Synchronization
 import X509
 
-/// What the TLS handshake learned about the peer: its certificate as the
-/// store knows it. Filled in by the verification callback, read by the
-/// connection once the handshake is done.
-///
-/// It holds what the connection's check needs (`verify`), so that the
-/// callback the TLS handler keeps for the connection's life captures the
-/// box alone, with no context of its own to allocate.
-final class PeerIdentityBox: Sendable {
-    /// The record in an allocation of its own, so that the box of an idle
-    /// device's connection, whose record was taken, is a pointer's size.
-    private final class Held: Sendable {
-        let record: CertificateRecord
-        init(_ record: CertificateRecord) { self.record = record }
-    }
+/// Where a connection's TLS handshake leaves what it learned about the
+/// peer (`PeerVerifier`): its certificate as the store knows it. A
+/// `PeerIdentityBox`, or a connection that holds it itself (a device's,
+/// `DeviceConnection`: one object fewer for every idle device).
+protocol PeerIdentityHolder: AnyObject, Sendable {
+    /// The check's result.
+    func set(_ record: CertificateRecord)
+    /// The TLS handler's verification callback, which the handler keeps
+    /// for the connection's life. The holder makes it, capturing itself
+    /// alone (it holds what the check needs): a closure with no context of
+    /// its own to allocate.
+    func verificationCallback() -> NIOSSLCustomVerificationCallback
+}
 
-    private let value = Mutex<Held?>(nil)
+/// A certificate record in an allocation of its own, so that a holder
+/// whose record was taken keeps a pointer's size for it.
+final class HeldRecord: Sendable {
+    let record: CertificateRecord
+    init(_ record: CertificateRecord) { self.record = record }
+}
+
+/// What the TLS handshake learned about the peer, filled in by the
+/// verification callback and read by the connection once the handshake is
+/// done: the holder of the provider interfaces' connections.
+final class PeerIdentityBox: PeerIdentityHolder {
+    private let value = Mutex<HeldRecord?>(nil)
     private let verifier: PeerVerifier
     /// The connection's close, until which an admitted provider certificate counts as open.
     private let closed: EventLoopFuture<Void>
@@ -38,13 +48,16 @@ final class PeerIdentityBox: Sendable {
         self.work = work
     }
 
-    /// The TLS handler's verification callback.
+    func verificationCallback() -> NIOSSLCustomVerificationCallback {
+        { [self] chain, promise in verify(chain, promise: promise) }
+    }
+
     func verify(_ chain: [NIOSSLCertificate], promise: EventLoopPromise<NIOSSLVerificationResult>) {
         verifier.verify(chain, into: self, closed: closed, work: work, promise: promise)
     }
 
     var record: CertificateRecord? { value.withLock { $0?.record } }
-    func set(_ record: CertificateRecord) { value.withLock { $0 = Held(record) } }
+    func set(_ record: CertificateRecord) { value.withLock { $0 = HeldRecord(record) } }
     /// The record, forgotten here: a connection that needs it once (a
     /// device's, at Connect) does not keep it (and its PEM) while idle.
     func take() -> CertificateRecord? { value.withLock { $0.take()?.record } }
@@ -86,14 +99,14 @@ final class PeerVerifier: Sendable {
     }
 
     /// The handlers every listener's connection starts with: TLS whose
-    /// peer certificate `box`'s verifier checks (the identity into `box`),
-    /// then the close of a handshake not done within `handshakeTimeout`,
-    /// and `failed` called if the handshake fails.
+    /// peer certificate `peer`'s callback checks (the identity into
+    /// `peer`), then the close of a handshake not done within
+    /// `handshakeTimeout`, and `failed` called if the handshake fails.
     static func tlsHandlers(
-        context: NIOSSLContext, box: PeerIdentityBox, handshakeTimeout: TimeAmount, failed: @escaping @Sendable () -> Void
+        context: NIOSSLContext, peer: some PeerIdentityHolder, handshakeTimeout: TimeAmount, failed: @escaping @Sendable () -> Void
     ) -> [any ChannelHandler] {
         [
-            NIOSSLServerHandler(context: context) { [box] chain, promise in box.verify(chain, promise: promise) },
+            NIOSSLServerHandler(context: context, customVerificationCallback: peer.verificationCallback()),
             ConnectionTimeout(.handshake, timeout: handshakeTimeout),
             HandshakeFailure(failed),
         ]
@@ -102,7 +115,7 @@ final class PeerVerifier: Sendable {
     /// `closed`: the connection's close, until which an admitted provider
     /// certificate counts as open.
     func verify(
-        _ chain: [NIOSSLCertificate], into box: PeerIdentityBox, closed: EventLoopFuture<Void>, work: ConnectionWork,
+        _ chain: [NIOSSLCertificate], into holder: some PeerIdentityHolder, closed: EventLoopFuture<Void>, work: ConnectionWork,
         promise: EventLoopPromise<NIOSSLVerificationResult>
     ) {
         let certificates: [Certificate]
@@ -178,7 +191,7 @@ final class PeerVerifier: Sendable {
                     kept.pem = ""
                     kept.subject = ""
                 }
-                box.set(kept)
+                holder.set(kept)
                 promise.succeed(.certificateVerified)
             } catch {
                 logger.error("store failed during a handshake", metadata: ["courier.error": "\(error)"])
@@ -219,7 +232,7 @@ struct ServerTLS: Sendable {
     /// session): about 6 KiB less per connection (docs/benchmarks.md). The
     /// device gateway's context does this: a device's certificate is
     /// checked during the handshake (`PeerVerifier`), which leaves what the
-    /// connection needs in its `PeerIdentityBox`, and nothing reads it
+    /// connection needs in its `DeviceConnection`, and nothing reads it
     /// later. swift-nio-ssl has no setting for it, so BoringSSL's is set on
     /// the context's SSL_CTX directly (`keepOnlyPeerCertificateHashes`).
     static func context(

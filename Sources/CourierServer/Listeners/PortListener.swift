@@ -28,7 +28,12 @@ protocol ListenerInterface: Sendable {
     /// it: the listener calls it when the channel closes, unless
     /// `releasesItself` (then the interface calls it, once the
     /// connection's last work is done).
-    func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: ConnectionRelease) throws -> Connection?
+    func setUp(_ channel: any Channel, peer: Peer, work: ConnectionWork, release: ConnectionRelease) throws -> Connection?
+
+    /// What a new connection's handshake tells its peer's identity
+    /// (`PeerVerifier`), made before TLS is added; `setUp` gets it back.
+    associatedtype Peer: PeerIdentityHolder = PeerIdentityBox
+    func peer(for channel: any Channel, work: ConnectionWork, release: ConnectionRelease) -> Peer
 
     /// A connection's work in a task of its own (one of the listener's
     /// child tasks).
@@ -70,6 +75,12 @@ extension ListenerInterface {
 
 extension ListenerInterface where Connection == Never {
     func serve(_ connection: Never) async {}
+}
+
+extension ListenerInterface where Peer == PeerIdentityBox {
+    func peer(for channel: any Channel, work: ConnectionWork, release: ConnectionRelease) -> PeerIdentityBox {
+        PeerIdentityBox(verifier: verifier, closed: channel.closeFuture, work: work)
+    }
 }
 
 /// What every port's interface has: which listener it is and its
@@ -196,9 +207,9 @@ struct PortListener<Interface: ListenerInterface>: Service {
                             admitted = release
                             try open.add(channel)
                             if !Interface.releasesItself { channel.closeFuture.whenComplete { _ in release(channel) } }
-                            let peer = PeerIdentityBox(verifier: interface.verifier, closed: channel.closeFuture, work: work)
+                            let peer = interface.peer(for: channel, work: work, release: release)
                             try channel.pipeline.syncOperations.addHandlers(
-                                PeerVerifier.tlsHandlers(context: interface.tlsContext, box: peer, handshakeTimeout: timeout, failed: failed))
+                                PeerVerifier.tlsHandlers(context: interface.tlsContext, peer: peer, handshakeTimeout: timeout, failed: failed))
                             return try interface.setUp(channel, peer: peer, work: work, release: release)
                         } catch {
                             // Whatever the interface took on ends with the channel.
