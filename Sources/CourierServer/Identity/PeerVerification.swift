@@ -58,9 +58,6 @@ final class PeerIdentityBox: PeerIdentityHolder {
 
     var record: CertificateRecord? { value.withLock { $0?.record } }
     func set(_ record: CertificateRecord) { value.withLock { $0 = HeldRecord(record) } }
-    /// The record, forgotten here: a connection that needs it once (a
-    /// device's, at Connect) does not keep it (and its PEM) while idle.
-    func take() -> CertificateRecord? { value.withLock { $0.take()?.record } }
 }
 
 /// Checks client certificates during the TLS handshake: the chain must
