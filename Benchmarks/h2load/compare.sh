@@ -8,6 +8,9 @@
 #        future makes every push durable (committed before its 200: the
 #        demo device is not connected)
 #        ONLY=courier ... : Courier alone (builds compared before and after)
+#        LIVE_ACTIVITY=1 ... : Live Activity updates (push type liveactivity to
+#        the app's .push-type.liveactivity topic) to an update token the demo
+#        device asked for, and then disconnected
 # needs: h2load (Debian nghttp2-client), nginx, openssl; a release build:
 #        swift build -c release --product courier
 set -euo pipefail
@@ -44,6 +47,17 @@ JWT_CLAIMS=$(printf '{ "iss": "%s", "iat": %d }' "${TEAM_ID}" "$(date +%s)" | op
 JWT_SIGNED=$(printf "${JWT_HEADER}.${JWT_CLAIMS}" | openssl dgst -binary -sha256 -sign "${TOKEN_KEY_FILE_NAME}" | openssl base64 -e -A | tr -- '+/' '-_' | tr -d =)
 JWT="${JWT_HEADER}.${JWT_CLAIMS}.${JWT_SIGNED}"
 printf '{"aps":{"alert":"benchmark"}}' > "$work/payload.json"
+topic=com.example.demo push_type=alert token=$DEVICE_TOKEN
+if [ -n "${LIVE_ACTIVITY:-}" ]; then
+  "$courier" device run --identity "$work/data/demo/device" --app com.example.demo --port 45223 --live-activities 1 > "$work/device.log" 2>&1 &
+  echo $! > "$work/device.pid"
+  for _ in $(seq 100); do grep -q "^live activity" "$work/device.log" && break; sleep 0.1; done
+  token=$(sed -n 's/^live activity [0-9]* token //p' "$work/device.log")
+  kill "$(cat "$work/device.pid")" && rm "$work/device.pid"
+  [ -n "$token" ] || { echo "the demo device got no Live Activity token:" >&2; cat "$work/device.log" >&2; exit 1; }
+  topic=com.example.demo.push-type.liveactivity push_type=liveactivity
+  printf '{"aps":{"timestamp":1700000000,"event":"update","content-state":{}}}' > "$work/payload.json"
+fi
 
 # nginx: TLS 1.3, HTTP/2, 200 for every POST /3/device/..., one worker per core.
 mkdir -p "$work/nginx"
@@ -91,8 +105,8 @@ run() { # name url connections
   # shellcheck disable=SC2086
   before=$(cpu_ticks $pids)
   out=$(h2load -n "$requests" -c "$3" -m 100 -t "$threads" -d "$work/payload.json" --log-file "$work/$1-$3.tsv" \
-    -H "apns-topic: com.example.demo" -H "apns-expiration: ${EXPIRATION:-0}" -H "apns-push-type: alert" \
-    -H "authorization: bearer $JWT" "$2/3/device/$DEVICE_TOKEN")
+    -H "apns-topic: $topic" -H "apns-expiration: ${EXPIRATION:-0}" -H "apns-push-type: $push_type" \
+    -H "authorization: bearer $JWT" "$2/3/device/$token")
   # shellcheck disable=SC2086
   after=$(cpu_ticks $pids)
   local rps ok percentiles cpu

@@ -61,6 +61,57 @@ import Testing
         #expect(removed.token == second.token && !removed.active && removed.unregisteredAt == start.addingTimeInterval(5))
     }
 
+    func checkedLiveActivity(_ registrations: Registrations, _ token: [UInt8]) throws -> CheckedToken {
+        try registrations.check(TokenKey(environment: .production, bytes: token), bundleID: bundleID, liveActivity: true, now: start).get()
+    }
+
+    /// `problem(of:now:)` answers for device and Live Activity tokens, from
+    /// the store (a registrations table that has cached nothing) and from
+    /// the cache alike.
+    @Test func problemsOfDeviceAndLiveActivityTokens() async throws {
+        let store = try await store()
+        let codec = try DeviceTokenCodec(secret: SymmetricKey(size: .bits256), environment: .production)
+        let registrations = registrations(store, codec: codec)
+        func liveActivityToken(generation: UInt32, activity: UInt32) -> [UInt8] {
+            codec.issue(DeviceTokenContents(deviceID: 7, generation: generation, bundleID: bundleID, activity: activity))
+        }
+        /// The problem of each token, asked of a table loading from the store, then twice of one table.
+        func problems(device: [[UInt8]], liveActivity: [[UInt8]]) async throws -> [[TokenProblem?]] {
+            var answers: [[TokenProblem?]] = []
+            for asked in [self.registrations(store, codec: codec), registrations, registrations] {
+                var row: [TokenProblem?] = []
+                for token in device { row.append(try await asked.problem(of: try checked(asked, token), now: start)) }
+                for token in liveActivity { row.append(try await asked.problem(of: try checkedLiveActivity(asked, token), now: start)) }
+                answers.append(row)
+            }
+            return answers
+        }
+
+        let first = try #require(try await registrations.register(deviceID: 7, generation: 1, bundleID: bundleID, environment: .production))
+        let update = liveActivityToken(generation: 1, activity: 42)
+        let pushToStart = liveActivityToken(generation: 1, activity: DeviceTokenContents.pushToStart)
+        #expect(try await problems(device: [first.token], liveActivity: [update, pushToStart]) == Array(repeating: [nil, nil, nil], count: 3))
+
+        // The activity ended: its update token has expired then; push-to-start goes on.
+        let ended = start.addingTimeInterval(3)
+        #expect(try await store.endActivity(deviceID: 7, bundleID: bundleID, environment: .production, activity: 42, at: ended))
+        #expect(try await problems(device: [], liveActivity: [update, pushToStart]) == Array(repeating: [.expired(at: ended), nil], count: 3))
+
+        // A reset: the first generation's tokens, device and Live Activity, are not held any more.
+        let second = try #require(try await registrations.register(deviceID: 7, generation: 2, bundleID: bundleID, environment: .production))
+        let secondUpdate = liveActivityToken(generation: 2, activity: 43)
+        #expect(
+            try await problems(device: [first.token, second.token], liveActivity: [pushToStart, secondUpdate])
+                == Array(repeating: [.notHeld, nil, .notHeld, nil], count: 3))
+
+        // Removed: its tokens are answered with the time.
+        let removedAt = start.addingTimeInterval(5)
+        #expect(try await registrations.unregister(deviceID: 7, bundleID: bundleID, environment: .production, at: removedAt))
+        #expect(
+            try await problems(device: [first.token, second.token], liveActivity: [secondUpdate])
+                == Array(repeating: [.notHeld, .removed(at: removedAt), .removed(at: removedAt)], count: 3))
+    }
+
     @Test func aStoredTokenTheCodecDidNotIssueIsKeptAsItIs() async throws {
         let store = try await store()
         // Registered under another secret (the configuration's changed since).
@@ -77,6 +128,9 @@ import Testing
         // This codec's token of the same device, app and generation is not the one registered.
         let reissued = codec.issue(DeviceTokenContents(deviceID: 7, generation: 1, bundleID: bundleID))
         #expect(registrations.cachedActive(holding: try checked(registrations, reissued))?.holds == false)
+        #expect(try await registrations.problem(of: try checked(registrations, reissued), now: start) == .notHeld)
+        let liveActivity = codec.issue(DeviceTokenContents(deviceID: 7, generation: 1, bundleID: bundleID, activity: 42))
+        #expect(try await registrations.problem(of: try checkedLiveActivity(registrations, liveActivity), now: start) == .notHeld)
         // Registering with this codec replaces it.
         let registered = try #require(try await registrations.register(deviceID: 7, generation: 1, bundleID: bundleID, environment: .production))
         #expect(registered.changed && registered.token == reissued)

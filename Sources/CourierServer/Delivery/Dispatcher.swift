@@ -199,7 +199,7 @@ public final class Dispatcher: Sendable {
         }
         // Not known, or removed (a feedback entry to write): decided after waiting.
         guard let (holds, epoch) = registrations.cachedActive(holding: token) else { return nil }
-        // A token the device no longer holds (an older generation), as `Registrations.problem` says.
+        // A token the device no longer holds (an older generation), as `Registrations.problem(of:now:)` says.
         guard holds else { return reject(notification, rules.refusal(.notHeld), now: now) }
         if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, refusal, now: now) }
         return carryOut(notification, token, now: now)
@@ -223,14 +223,9 @@ public final class Dispatcher: Sendable {
         }
         // Read before the registration: a change while it is loaded makes the token's mark stale.
         let epoch = registrations.epoch
-        let registration: AppRegistration?
         let problem: TokenProblem?
         do {
-            registration = try await registrations.registration(token.key)
-            problem =
-                liveActivity
-                ? try await registrations.liveActivityProblem(of: token, in: registration, now: now)
-                : Registrations.problem(of: notification.token, in: registration, now: now)
+            problem = try await registrations.problem(of: token, now: now)
         } catch {
             logger.error("store failed reading a registration", metadata: ["courier.error": "\(error)"])
             return reject(notification, DeliveryRules.Refusal(.serviceUnavailable), now: now)
@@ -374,7 +369,7 @@ public final class Dispatcher: Sendable {
     func markUnregistered(token: [UInt8], topic: String, environment: Environment, at date: Date) async throws -> Bool {
         let bundleID = Topic(topic).bundleID
         guard case .success(let checked) = registrations.check(TokenKey(environment: environment, bytes: token), bundleID: bundleID, now: clock.now()),
-            let registration = try await registrations.registration(checked.key), registration.token == token, registration.active
+            try await registrations.problem(of: checked, now: clock.now()) == nil
         else { return false }
         let deviceID = checked.contents.deviceID
         guard try await registrations.unregister(deviceID: deviceID, bundleID: bundleID, environment: environment, at: date) else { return false }

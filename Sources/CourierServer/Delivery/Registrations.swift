@@ -62,11 +62,13 @@ struct CachedRegistration {
         return contents.generation
     }
 
-    /// Whether the registration holds `token` (which opened to `contents`
-    /// with the key's device and app, as a checked token did): of its
-    /// generation, or, for a token kept as it is, the same bytes.
-    func holds(_ contents: DeviceTokenContents, token: [UInt8], other: [UInt8]?) -> Bool {
-        issued ? !contents.isLiveActivity && contents.generation == generation : other == token
+    /// Whether the registration holds the app's device token of the
+    /// generation of `contents` (which opened with the key's device and
+    /// app, as a checked token's did): a token the codec issued, of the
+    /// same generation, or, for a token kept as it is, the same bytes as
+    /// `deviceToken` (made only then: for a Live Activity token, an issue).
+    func holdsDeviceToken(of contents: DeviceTokenContents, other: [UInt8]?, deviceToken: () -> [UInt8]) -> Bool {
+        issued ? contents.generation == generation : other == deviceToken()
     }
 }
 
@@ -304,9 +306,10 @@ final class Registrations: Sendable {
     /// the token, and the epoch it was read in. Nil otherwise (not cached,
     /// or removed: the store decides).
     func cachedActive(holding token: CheckedToken) -> (holds: Bool, epoch: Int)? {
-        state.withLock { state in
+        assert(!token.contents.isLiveActivity, "a Live Activity token is checked by problem(of:now:)")
+        return state.withLock { state in
             guard let (cached, other) = state.cached(token.key), cached.active else { return nil }
-            return (cached.holds(token.contents, token: token.tokenKey.bytes, other: other), state.epoch)
+            return (cached.holdsDeviceToken(of: token.contents, other: other, deviceToken: { token.tokenKey.bytes }), state.epoch)
         }
     }
 
@@ -333,33 +336,49 @@ final class Registrations: Sendable {
     /// while it is loaded makes the token's mark stale.
     var epoch: Int { state.withLock { $0.epoch } }
 
-    /// The registration, from the cache or the store.
-    func registration(_ key: RegistrationKey) async throws -> AppRegistration? {
-        if let cached = state.withLock({ $0.cached(key) }) { return appRegistration(cached, key) }
+    /// The registration as the cache keeps it, from the cache or (cached
+    /// then) the store.
+    private func cachedOrLoaded(_ key: RegistrationKey) async throws -> (registration: CachedRegistration, other: [UInt8]?)? {
+        if let cached = state.withLock({ $0.cached(key) }) { return cached }
         let loaded = try await store.registration(deviceID: key.deviceID, bundleID: key.bundleID, environment: key.environment)
         guard let loaded else { return nil }
         let generation = issuedGeneration(of: loaded, key)
-        // A registration cached meanwhile (by `register`) is newer.
-        let newer = state.withLock { state -> (registration: CachedRegistration, other: [UInt8]?)? in
+        return state.withLock { state in
+            // A registration cached meanwhile (by `register`) is newer.
             if let newer = state.cached(key) { return newer }
             state.cache(loaded, generation: generation, key)
-            return nil
+            return state.cached(key)
         }
-        return newer.map { appRegistration($0, key) } ?? loaded
     }
 
-    /// A Live Activity token that opened for the topic's app, against the
-    /// app's registration on the device: the app is on it, of the token's
-    /// generation, and an update token's activity has not ended.
-    func liveActivityProblem(of token: CheckedToken, in registration: AppRegistration?, now: Date) async throws -> TokenProblem? {
-        // The app's device token of the Live Activity token's generation: held and active, as `problem` asks.
-        var device = token.contents
-        device.activity = 0
-        if let problem = Self.problem(of: codec(token.key.environment).issue(device), in: registration, now: now) { return problem }
-        guard token.contents.activity != DeviceTokenContents.pushToStart else { return nil }
+    /// The registration, from the cache or the store.
+    func registration(_ key: RegistrationKey) async throws -> AppRegistration? {
+        try await cachedOrLoaded(key).map { appRegistration($0, key) }
+    }
+
+    /// What keeps a checked token from its device, by its app's
+    /// registration there (from the cache or the store): nil when the
+    /// registration holds the token and is active. A Live Activity token
+    /// is held when the app's device token of its generation is, and an
+    /// update token's activity must not have ended (the store says).
+    func problem(of token: CheckedToken, now: Date) async throws -> TokenProblem? {
+        let liveActivity = token.contents.isLiveActivity
+        // A token the device no longer holds (an older generation) is not a device token any more.
+        guard let (registration, other) = try await cachedOrLoaded(token.key),
+            registration.holdsDeviceToken(of: token.contents, other: other, deviceToken: { liveActivity ? self.deviceToken(of: token) : token.tokenKey.bytes })
+        else { return .notHeld }
+        guard registration.active else { return .removed(at: registration.unregisteredAt ?? now) }
+        guard liveActivity, token.contents.activity != DeviceTokenContents.pushToStart else { return nil }
         let key = token.key
         return try await store.activityEnd(deviceID: key.deviceID, bundleID: key.bundleID, environment: key.environment, activity: token.contents.activity)
             .map { .expired(at: $0) }
+    }
+
+    /// The app's device token of a Live Activity token's generation.
+    private func deviceToken(of token: CheckedToken) -> [UInt8] {
+        var device = token.contents
+        device.activity = 0
+        return codec(token.key.environment).issue(device)
     }
 
     /// Issues a Live Activity token of an app on a device — its
@@ -375,14 +394,6 @@ final class Registrations: Sendable {
         let activity = pushToStart ? DeviceTokenContents.pushToStart : UInt32.random(in: 1..<DeviceTokenContents.pushToStart, using: &generator)
         let token = codec(environment).issue(DeviceTokenContents(deviceID: deviceID, generation: generation, bundleID: bundleID, activity: activity))
         return (token, activity)
-    }
-
-    /// A token that opened for the topic's app, against the app's
-    /// registration on the device (nil: never registered).
-    static func problem(of token: [UInt8], in registration: AppRegistration?, now: Date) -> TokenProblem? {
-        // A token the device no longer holds (an older generation) is not a device token any more.
-        guard let registration, registration.token == token else { return .notHeld }
-        return registration.active ? nil : .removed(at: registration.unregisteredAt ?? now)
     }
 
     /// Issues (or returns again) the token of an app on a device and records
