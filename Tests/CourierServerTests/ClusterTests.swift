@@ -193,6 +193,23 @@ struct ClusterTests {
         #expect(stored.status == 200, "\(stored)")
         #expect(await received.next().map { String(decoding: $0.payload, as: UTF8.self) } == #"{"aps":{"alert":"kept"}}"#)
 
+        // A Live Activity on the device: updates through node-a arrive until it ends on node-b,
+        // then node-a answers 410 ExpiredToken (what it knew of the activity is forgotten).
+        let activity = try await device.startLiveActivity("com.example.demo")
+        let tokenProvider = try nodes.tokenProvider("node-a", logger: logger)
+        func liveActivityUpdate() async throws -> HTTP2PushResult {
+            try await tokenProvider.send(
+                HTTP2Push(
+                    token: activity.token, payload: Array(#"{"aps":{"timestamp":1700000000,"event":"update","content-state":{}}}"#.utf8),
+                    topic: "com.example.demo.push-type.liveactivity", pushType: "liveactivity"))
+        }
+        #expect(try await liveActivityUpdate().status == 200)
+        #expect(await received.next()?.token == activity.token)
+        try await device.endLiveActivity(activity)
+        let expired = try await nodes.eventually { try await liveActivityUpdate().reason == .expiredToken }
+        #expect(expired, "node-a answers ExpiredToken once the activity ended on node-b")
+        await tokenProvider.close()
+
         // The app is removed on node-b; node-a answers 410 Unregistered.
         try await device.unregister("com.example.demo")
         let gone = try await nodes.eventually {

@@ -92,10 +92,21 @@ import Testing
         let pushToStart = liveActivityToken(generation: 1, activity: DeviceTokenContents.pushToStart)
         #expect(try await problems(device: [first.token], liveActivity: [update, pushToStart]) == Array(repeating: [nil, nil, nil], count: 3))
 
-        // The activity ended: its update token has expired then; push-to-start goes on.
+        // The activity ended: its update token has expired then; push-to-start goes on. What the
+        // table read of the activity is kept until it is told (as the dispatcher tells it, and
+        // the other nodes by forgetting the registration).
         let ended = start.addingTimeInterval(3)
         #expect(try await store.endActivity(deviceID: 7, bundleID: bundleID, environment: .production, activity: 42, at: ended))
+        #expect(try await registrations.problem(of: try checkedLiveActivity(registrations, update), now: start) == nil)
+        registrations.activityEnded(RegistrationKey(deviceID: 7, bundleID: bundleID, environment: .production), 42)
         #expect(try await problems(device: [], liveActivity: [update, pushToStart]) == Array(repeating: [.expired(at: ended), nil], count: 3))
+        // Another node's table, told by forgetting the registration.
+        let other = self.registrations(store, codec: codec)
+        let third = liveActivityToken(generation: 1, activity: 44)
+        #expect(try await other.problem(of: try checkedLiveActivity(other, third), now: start) == nil)
+        #expect(try await store.endActivity(deviceID: 7, bundleID: bundleID, environment: .production, activity: 44, at: ended))
+        other.forget(RegistrationKey(deviceID: 7, bundleID: bundleID, environment: .production))
+        #expect(try await other.problem(of: try checkedLiveActivity(other, third), now: start) == .expired(at: ended))
 
         // A reset: the first generation's tokens, device and Live Activity, are not held any more.
         let second = try #require(try await registrations.register(deviceID: 7, generation: 2, bundleID: bundleID, environment: .production))

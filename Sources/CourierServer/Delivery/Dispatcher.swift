@@ -359,7 +359,12 @@ public final class Dispatcher: Sendable {
     func endActivity(_ activity: UInt32, deviceID: UInt64, bundleID: String, environment: Environment) async throws -> Bool {
         let key = RegistrationKey(deviceID: deviceID, bundleID: bundleID, environment: environment)
         guard activity != 0, activity != DeviceTokenContents.pushToStart, try await registrations.registration(key)?.active == true else { return false }
-        return try await store.endActivity(deviceID: deviceID, bundleID: bundleID, environment: environment, activity: activity, at: clock.now())
+        guard try await store.endActivity(deviceID: deviceID, bundleID: bundleID, environment: environment, activity: activity, at: clock.now())
+        else { return false }
+        registrations.activityEnded(key, activity)
+        // The other nodes forget the registration, and what they knew of its activities with it.
+        cluster?.registrationChanged(deviceID: deviceID, bundleID: bundleID, environment: environment)
+        return true
     }
 
     /// The admin API marks a token unregistered at `date`, as if its app

@@ -72,6 +72,11 @@ struct CachedRegistration {
     }
 }
 
+/// What the store said of a Live Activity: when it ended, nil while it has not.
+struct ActivityEnd {
+    var endedAt: Date?
+}
+
 /// A registration's key as the cache keeps it: the app by its number
 /// (`State.apps`), not its bundle id's string.
 struct CacheKey: Hashable {
@@ -156,7 +161,14 @@ final class Registrations: Sendable {
         var tokensPruneAt = Registrations.tokenCapacity
         /// Apps' token hashes (`DeviceTokenContents.appHash(of:)`), by bundle id.
         var appHashes: [String: UInt64] = [:]
-        /// Counts changes of `registrations` (see `TokenEntry.registeredEpoch`).
+        /// What the store said of cached registrations' Live Activities, by
+        /// activity: when it ended, nil while it has not. A registration
+        /// forgotten or cached again loses them.
+        var activities: [CacheKey: [UInt32: ActivityEnd]] = [:]
+        /// Entries in `activities`; it is emptied when this reaches `tokenCapacity`.
+        var activitiesCount = 0
+        /// Counts changes of `registrations` and of activities' ends (see
+        /// `TokenEntry.registeredEpoch`, `activityEnd(of:)`).
         var epoch = 0
 
         /// The cache's key for `key`; nil when no registration of its app is cached.
@@ -187,6 +199,7 @@ final class Registrations: Sendable {
                     apps = [:]
                     registrations = [:]
                     otherTokens = [:]
+                    forgetActivities()
                 }
                 app = UInt32(apps.count)
                 apps[key.bundleID] = app
@@ -196,11 +209,35 @@ final class Registrations: Sendable {
                 registeredAt: registration.registeredAt, unregisteredAt: registration.unregisteredAt, active: registration.active,
                 issued: generation != nil, generation: generation ?? 0)
             otherTokens[cacheKey] = generation == nil ? registration.token : nil
+            forgetActivities(of: cacheKey)
         }
 
         mutating func forget(_ key: CacheKey) {
             registrations[key] = nil
             otherTokens[key] = nil
+            forgetActivities(of: key)
+        }
+
+        /// The end of an activity of a cached registration, as the store said it.
+        func activityEnd(_ key: RegistrationKey, _ activity: UInt32) -> ActivityEnd? {
+            cacheKey(key).flatMap { activities[$0]?[activity] }
+        }
+
+        /// Keeps what the store said of an activity, when its registration
+        /// is cached. A full table is emptied first.
+        mutating func remember(_ end: ActivityEnd, _ key: RegistrationKey, _ activity: UInt32) {
+            guard let key = cacheKey(key), registrations[key] != nil else { return }
+            if activitiesCount >= Registrations.tokenCapacity { forgetActivities() }
+            if activities[key, default: [:]].updateValue(end, forKey: activity) == nil { activitiesCount += 1 }
+        }
+
+        mutating func forgetActivities(of key: CacheKey) {
+            if let forgotten = activities.removeValue(forKey: key) { activitiesCount -= forgotten.count }
+        }
+
+        mutating func forgetActivities() {
+            activities = [:]
+            activitiesCount = 0
         }
 
         /// Keeps a token that opened, and the app it belongs to when known.
@@ -369,9 +406,34 @@ final class Registrations: Sendable {
         else { return .notHeld }
         guard registration.active else { return .removed(at: registration.unregisteredAt ?? now) }
         guard liveActivity, token.contents.activity != DeviceTokenContents.pushToStart else { return nil }
+        return try await activityEnd(of: token).endedAt.map { .expired(at: $0) }
+    }
+
+    /// When a Live Activity update token's activity ended, as the store
+    /// says: read once, then kept with the registration until an activity
+    /// of it ends here (`activityEnded`) or on another node, or the
+    /// registration changes (both forget the registration).
+    private func activityEnd(of token: CheckedToken) async throws -> ActivityEnd {
         let key = token.key
-        return try await store.activityEnd(deviceID: key.deviceID, bundleID: key.bundleID, environment: key.environment, activity: token.contents.activity)
-            .map { .expired(at: $0) }
+        let activity = token.contents.activity
+        let (known, epoch) = state.withLock { ($0.activityEnd(key, activity), $0.epoch) }
+        if let known { return known }
+        let end = ActivityEnd(
+            endedAt: try await store.activityEnd(deviceID: key.deviceID, bundleID: key.bundleID, environment: key.environment, activity: activity))
+        state.withLock { state in
+            // Not kept when something changed while it was read: it may be older than that.
+            if state.epoch == epoch { state.remember(end, key, activity) }
+        }
+        return end
+    }
+
+    /// An activity of the registration ended (in the store): read again
+    /// when next asked.
+    func activityEnded(_ key: RegistrationKey, _ activity: UInt32) {
+        state.withLock { state in
+            if let key = state.cacheKey(key), state.activities[key]?.removeValue(forKey: activity) != nil { state.activitiesCount -= 1 }
+            state.epoch += 1
+        }
     }
 
     /// The app's device token of a Live Activity token's generation.
@@ -433,6 +495,7 @@ final class Registrations: Sendable {
         state.withLock { state in
             state.registrations = [:]
             state.otherTokens = [:]
+            state.forgetActivities()
             state.epoch += 1
         }
     }
@@ -452,6 +515,7 @@ final class Registrations: Sendable {
         state.withLock { state in
             state.registrations = state.registrations.filter { $0.key.deviceID != deviceID }
             state.otherTokens = state.otherTokens.filter { $0.key.deviceID != deviceID }
+            for key in state.activities.keys where key.deviceID == deviceID { state.forgetActivities(of: key) }
             state.epoch += 1
         }
     }
