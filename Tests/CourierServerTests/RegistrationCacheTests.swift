@@ -33,6 +33,12 @@ import Testing
         try registrations.check(TokenKey(environment: .production, bytes: token), bundleID: bundleID, now: start).get()
     }
 
+    /// What the cache alone says of a device token: nil when it cannot
+    /// say, else `problem(of:now:)`'s answer (`.some(nil)`: none).
+    func cached(_ registrations: Registrations, _ token: [UInt8]) throws -> TokenProblem?? {
+        registrations.cachedActive(try checked(registrations, token)).map { $0.problem }
+    }
+
     @Test func aTokenKeptAsItsGenerationIsHeldOnlyInThatGeneration() async throws {
         let store = try await store()
         let codec = try DeviceTokenCodec(secret: SymmetricKey(size: .bits256), environment: .production)
@@ -42,21 +48,21 @@ import Testing
         let first = try #require(try await registrations.register(deviceID: 7, generation: 1, bundleID: bundleID, environment: .production))
         #expect(first.changed)
         #expect(try await registrations.registration(key)?.token == first.token)
-        #expect(registrations.cachedActive(holding: try checked(registrations, first.token))?.holds == true)
+        #expect(try cached(registrations, first.token) == .some(nil))
         // Registering again in the same generation changes nothing.
         #expect(try await registrations.register(deviceID: 7, generation: 1, bundleID: bundleID, environment: .production)?.changed == false)
 
         // A reset: the next generation's token is held, the first's no longer.
         let second = try #require(try await registrations.register(deviceID: 7, generation: 2, bundleID: bundleID, environment: .production))
         #expect(second.changed && second.token != first.token)
-        #expect(registrations.cachedActive(holding: try checked(registrations, first.token))?.holds == false)
-        #expect(registrations.cachedActive(holding: try checked(registrations, second.token))?.holds == true)
+        #expect(try cached(registrations, first.token) == .some(.notHeld))
+        #expect(try cached(registrations, second.token) == .some(nil))
         #expect(try await registrations.registration(key)?.token == second.token)
         #expect(try await store.registration(deviceID: 7, bundleID: bundleID, environment: .production)?.token == second.token)
 
         // Removed: not answered from the cache, and the store's record read back as it is.
         #expect(try await registrations.unregister(deviceID: 7, bundleID: bundleID, environment: .production, at: start.addingTimeInterval(5)))
-        #expect(registrations.cachedActive(holding: try checked(registrations, second.token)) == nil)
+        #expect(try cached(registrations, second.token) == nil)
         let removed = try #require(try await registrations.registration(key))
         #expect(removed.token == second.token && !removed.active && removed.unregisteredAt == start.addingTimeInterval(5))
     }
@@ -75,13 +81,20 @@ import Testing
         func liveActivityToken(generation: UInt32, activity: UInt32) -> [UInt8] {
             codec.issue(DeviceTokenContents(deviceID: 7, generation: generation, bundleID: bundleID, activity: activity))
         }
-        /// The problem of each token, asked of a table loading from the store, then twice of one table.
-        func problems(device: [[UInt8]], liveActivity: [[UInt8]]) async throws -> [[TokenProblem?]] {
+        /// The problem of each token, asked of a table loading from the store, then twice of one
+        /// table; the second time, the cache alone says the same, or nothing when the registration
+        /// is `removed`.
+        func problems(device: [[UInt8]], liveActivity: [[UInt8]], removed: Bool = false) async throws -> [[TokenProblem?]] {
             var answers: [[TokenProblem?]] = []
-            for asked in [self.registrations(store, codec: codec), registrations, registrations] {
+            for (round, asked) in [self.registrations(store, codec: codec), registrations, registrations].enumerated() {
                 var row: [TokenProblem?] = []
-                for token in device { row.append(try await asked.problem(of: try checked(asked, token), now: start)) }
-                for token in liveActivity { row.append(try await asked.problem(of: try checkedLiveActivity(asked, token), now: start)) }
+                for token in try device.map({ try checked(asked, $0) }) + liveActivity.map({ try checkedLiveActivity(asked, $0) }) {
+                    let problem = try await asked.problem(of: token, now: start)
+                    if round == 2 {
+                        #expect(asked.cachedActive(token).map { $0.problem } == (removed ? nil : .some(problem)))
+                    }
+                    row.append(problem)
+                }
                 answers.append(row)
             }
             return answers
@@ -119,7 +132,7 @@ import Testing
         let removedAt = start.addingTimeInterval(5)
         #expect(try await registrations.unregister(deviceID: 7, bundleID: bundleID, environment: .production, at: removedAt))
         #expect(
-            try await problems(device: [first.token, second.token], liveActivity: [secondUpdate])
+            try await problems(device: [first.token, second.token], liveActivity: [secondUpdate], removed: true)
                 == Array(repeating: [.notHeld, .removed(at: removedAt), .removed(at: removedAt)], count: 3))
     }
 
@@ -138,14 +151,14 @@ import Testing
         #expect(try await registrations.registration(key)?.token == stored)
         // This codec's token of the same device, app and generation is not the one registered.
         let reissued = codec.issue(DeviceTokenContents(deviceID: 7, generation: 1, bundleID: bundleID))
-        #expect(registrations.cachedActive(holding: try checked(registrations, reissued))?.holds == false)
+        #expect(try cached(registrations, reissued) == .some(.notHeld))
         #expect(try await registrations.problem(of: try checked(registrations, reissued), now: start) == .notHeld)
         let liveActivity = codec.issue(DeviceTokenContents(deviceID: 7, generation: 1, bundleID: bundleID, activity: 42))
         #expect(try await registrations.problem(of: try checkedLiveActivity(registrations, liveActivity), now: start) == .notHeld)
         // Registering with this codec replaces it.
         let registered = try #require(try await registrations.register(deviceID: 7, generation: 1, bundleID: bundleID, environment: .production))
         #expect(registered.changed && registered.token == reissued)
-        #expect(registrations.cachedActive(holding: try checked(registrations, reissued))?.holds == true)
+        #expect(try cached(registrations, reissued) == .some(nil))
         #expect(try await registrations.registration(key)?.token == reissued)
     }
 }

@@ -183,24 +183,24 @@ public final class Dispatcher: Sendable {
         assert(grant.topic == notification.topic, "a grant for another topic")
         guard log.hasRoom else { return nil }
         if let refusal = rules.refusal(topicAllowed: grant.allowed) { return reject(notification, refusal, now: now) }
-        // A Live Activity token's activity is looked up in the store.
-        guard grant.kind != .liveactivity else { return nil }
-        // A token already found to be its app's active registration: one
+        let liveActivity = grant.kind == .liveactivity
+        // A device token already found to be its app's active registration: one
         // lookup of its entry, which takes the rate window too.
         let key = TokenKey(environment: environment, bytes: notification.token)
-        if let (token, refusal) = registrations.takeKnown(key, bundleID: grant.bundleID, now: now) {
+        if !liveActivity, let (token, refusal) = registrations.takeKnown(key, bundleID: grant.bundleID, now: now) {
             if let refusal { return reject(notification, refusal, now: now) }
             return carryOut(notification, token, now: now)
         }
         let token: CheckedToken
-        switch registrations.check(key, bundleID: grant.bundleID, now: now) {
+        switch registrations.check(key, bundleID: grant.bundleID, liveActivity: liveActivity, now: now) {
         case .success(let checked): token = checked
         case .failure(let failure): return reject(notification, rules.refusal(failure.problem), now: now)
         }
-        // Not known, or removed (a feedback entry to write): decided after waiting.
-        guard let (holds, epoch) = registrations.cachedActive(holding: token) else { return nil }
-        // A token the device no longer holds (an older generation), as `Registrations.problem(of:now:)` says.
-        guard holds else { return reject(notification, rules.refusal(.notHeld), now: now) }
+        // Not known (the registration, or a Live Activity's end), or removed (a feedback entry
+        // to write): decided after waiting.
+        guard let (problem, epoch) = registrations.cachedActive(token) else { return nil }
+        // Not held any more (an older generation), or its activity ended.
+        if let problem { return reject(notification, rules.refusal(problem), now: now) }
         if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, refusal, now: now) }
         return carryOut(notification, token, now: now)
     }

@@ -338,15 +338,18 @@ final class Registrations: Sendable {
 
     // MARK: Registrations
 
-    /// For a checked token that is not a Live Activity's: when its app's
-    /// registration on its device is cached and active, whether it holds
-    /// the token, and the epoch it was read in. Nil otherwise (not cached,
-    /// or removed: the store decides).
-    func cachedActive(holding token: CheckedToken) -> (holds: Bool, epoch: Int)? {
-        assert(!token.contents.isLiveActivity, "a Live Activity token is checked by problem(of:now:)")
-        return state.withLock { state in
+    /// `problem(of:now:)` when the cache can say it: the token's app's
+    /// registration on its device is cached and active and, for a Live
+    /// Activity's update token, what the store said of its activity is
+    /// kept. With the epoch it was read in. Nil otherwise (not cached, or
+    /// removed: the store decides).
+    func cachedActive(_ token: CheckedToken) -> (problem: TokenProblem?, epoch: Int)? {
+        state.withLock { state in
             guard let (cached, other) = state.cached(token.key), cached.active else { return nil }
-            return (cached.holdsDeviceToken(of: token.contents, other: other, deviceToken: { token.tokenKey.bytes }), state.epoch)
+            guard cached.holdsDeviceToken(of: token.contents, other: other, deviceToken: { deviceToken(of: token) }) else { return (.notHeld, state.epoch) }
+            guard token.contents.isLiveActivity, token.contents.activity != DeviceTokenContents.pushToStart else { return (nil, state.epoch) }
+            guard let end = state.activityEnd(token.key, token.contents.activity) else { return nil }
+            return (end.endedAt.map { .expired(at: $0) }, state.epoch)
         }
     }
 
@@ -399,13 +402,12 @@ final class Registrations: Sendable {
     /// is held when the app's device token of its generation is, and an
     /// update token's activity must not have ended (the store says).
     func problem(of token: CheckedToken, now: Date) async throws -> TokenProblem? {
-        let liveActivity = token.contents.isLiveActivity
         // A token the device no longer holds (an older generation) is not a device token any more.
         guard let (registration, other) = try await cachedOrLoaded(token.key),
-            registration.holdsDeviceToken(of: token.contents, other: other, deviceToken: { liveActivity ? self.deviceToken(of: token) : token.tokenKey.bytes })
+            registration.holdsDeviceToken(of: token.contents, other: other, deviceToken: { self.deviceToken(of: token) })
         else { return .notHeld }
         guard registration.active else { return .removed(at: registration.unregisteredAt ?? now) }
-        guard liveActivity, token.contents.activity != DeviceTokenContents.pushToStart else { return nil }
+        guard token.contents.isLiveActivity, token.contents.activity != DeviceTokenContents.pushToStart else { return nil }
         return try await activityEnd(of: token).endedAt.map { .expired(at: $0) }
     }
 
@@ -436,8 +438,10 @@ final class Registrations: Sendable {
         }
     }
 
-    /// The app's device token of a Live Activity token's generation.
+    /// The app's device token of a checked token's generation: the token
+    /// itself, or issued for a Live Activity token.
     private func deviceToken(of token: CheckedToken) -> [UInt8] {
+        guard token.contents.isLiveActivity else { return token.tokenKey.bytes }
         var device = token.contents
         device.activity = 0
         return codec(token.key.environment).issue(device)
