@@ -11,6 +11,8 @@
 #        LIVE_ACTIVITY=1 ... : Live Activity updates (push type liveactivity to
 #        the app's .push-type.liveactivity topic) to an update token the demo
 #        device asked for, and then disconnected
+#        UNINSTALLED=1 ... : pushes to the demo app's token after the demo
+#        device reported the app removed (each answered 410 Unregistered)
 # needs: h2load (Debian nghttp2-client), nginx, openssl; a release build:
 #        swift build -c release --product courier
 set -euo pipefail
@@ -57,6 +59,10 @@ if [ -n "${LIVE_ACTIVITY:-}" ]; then
   [ -n "$token" ] || { echo "the demo device got no Live Activity token:" >&2; cat "$work/device.log" >&2; exit 1; }
   topic=com.example.demo.push-type.liveactivity push_type=liveactivity
   printf '{"aps":{"timestamp":1700000000,"event":"update","content-state":{}}}' > "$work/payload.json"
+fi
+if [ -n "${UNINSTALLED:-}" ]; then
+  "$courier" device uninstall --identity "$work/data/demo/device" --app com.example.demo --port 45223 > "$work/device.log" 2>&1 ||
+    { echo "the demo device could not report the app removed:" >&2; cat "$work/device.log" >&2; exit 1; }
 fi
 
 # nginx: TLS 1.3, HTTP/2, 200 for every POST /3/device/..., one worker per core.
@@ -111,12 +117,12 @@ run() { # name url connections
   after=$(cpu_ticks $pids)
   local rps ok percentiles cpu
   rps=$(echo "$out" | sed -n 's/^finished in .*, \([0-9.]*\) req\/s.*/\1/p')
-  ok=$(echo "$out" | sed -n 's/^status codes: \([0-9]*\) 2xx.*/\1/p')
+  ok=$(echo "$out" | sed -n 's/^status codes: \([0-9]*\) 2xx, [0-9]* 3xx, \([0-9]*\) 4xx.*/\1 2xx, \2 4xx/p')
   # h2load's log: start (µs), status, µs until the response ended. p50 and p99 from it.
   percentiles=$(cut -f3 "$work/$1-$3.tsv" | sort -n | awk '{a[NR]=$1} END {printf "p50 %.2f ms, p99 %.2f ms", a[int(NR*0.50)]/1000, a[int(NR*0.99)]/1000}')
   # The server's CPU time per request, in microseconds (steadier than the rate on a shared machine).
   cpu=$(awk -v t=$(( after - before )) -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
-  echo "$1 c=$3 m=100: $rps req/s, $percentiles, server CPU $cpu µs/request, 2xx $ok of $requests"
+  echo "$1 c=$3 m=100: $rps req/s, $percentiles, server CPU $cpu µs/request, $ok of $requests"
 }
 sleep 0.5
 for c in 1 8; do

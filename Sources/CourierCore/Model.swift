@@ -254,6 +254,28 @@ public struct FeedbackEntry: Sendable, Hashable, Codable {
         self.token = token
         self.timestamp = timestamp
     }
+
+    /// One entry for each (environment, topic, token) of `entries`, with
+    /// the newest timestamp among them, in the order they first appear.
+    public static func newest(of entries: [FeedbackEntry]) -> [FeedbackEntry] {
+        struct Key: Hashable {
+            var environment: Environment
+            var topic: String
+            var token: [UInt8]
+        }
+        var index: [Key: Int] = [:]
+        var newest: [FeedbackEntry] = []
+        for entry in entries {
+            let key = Key(environment: entry.environment, topic: entry.topic, token: entry.token)
+            if let at = index[key] {
+                if entry.timestamp > newest[at].timestamp { newest[at].timestamp = entry.timestamp }
+            } else {
+                index[key] = newest.count
+                newest.append(entry)
+            }
+        }
+        return newest
+    }
 }
 
 /// One step in a notification's life, kept in the delivery log.

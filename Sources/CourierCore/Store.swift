@@ -98,9 +98,10 @@ public protocol Store: Sendable {
     func pendingCount() async throws -> Int
 
     // MARK: Feedback
-    /// Adds an entry; an entry for the same (environment, topic, token)
+    /// Adds entries in one transaction; an entry for the same
+    /// (environment, topic, token) as one held, or as another of them,
     /// takes the newer timestamp.
-    func addFeedback(_ entry: FeedbackEntry) async throws
+    func addFeedback(_ entries: [FeedbackEntry]) async throws
     func feedback(environment: Environment, topic: String) async throws -> [FeedbackEntry]
     /// Removes the given entries, each only if its timestamp is unchanged
     /// (a newer failure recorded meanwhile stays).

@@ -681,12 +681,21 @@ public final class PostgresStore: Store {
 
     // MARK: Feedback
 
-    public func addFeedback(_ entry: FeedbackEntry) async throws {
-        try await query(
-            """
-            INSERT INTO feedback (environment, topic, token, timestamp) VALUES ($1, $2, $3, $4)
-            ON CONFLICT (environment, topic, token) DO UPDATE SET timestamp = GREATEST(feedback.timestamp, excluded.timestamp)
-            """, [.text(entry.environment.rawValue), .text(entry.topic), .bytes(entry.token), .millis(entry.timestamp)])
+    public func addFeedback(_ entries: [FeedbackEntry]) async throws {
+        // One row each: a statement may not change a row twice.
+        let entries = FeedbackEntry.newest(of: entries)
+        guard !entries.isEmpty else { return }
+        try await transaction { connection in
+            for chunk in entries.slices(of: Self.rowsPerStatement) {
+                try await self.query(
+                    """
+                    INSERT INTO feedback (environment, topic, token, timestamp) VALUES \(Self.rows(chunk.count, of: 4))
+                    ON CONFLICT (environment, topic, token) DO UPDATE SET timestamp = GREATEST(feedback.timestamp, excluded.timestamp)
+                    """,
+                    chunk.flatMap { [.text($0.environment.rawValue), .text($0.topic), .bytes($0.token), .millis($0.timestamp)] },
+                    on: connection)
+            }
+        }
     }
 
     public func feedback(environment: Environment, topic: String) async throws -> [FeedbackEntry] {

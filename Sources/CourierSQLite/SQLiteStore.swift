@@ -541,12 +541,18 @@ public final class SQLiteStore: Store {
 
     // MARK: Feedback
 
-    public func addFeedback(_ entry: FeedbackEntry) async throws {
-        _ = try await query(
-            """
-            INSERT INTO feedback (environment, topic, token, timestamp) VALUES (?, ?, ?, ?)
-            ON CONFLICT (environment, topic, token) DO UPDATE SET timestamp = MAX(timestamp, excluded.timestamp)
-            """, [.text(entry.environment.rawValue), .text(entry.topic), .bytes(entry.token), .millis(entry.timestamp)])
+    public func addFeedback(_ entries: [FeedbackEntry]) async throws {
+        let entries = FeedbackEntry.newest(of: entries)
+        guard !entries.isEmpty else { return }
+        try await transaction {
+            for chunk in entries.slices(of: Self.rowsPerStatement) {
+                _ = try await self.connection.query(
+                    """
+                    INSERT INTO feedback (environment, topic, token, timestamp) VALUES \(Self.rows(chunk.count, of: 4))
+                    ON CONFLICT (environment, topic, token) DO UPDATE SET timestamp = MAX(timestamp, excluded.timestamp)
+                    """, chunk.flatMap { [.text($0.environment.rawValue), .text($0.topic), .bytes($0.token), .millis($0.timestamp)] })
+            }
+        }
     }
 
     public func feedback(environment: Environment, topic: String) async throws -> [FeedbackEntry] {

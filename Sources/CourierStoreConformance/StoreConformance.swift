@@ -352,12 +352,22 @@ public enum StoreConformance {
             let b = FeedbackEntry(environment: .production, topic: "com.example.one", token: tokenB, timestamp: at(20))
             let otherTopic = FeedbackEntry(environment: .production, topic: "com.example.two", token: tokenA, timestamp: at(30))
             let otherEnvironment = FeedbackEntry(environment: .sandbox, topic: "com.example.one", token: tokenA, timestamp: at(40))
-            for entry in [a, b, otherTopic, otherEnvironment] { try await store.addFeedback(entry) }
+            var olderB = b
+            olderB.timestamp = at(15)
+            // The same token twice in one batch: the newer time is kept.
+            try await store.addFeedback([a, b, otherTopic, otherEnvironment, olderB])
             let listed = try await store.feedback(environment: .production, topic: "com.example.one")
             report.equal(listed, [a, b], "production list")
             var newerA = a
             newerA.timestamp = at(60)
-            try await store.addFeedback(newerA)
+            var newestA = a
+            newestA.timestamp = at(70)
+            try await store.addFeedback([newerA])
+            try await store.addFeedback([])
+            report.equal(try await store.feedback(environment: .production, topic: "com.example.one"), [b, newerA], "a newer entry replaces")
+            try await store.addFeedback([newestA, newerA])
+            report.equal(try await store.feedback(environment: .production, topic: "com.example.one"), [b, newestA], "the newest of one batch")
+            newerA = newestA
             try await store.removeFeedback(listed)
             report.equal(try await store.feedback(environment: .production, topic: "com.example.one"), [newerA], "newer entry kept")
             report.equal(try await store.feedback(environment: .production, topic: "com.example.two"), [otherTopic], "other topic")

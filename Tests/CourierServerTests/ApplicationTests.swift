@@ -198,7 +198,15 @@ func testConfiguration(_ directory: String) -> CourierConfiguration {
         #expect(second.report.demoDeviceToken == nil)
         #expect(try DeviceCredentials.load(from: deviceDirectory).token(for: "com.example.demo", in: .production) == nil)
         let push = PushNotification(id: UUID(), token: token, topic: "com.example.demo", payload: Array(#"{"aps":{}}"#.utf8), expiration: nil, priority: .immediate)
-        let result = await second.dispatcher.accept(push, environment: .production, grant: TopicGrant(push.topic, for: TestServer.demoProvider))
+        // Running: the push's feedback entry is written by the feedback list's group commit.
+        let group = second.serviceGroup(logger: logger, signals: false)
+        let result = try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            let result = await second.dispatcher.accept(push, environment: .production, grant: TopicGrant(push.topic, for: TestServer.demoProvider))
+            await group.triggerGracefulShutdown()
+            try await tasks.waitForAll()
+            return result
+        }
         guard case .rejected(let reason, _) = result else {
             Issue.record("expected Unregistered, got \(result)")
             try await second.provisioner.close()

@@ -272,7 +272,7 @@ func nextFailure(_ client: BinaryProviderClient) async -> BinaryPushFailure? {
             _ = try await server.application.provisioner.issueProviderCertificate(
                 bundleID: "com.example.b", environments: [.production, .sandbox], directory: server.directory + "/b")
             try await server.application.provisioner.store.addFeedback(
-                FeedbackEntry(environment: .production, topic: "com.example.demo", token: token, timestamp: server.clock.now()))
+                [FeedbackEntry(environment: .production, topic: "com.example.demo", token: token, timestamp: server.clock.now())])
             let other = ProviderTLS(
                 certificatePath: server.directory + "/b/com.example.b.pem", keyPath: server.directory + "/b/com.example.b-key.pem",
                 caPath: server.directory + "/pki/ca.pem")

@@ -224,6 +224,14 @@ import Testing
             let feedback = try await server.application.provisioner.store.feedback(environment: .production, topic: "com.example.demo")
             #expect(feedback.map(\.token) == [token])
             #expect(abs(feedback[0].timestamp.timeIntervalSince(removedAt)) < 0.001)
+            // Pushes at once to the removed app: each is Unregistered after its entry is written
+            // (together, in group commits), and the list holds the token once.
+            let results = await withTaskGroup(of: AcceptResult.self) { group in
+                for _ in 0..<50 { group.addTask { await server.push(token).1 } }
+                return await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(results.count == 50 && results.allSatisfy { $0 == .rejected(.unregistered, timestamp: timestamp) }, "\(results)")
+            #expect(try await server.application.provisioner.store.feedback(environment: .production, topic: "com.example.demo") == feedback)
 
             #expect(try await device.client.register("com.example.demo") == token)
             let (id, again) = await server.push(token)

@@ -118,7 +118,7 @@ final class FaultyStore: Store {
     func removePending(_ references: [PendingReference]) async throws -> [Bool] { try await base.removePending(references) }
     func removeExpiredPending(before date: Date) async throws -> [PendingNotification] { try await base.removeExpiredPending(before: date) }
     func removePending(acceptedBefore date: Date) async throws -> [PendingNotification] { try await base.removePending(acceptedBefore: date) }
-    func addFeedback(_ entry: FeedbackEntry) async throws { try await base.addFeedback(entry) }
+    func addFeedback(_ entries: [FeedbackEntry]) async throws { try await base.addFeedback(entries) }
     func feedback(environment: Environment, topic: String) async throws -> [FeedbackEntry] { try await base.feedback(environment: environment, topic: topic) }
     func removeFeedback(_ entries: [FeedbackEntry]) async throws { try await base.removeFeedback(entries) }
     func pendingCount() async throws -> Int { try await base.pendingCount() }

@@ -35,6 +35,8 @@ public final class ServerMetrics: Sendable {
         case pending
         /// Held notifications the devices acknowledged, removed.
         case acknowledgements
+        /// Feedback entries: pushes that met an app removed from its device.
+        case feedback
     }
 
     private struct RejectionKey: Hashable {

@@ -108,8 +108,8 @@ public final class Dispatcher: Sendable {
     /// The store writers, as services to run after the store and the
     /// delivery log and before everything that hands them work (shutdown
     /// runs in reverse): the acknowledger after the writer of held
-    /// notifications, whose commits it follows.
-    var writers: [any Service] { [acknowledger, pendingWriter] }
+    /// notifications, whose commits it follows; the feedback list's.
+    var writers: [any Service] { [feedback.writer, acknowledger, pendingWriter] }
 
     /// Notifications to hold that wait for the writer's next batch.
     var waitingToBeHeld: Int { pendingWriter.queued }

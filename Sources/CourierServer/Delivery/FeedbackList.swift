@@ -6,13 +6,22 @@ import CourierCore
 /// and removes the ones it sent.
 final class FeedbackList: Sendable {
     private let store: any Store
+    /// Entries are written in group commits: a provider that keeps pushing
+    /// to removed apps' tokens costs one transaction per batch, which
+    /// writes each token once.
+    let writer: GroupCommit<FeedbackEntry, Void>
 
-    init(store: any Store) {
+    init(store: any Store, metrics: ServerMetrics) {
         self.store = store
+        writer = GroupCommit(observe: { metrics.committed(.feedback, in: $0) }) { batch in
+            try await store.addFeedback(batch)
+            return batch.map { _ in () }
+        }
     }
 
+    /// Returns once the entry is written.
     func add(_ entry: FeedbackEntry) async throws {
-        try await store.addFeedback(entry)
+        try await writer.submit(entry)
     }
 
     /// A topic's entries in the environment.
