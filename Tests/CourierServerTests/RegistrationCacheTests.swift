@@ -36,7 +36,7 @@ import Testing
     /// What the cache alone says of a device token: nil when it cannot
     /// say, else `problem(of:now:)`'s answer (`.some(nil)`: none).
     func cached(_ registrations: Registrations, _ token: [UInt8]) throws -> TokenProblem?? {
-        registrations.cachedActive(try checked(registrations, token)).map { $0.problem }
+        registrations.cached(try checked(registrations, token), now: start).map { $0.problem }
     }
 
     @Test func aTokenKeptAsItsGenerationIsHeldOnlyInThatGeneration() async throws {
@@ -60,9 +60,9 @@ import Testing
         #expect(try await registrations.registration(key)?.token == second.token)
         #expect(try await store.registration(deviceID: 7, bundleID: bundleID, environment: .production)?.token == second.token)
 
-        // Removed: not answered from the cache, and the store's record read back as it is.
+        // Removed: answered from the cache with the time, and the store's record read back as it is.
         #expect(try await registrations.unregister(deviceID: 7, bundleID: bundleID, environment: .production, at: start.addingTimeInterval(5)))
-        #expect(try cached(registrations, second.token) == nil)
+        #expect(try cached(registrations, second.token) == .some(.removed(at: start.addingTimeInterval(5))))
         let removed = try #require(try await registrations.registration(key))
         #expect(removed.token == second.token && !removed.active && removed.unregisteredAt == start.addingTimeInterval(5))
     }
@@ -82,16 +82,15 @@ import Testing
             codec.issue(DeviceTokenContents(deviceID: 7, generation: generation, bundleID: bundleID, activity: activity))
         }
         /// The problem of each token, asked of a table loading from the store, then twice of one
-        /// table; the second time, the cache alone says the same, or nothing when the registration
-        /// is `removed`.
-        func problems(device: [[UInt8]], liveActivity: [[UInt8]], removed: Bool = false) async throws -> [[TokenProblem?]] {
+        /// table; the second time, the cache alone says the same.
+        func problems(device: [[UInt8]], liveActivity: [[UInt8]]) async throws -> [[TokenProblem?]] {
             var answers: [[TokenProblem?]] = []
             for (round, asked) in [self.registrations(store, codec: codec), registrations, registrations].enumerated() {
                 var row: [TokenProblem?] = []
                 for token in try device.map({ try checked(asked, $0) }) + liveActivity.map({ try checkedLiveActivity(asked, $0) }) {
                     let problem = try await asked.problem(of: token, now: start)
                     if round == 2 {
-                        #expect(asked.cachedActive(token).map { $0.problem } == (removed ? nil : .some(problem)))
+                        #expect(asked.cached(token, now: start).map { $0.problem } == .some(problem))
                     }
                     row.append(problem)
                 }
@@ -132,7 +131,7 @@ import Testing
         let removedAt = start.addingTimeInterval(5)
         #expect(try await registrations.unregister(deviceID: 7, bundleID: bundleID, environment: .production, at: removedAt))
         #expect(
-            try await problems(device: [first.token, second.token], liveActivity: [secondUpdate], removed: true)
+            try await problems(device: [first.token, second.token], liveActivity: [secondUpdate])
                 == Array(repeating: [.notHeld, .removed(at: removedAt), .removed(at: removedAt)], count: 3))
     }
 

@@ -175,7 +175,8 @@ public final class Dispatcher: Sendable {
     }
 
     /// `admit` when nothing has to wait: the delivery log has room and the
-    /// app's registration is known and active (no feedback entry to write).
+    /// app's registration is known (a removed one's feedback entry is
+    /// queued for the feedback list's next commit, as a held notification is).
     /// Nil when something has to wait; nothing was done then.
     private func admitAtOnce(_ notification: PushNotification, environment: Environment, grant: TopicGrant, now: Date)
         -> (result: AcceptResult, durable: Pending<Void>?)?
@@ -196,11 +197,10 @@ public final class Dispatcher: Sendable {
         case .success(let checked): token = checked
         case .failure(let failure): return reject(notification, rules.refusal(failure.problem), now: now)
         }
-        // Not known (the registration, or a Live Activity's end), or removed (a feedback entry
-        // to write): decided after waiting.
-        guard let (problem, epoch) = registrations.cachedActive(token) else { return nil }
-        // Not held any more (an older generation), or its activity ended.
-        if let problem { return reject(notification, rules.refusal(problem), now: now) }
+        // Not known (the registration, or a Live Activity's end): decided after waiting.
+        guard let (problem, epoch) = registrations.cached(token, now: now) else { return nil }
+        // Not held any more (an older generation), removed, or its activity ended.
+        if let problem { return refuse(notification, problem, environment: environment, now: now) }
         if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, refusal, now: now) }
         return carryOut(notification, token, now: now)
     }
@@ -230,20 +230,21 @@ public final class Dispatcher: Sendable {
             logger.error("store failed reading a registration", metadata: ["courier.error": "\(error)"])
             return reject(notification, DeliveryRules.Refusal(.serviceUnavailable), now: now)
         }
-        if let problem {
-            let refusal = rules.refusal(problem)
-            if refusal.addsFeedback {
-                do {
-                    try await feedback.add(
-                        FeedbackEntry(environment: environment, topic: notification.topic, token: notification.token, timestamp: refusal.timestamp ?? now))
-                } catch {
-                    logger.error("store failed adding a feedback entry", metadata: ["courier.error": "\(error)"])
-                }
-            }
-            return reject(notification, refusal, now: now)
-        }
+        if let problem { return refuse(notification, problem, environment: environment, now: now) }
         if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, refusal, now: now) }
         return carryOut(notification, token, now: now)
+    }
+
+    /// `reject` for what keeps a token from its device. One that adds a
+    /// feedback entry (an app removed: Unregistered) queues the entry, and
+    /// is answered once it is written (`durable`, which does not fail: a
+    /// failed write is logged and the refusal stands).
+    private func refuse(_ notification: PushNotification, _ problem: TokenProblem, environment: Environment, now: Date) -> (AcceptResult, Pending<Void>?) {
+        let refusal = rules.refusal(problem)
+        let (result, _) = reject(notification, refusal, now: now)
+        guard refusal.addsFeedback else { return (result, nil) }
+        let entry = FeedbackEntry(environment: environment, topic: notification.topic, token: notification.token, timestamp: refusal.timestamp ?? now)
+        return (result, feedback.written(entry, logger: logger))
     }
 
     /// Logs a refusal.

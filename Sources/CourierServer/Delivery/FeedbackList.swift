@@ -1,4 +1,5 @@
 import CourierCore
+import Logging
 
 /// The feedback service's list: an entry for each push that met an app
 /// removed from its device (environment, topic, token, removal time). The
@@ -19,9 +20,18 @@ final class FeedbackList: Sendable {
         }
     }
 
-    /// Returns once the entry is written.
-    func add(_ entry: FeedbackEntry) async throws {
-        try await writer.submit(entry)
+    /// Queues the entry for the next commit: the result arrives once it is
+    /// written, or once writing it failed (logged), so a refusal that waits
+    /// for it is answered either way.
+    func written(_ entry: FeedbackEntry, logger: Logger) -> Pending<Void> {
+        let settled = Pending<Void>()
+        writer.enqueue(entry).whenResolved { result in
+            if case .failure(let error) = result {
+                logger.error("store failed adding a feedback entry", metadata: ["courier.error": "\(error)"])
+            }
+            settled.resolve(.success(()))
+        }
+        return settled
     }
 
     /// A topic's entries in the environment.

@@ -339,14 +339,15 @@ final class Registrations: Sendable {
     // MARK: Registrations
 
     /// `problem(of:now:)` when the cache can say it: the token's app's
-    /// registration on its device is cached and active and, for a Live
-    /// Activity's update token, what the store said of its activity is
-    /// kept. With the epoch it was read in. Nil otherwise (not cached, or
-    /// removed: the store decides).
-    func cachedActive(_ token: CheckedToken) -> (problem: TokenProblem?, epoch: Int)? {
+    /// registration on its device is cached and, for a Live Activity's
+    /// update token of an active one, what the store said of its activity
+    /// is kept. With the epoch it was read in. Nil otherwise (the store
+    /// decides).
+    func cached(_ token: CheckedToken, now: Date) -> (problem: TokenProblem?, epoch: Int)? {
         state.withLock { state in
-            guard let (cached, other) = state.cached(token.key), cached.active else { return nil }
+            guard let (cached, other) = state.cached(token.key) else { return nil }
             guard cached.holdsDeviceToken(of: token.contents, other: other, deviceToken: { deviceToken(of: token) }) else { return (.notHeld, state.epoch) }
+            guard cached.active else { return (.removed(at: cached.unregisteredAt ?? now), state.epoch) }
             guard token.contents.isLiveActivity, token.contents.activity != DeviceTokenContents.pushToStart else { return (nil, state.epoch) }
             guard let end = state.activityEnd(token.key, token.contents.activity) else { return nil }
             return (end.endedAt.map { .expired(at: $0) }, state.epoch)

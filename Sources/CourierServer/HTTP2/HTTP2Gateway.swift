@@ -280,8 +280,9 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
     enum Decision: Sendable {
         /// Answered now (its inbox entry made).
         case answered(HTTP2Answer)
-        /// Accepted: 200 once `durable` is committed, an internal error if
-        /// the commit fails (`answer` makes either, with its entry).
+        /// Answered once `durable` is committed — an accepted push's 200, or
+        /// a removed app's 410 once its feedback entry is — an internal
+        /// error if the commit fails (`answer` makes either, with its entry).
         case committing(Pending<Void>, answer: @Sendable (_ committed: Bool) -> HTTP2Answer)
         /// Has to wait (a key or a registration from the store, room in the
         /// delivery log, a fault rule's delay): `answer` decides it, as the
