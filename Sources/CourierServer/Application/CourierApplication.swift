@@ -93,7 +93,7 @@ public struct CourierApplication: Sendable {
             let log = DeliveryLogWriter(store: provisioner.store, logger: logger, metrics: metrics)
             var codecs: [Environment: DeviceTokenCodec] = [:]
             for environment in Environment.allCases { codecs[environment] = try provisioner.tokenCodec(environment) }
-            let feedback = FeedbackList(store: provisioner.store, metrics: metrics)
+            let feedback = FeedbackList(store: provisioner.store, metrics: metrics, logger: logger)
             let cluster = (provisioner.coordination).map {
                 Cluster(
                     node: node!, coordination: $0, faults: faults, inbox: inbox,

@@ -244,7 +244,7 @@ public final class Dispatcher: Sendable {
         let (result, _) = reject(notification, refusal, now: now)
         guard refusal.addsFeedback else { return (result, nil) }
         let entry = FeedbackEntry(environment: environment, topic: notification.topic, token: notification.token, timestamp: refusal.timestamp ?? now)
-        return (result, feedback.written(entry, logger: logger))
+        return (result, feedback.written(entry))
     }
 
     /// Logs a refusal.

@@ -7,13 +7,15 @@ import Logging
 /// and removes the ones it sent.
 final class FeedbackList: Sendable {
     private let store: any Store
+    private let logger: Logger
     /// Entries are written in group commits: a provider that keeps pushing
     /// to removed apps' tokens costs one transaction per batch, which
     /// writes each token once.
     let writer: GroupCommit<FeedbackEntry, Void>
 
-    init(store: any Store, metrics: ServerMetrics) {
+    init(store: any Store, metrics: ServerMetrics, logger: Logger) {
         self.store = store
+        self.logger = logger
         writer = GroupCommit(observe: { metrics.committed(.feedback, in: $0) }) { batch in
             try await store.addFeedback(batch)
             return batch.map { _ in () }
@@ -23,9 +25,9 @@ final class FeedbackList: Sendable {
     /// Queues the entry for the next commit: the result arrives once it is
     /// written, or once writing it failed (logged), so a refusal that waits
     /// for it is answered either way.
-    func written(_ entry: FeedbackEntry, logger: Logger) -> Pending<Void> {
+    func written(_ entry: FeedbackEntry) -> Pending<Void> {
         let settled = Pending<Void>()
-        writer.enqueue(entry).whenResolved { result in
+        writer.enqueue(entry).whenResolved { [logger] result in
             if case .failure(let error) = result {
                 logger.error("store failed adding a feedback entry", metadata: ["courier.error": "\(error)"])
             }

@@ -70,11 +70,35 @@ struct CachedRegistration {
     func holdsDeviceToken(of contents: DeviceTokenContents, other: [UInt8]?, deviceToken: () -> [UInt8]) -> Bool {
         issued ? contents.generation == generation : other == deviceToken()
     }
+
+    /// What the registration says of a checked token of its key, in the
+    /// order both `Registrations.cached(_:now:)` and `problem(of:now:)`
+    /// ask: held, active, and for a Live Activity's update token, its
+    /// activity's end (`activityEnd`).
+    func answer(for token: CheckedToken, other: [UInt8]?, now: Date, deviceToken: () -> [UInt8]) -> RegistrationAnswer {
+        // A token the device no longer holds (an older generation) is not a device token any more.
+        guard holdsDeviceToken(of: token.contents, other: other, deviceToken: deviceToken) else { return .answered(.notHeld) }
+        guard active else { return .answered(.removed(at: unregisteredAt ?? now)) }
+        guard token.contents.isLiveActivity, token.contents.activity != DeviceTokenContents.pushToStart else { return .answered(nil) }
+        return .activityEnd
+    }
+}
+
+/// What a registration says of a token (`CachedRegistration.answer`).
+enum RegistrationAnswer {
+    /// What keeps the token from its device, nil when nothing does.
+    case answered(TokenProblem?)
+    /// A Live Activity's update token of an active registration that holds
+    /// it: the activity's end decides.
+    case activityEnd
 }
 
 /// What the store said of a Live Activity: when it ended, nil while it has not.
 struct ActivityEnd {
     var endedAt: Date?
+
+    /// What keeps an update token of the activity from its device.
+    var problem: TokenProblem? { endedAt.map { .expired(at: $0) } }
 }
 
 /// A registration's key as the cache keeps it: the app by its number
@@ -346,11 +370,10 @@ final class Registrations: Sendable {
     func cached(_ token: CheckedToken, now: Date) -> (problem: TokenProblem?, epoch: Int)? {
         state.withLock { state in
             guard let (cached, other) = state.cached(token.key) else { return nil }
-            guard cached.holdsDeviceToken(of: token.contents, other: other, deviceToken: { deviceToken(of: token) }) else { return (.notHeld, state.epoch) }
-            guard cached.active else { return (.removed(at: cached.unregisteredAt ?? now), state.epoch) }
-            guard token.contents.isLiveActivity, token.contents.activity != DeviceTokenContents.pushToStart else { return (nil, state.epoch) }
-            guard let end = state.activityEnd(token.key, token.contents.activity) else { return nil }
-            return (end.endedAt.map { .expired(at: $0) }, state.epoch)
+            switch cached.answer(for: token, other: other, now: now, deviceToken: { deviceToken(of: token) }) {
+            case .answered(let problem): return (problem, state.epoch)
+            case .activityEnd: return state.activityEnd(token.key, token.contents.activity).map { ($0.problem, state.epoch) }
+            }
         }
     }
 
@@ -403,13 +426,11 @@ final class Registrations: Sendable {
     /// is held when the app's device token of its generation is, and an
     /// update token's activity must not have ended (the store says).
     func problem(of token: CheckedToken, now: Date) async throws -> TokenProblem? {
-        // A token the device no longer holds (an older generation) is not a device token any more.
-        guard let (registration, other) = try await cachedOrLoaded(token.key),
-            registration.holdsDeviceToken(of: token.contents, other: other, deviceToken: { self.deviceToken(of: token) })
-        else { return .notHeld }
-        guard registration.active else { return .removed(at: registration.unregisteredAt ?? now) }
-        guard token.contents.isLiveActivity, token.contents.activity != DeviceTokenContents.pushToStart else { return nil }
-        return try await activityEnd(of: token).endedAt.map { .expired(at: $0) }
+        guard let (registration, other) = try await cachedOrLoaded(token.key) else { return .notHeld }
+        switch registration.answer(for: token, other: other, now: now, deviceToken: { self.deviceToken(of: token) }) {
+        case .answered(let problem): return problem
+        case .activityEnd: return try await activityEnd(of: token).problem
+        }
     }
 
     /// When a Live Activity update token's activity ended, as the store
