@@ -253,9 +253,9 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
     static let pauseAt = 64
     static let resumeAt = 16
 
-    /// The flags last, in the bytes the conversation's alignment leaves
-    /// after it: the connection then takes 147 bytes, a 160-byte block
-    /// of malloc's.
+    /// The flags and the count last, in the bytes the conversation's
+    /// alignment leaves after it: the connection then takes 152 bytes, a
+    /// 160-byte block of malloc's.
     private struct Inbox {
         var items = WaitingItems<Item>()
         /// What the handshake learned of the device, until Connect takes it.
@@ -263,6 +263,9 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
         var conversation = DeviceConversation()
         var running = false
         var paused = false
+        /// Frames sent through the event loop's queue and not yet written
+        /// (`send`).
+        var queuedSends: UInt32 = 0
     }
 
     let channel: any Channel
@@ -312,18 +315,31 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
         send(.noStorage)
     }
 
-    /// Always through the event loop's queue, even on the loop itself: a
-    /// frame answered at once on the loop (`enqueue`) must not overtake
-    /// frames the connection's task sent just before, which are still in
-    /// that queue.
+    /// On the channel's event loop, written at once when no frame sent
+    /// before is still in the loop's queue: a notification a provider
+    /// connection on the same loop admitted goes out before the rest of
+    /// that connection's read is handled. Otherwise (another thread, or
+    /// frames queued: the connection's task sent them just before) through
+    /// the queue, behind them, so that frames leave in the order sent.
     func send(_ message: DeviceMessage) {
         let channel = self.channel
-        channel.eventLoop.execute { channel.writeAndFlush(Self.encode(message, channel), promise: nil) }
+        if channel.eventLoop.inEventLoop, inbox.withLock({ $0.queuedSends == 0 }) {
+            channel.writeAndFlush(Self.encode(message, channel), promise: nil)
+            return
+        }
+        inbox.withLock { $0.queuedSends += 1 }
+        channel.eventLoop.execute { [self] in
+            channel.writeAndFlush(Self.encode(message, channel), promise: nil)
+            inbox.withLock { $0.queuedSends -= 1 }
+        }
     }
 
-    /// Sends a last frame and waits until it is written (or the write failed).
+    /// Sends a last frame and waits until it is written (or the write
+    /// failed); counted as queued meanwhile, as `send` counts.
     func sendLast(_ message: DeviceMessage) async {
+        inbox.withLock { $0.queuedSends += 1 }
         try? await channel.writeAndFlush(Self.encode(message, channel))
+        inbox.withLock { $0.queuedSends -= 1 }
     }
 
     /// The frame's bytes, written straight into one buffer.
