@@ -25,44 +25,9 @@ devices=${DEVICES:-10000}
 rate=${RATE:-10000}
 seconds=${SECONDS_AT_RATE:-10}
 count=${COUNT:-200000}
-for tool in mosquitto openssl taskset; do
-  command -v "$tool" >/dev/null || { echo "compare.sh: needs $tool (apt-get install mosquitto openssl util-linux)" >&2; exit 1; }
-done
-[ -x "$courier" ] || { echo "compare.sh: no courier at $courier (cd Benchmarks && swift build -c release --product courier)" >&2; exit 1; }
-[ -x "$load" ] || { echo "compare.sh: no courier-load at $load (cd Benchmarks && swift build -c release --product courier-load)" >&2; exit 1; }
-ulimit -n "$(ulimit -Hn)"
-
-dir=$(mktemp -d)
-pid=
-trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
-
-# The broker's certificate, from a CA of its own.
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=bench-ca \
-  -keyout "$dir/ca-key.pem" -out "$dir/ca.pem" 2>/dev/null
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=localhost \
-  -keyout "$dir/broker-key.pem" -out "$dir/broker.csr" 2>/dev/null
-printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' > "$dir/san.ext"
-openssl x509 -req -in "$dir/broker.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca-key.pem" -CAcreateserial -days 2 \
-  -extfile "$dir/san.ext" -out "$dir/broker.pem" 2>/dev/null
-chmod 644 "$dir"/*.pem
-cat > "$dir/mosquitto.conf" <<CONF
-listener 8883 127.0.0.1
-cafile $dir/ca.pem
-certfile $dir/broker.pem
-keyfile $dir/broker-key.pem
-allow_anonymous true
-persistence false
-set_tcp_nodelay true
-max_queued_messages 100000
-log_type error
-user $(id -un)
-CONF
-
-# Courier: the defaults but for room for DEVICES devices on one listener and no token rate limit.
-cat > "$dir/courier.json" <<JSON
-{"logLevel": "warning", "qos": {"tokenRateLimit": 1000000000},
- "connections": {"maxPerAddress": 20000, "maxPerDeviceListener": $devices, "maxPerSandboxDeviceListener": 100, "maxPerListener": 50}}
-JSON
+name=compare.sh tools="mosquitto openssl taskset" packages="mosquitto openssl util-linux"
+# shellcheck source=Benchmarks/mqtt/common.sh
+source Benchmarks/mqtt/common.sh
 
 wait_for() { for _ in $(seq 600); do grep -q "$1" "$2" 2>/dev/null && return 0; sleep 0.1; done; echo "compare.sh: $3 did not start" >&2; cat "$2" >&2; exit 1; }
 summary() { grep -E "^(fixed rate|saturation)" "$1" | sed -E 's/ \(in-memory path\)//'; }
