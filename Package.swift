@@ -58,12 +58,19 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // AES with its key expanded once, from the BoringSSL that swift-crypto
+        // links in: device tokens are four AES blocks under four fixed keys
+        // (DeviceTokens.swift, docs/benchmarks.md).
+        .target(
+            name: "CourierAES",
+            dependencies: [.product(name: "CryptoExtras", package: "swift-crypto")]
+        ),
         .target(
             name: "CourierPKI",
             dependencies: [
+                "CourierAES",
                 "CourierCore",
                 .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "CryptoExtras", package: "swift-crypto"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "X509", package: "swift-certificates"),
             ],

@@ -1,6 +1,6 @@
+import CourierAES
 import CourierCore
 import Crypto
-import CryptoExtras
 import Foundation
 
 /// What a device token says, once Courier has opened it.
@@ -74,7 +74,9 @@ public struct DeviceTokenCodec: Sendable {
 
     /// Token length in bytes: even, 32 to 254.
     public let length: Int
-    private let roundKeys: [SymmetricKey]
+    /// The four round keys, each expanded once: expanding a key costs
+    /// more than the block it enciphers.
+    private let roundKeys: [courier_aes_key]
 
     /// - Parameters:
     ///   - secret: the environment's token key (32 random bytes, kept in
@@ -84,9 +86,14 @@ public struct DeviceTokenCodec: Sendable {
         guard length >= 32, length <= 254, length % 2 == 0 else { throw PKIError(.invalidArgument, "token length \(length) must be even, 32 to 254") }
         self.length = length
         self.roundKeys = (0..<4).map { round in
-            HKDF<SHA256>.deriveKey(
+            let key = HKDF<SHA256>.deriveKey(
                 inputKeyMaterial: secret, salt: Array("courier device token".utf8),
                 info: Array("round \(round) \(environment.rawValue) \(length)".utf8), outputByteCount: 16)
+            var expanded = courier_aes_key()
+            // Cannot fail: the key is 128 bits.
+            let status = key.withUnsafeBytes { courier_aes_expand($0.bindMemory(to: UInt8.self).baseAddress, 128, &expanded) }
+            precondition(status == 0, "AES-128 key expansion failed")
+            return expanded
         }
     }
 
@@ -131,26 +138,34 @@ public struct DeviceTokenCodec: Sendable {
         let half = length / 2
         let left = UnsafeMutableBufferPointer(rebasing: block[0..<half])
         let right = UnsafeMutableBufferPointer(rebasing: block[half..<length])
-        mix(into: right, from: left, key: roundKeys[0])
-        mix(into: left, from: right, key: roundKeys[1])
-        mix(into: right, from: left, key: roundKeys[2])
-        mix(into: left, from: right, key: roundKeys[3])
+        roundKeys.withUnsafeBufferPointer { keys in
+            let key = keys.baseAddress!
+            Self.mix(into: right, from: left, key: key)
+            Self.mix(into: left, from: right, key: key + 1)
+            Self.mix(into: right, from: left, key: key + 2)
+            Self.mix(into: left, from: right, key: key + 3)
+        }
     }
 
     private func decipher(_ block: UnsafeMutableBufferPointer<UInt8>) {
         let half = length / 2
         let left = UnsafeMutableBufferPointer(rebasing: block[0..<half])
         let right = UnsafeMutableBufferPointer(rebasing: block[half..<length])
-        mix(into: left, from: right, key: roundKeys[3])
-        mix(into: right, from: left, key: roundKeys[2])
-        mix(into: left, from: right, key: roundKeys[1])
-        mix(into: right, from: left, key: roundKeys[0])
+        roundKeys.withUnsafeBufferPointer { keys in
+            let key = keys.baseAddress!
+            Self.mix(into: left, from: right, key: key + 3)
+            Self.mix(into: right, from: left, key: key + 2)
+            Self.mix(into: left, from: right, key: key + 1)
+            Self.mix(into: right, from: left, key: key)
+        }
     }
 
     /// `target ^= F(key, source)`. F is AES-128 on a 16-byte half; a longer
     /// half is first reduced by CBC-MAC (fixed length, so a PRF) and the
     /// output is stretched in counter mode.
-    private func mix(into target: UnsafeMutableBufferPointer<UInt8>, from source: UnsafeMutableBufferPointer<UInt8>, key: SymmetricKey) {
+    private static func mix(
+        into target: UnsafeMutableBufferPointer<UInt8>, from source: UnsafeMutableBufferPointer<UInt8>, key: UnsafePointer<courier_aes_key>
+    ) {
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 16) { state in
             if source.count == 16 {
                 // One block: the AES input is the source itself.
@@ -194,10 +209,9 @@ public struct DeviceTokenCodec: Sendable {
         }
     }
 
-    private static func aes(_ block: UnsafeMutableBufferPointer<UInt8>, _ key: SymmetricKey) {
-        var block = block
-        // Cannot fail: the block is 16 bytes and the key 128 bits.
-        try! AES.permute(&block, key: key)
+    /// AES-128 on a 16-byte block, in place.
+    private static func aes(_ block: UnsafeMutableBufferPointer<UInt8>, _ key: UnsafePointer<courier_aes_key>) {
+        courier_aes_encrypt_block(block.baseAddress, block.baseAddress, key)
     }
 
     private static func store(_ value: UInt64, into block: inout [UInt8], at index: Int) {

@@ -112,6 +112,30 @@ import Testing
         #expect(codec.open(altered) == .failure(.notAuthentic))
     }
 
+    /// Tokens issued by earlier versions keep opening: the bytes for fixed
+    /// inputs, in both environments and at three lengths (one AES block
+    /// per Feistel half, and the longer halves' CBC-MAC and counter mode).
+    @Test(arguments: [
+        (Environment.production, 32, ["c018e0d6db2578f67b12a72c230da7e4b563bb631722d58288ca9553ced8e4cd", "4be54214e0774d09cfeb913896e3c3898cb576cd520c21f0c7ff34fee04c27d9"]),
+        (Environment.sandbox, 32, ["0c0e643f4e5c45ae0456de97798d1c1f1673e4e2f217a35d83db4e3897e57f5b", "7d0767830e0dc4a4720159513e4954d4b24e6c30b32b1d88634fcba085aa0cdf"]),
+        (Environment.production, 34, [
+            "083748ec8c6b171a6f1235dfe449ce5cb3f0e53138cd0013a1c5e154c4136e5118ef",
+            "bb0cee83108a8cbc2ae37cbe4323c5163dfc30def213af517ca8456ffca9d7ce93bf",
+        ]),
+        (Environment.sandbox, 100, [
+            "0977efd0be126fd47f86d63cb6836a126a0ac05ee6091a05198d31b9e547d5bcb8590ed2a7e6f870c6227cd7ab07ba82833c2af7b6a38efb796f68b62bc9abfd81e38fa0919b64f3e6494792c2061d21c362f63fc04cf6be37878898276e942cc32d70c7",
+            "e5c3b7c7834424c4b8d8160bbe2b054af13619be5b4af98bab73513f3da30549468bbf1bb91696855ee4c8b2bf5e5d22d4ad29d1a2882cf4d7dc973ec36d6e198b7c1a1708cf3c3ace99e40608425618d2533efda97fcdad7db812e6e440bb3401d75af4",
+        ]),
+    ])
+    func tokensAreTheSameAsBefore(_ environment: Environment, _ length: Int, _ expected: [String]) throws {
+        let codec = try DeviceTokenCodec(secret: secret, environment: environment, length: length)
+        var update = contents
+        update.activity = 7
+        let tokens = [codec.issue(contents), codec.issue(update)]
+        #expect(tokens.map { Hex.encode($0) } == expected)
+        #expect(try tokens.map { try codec.open($0).get() } == [contents, update])
+    }
+
     @Test(arguments: [30, 33, 256])
     func invalidLengthsAreRefused(_ length: Int) {
         #expect(throws: PKIError.self) { try DeviceTokenCodec(secret: secret, environment: .sandbox, length: length) }
