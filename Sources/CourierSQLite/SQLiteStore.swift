@@ -127,6 +127,20 @@ public final class SQLiteStore: Store {
         try await gate.run { try await self.inTransaction(on: connection, body) }
     }
 
+    /// `body`, which makes `writes` write statements (and reads before
+    /// them), under the gate: in one transaction when it writes more than
+    /// once. A single write statement is atomic by itself, and the gate
+    /// keeps every other operation on this connection from running
+    /// between `body`'s reads and its write (the delivery log's connection
+    /// writes only the log, under the same gate): so one write goes without
+    /// BEGIN and COMMIT, two fewer trips to SQLite's thread. A group
+    /// commit's batch, or the log's, is almost always one statement.
+    private func atomically<T: Sendable>(
+        writes: Int, on connection: SQLiteConnection? = nil, _ body: @Sendable @escaping () async throws -> T
+    ) async throws -> T {
+        writes > 1 ? try await transaction(on: connection, body) : try await gate.run(body)
+    }
+
     /// Rows changed by the last statement (same connection, under the gate).
     private func changes() async throws -> Int {
         try await connection.query("SELECT changes() AS n").first?.column("n")?.integer ?? 0
@@ -437,9 +451,10 @@ public final class SQLiteStore: Store {
     public func storePending(_ notifications: [PendingNotification]) async throws -> [PendingNotification?] {
         guard !notifications.isEmpty else { return [] }
         let batch = PendingBatch(notifications)
-        let held = try await transaction {
+        let chunks = batch.written.slices(of: Self.rowsPerStatement)
+        let held = try await atomically(writes: chunks.count) {
             var held: [PendingSlot: PendingNotification] = [:]
-            for chunk in batch.written.slices(of: Self.rowsPerStatement) {
+            for chunk in chunks {
                 let slots = chunk.flatMap { PendingSlot($0).binds }
                 for row in try await self.connection.query(Self.heldPendingSQL(chunk.count), slots) {
                     let old = try PendingNotification(row: row)
@@ -505,9 +520,10 @@ public final class SQLiteStore: Store {
 
     public func removePending(_ references: [PendingReference]) async throws -> [Bool] {
         guard !references.isEmpty else { return [] }
-        var removed = try await transaction {
+        let chunks = references.slices(of: Self.rowsPerStatement)
+        var removed = try await atomically(writes: chunks.count) {
             var removed = Set<PendingReference>()
-            for chunk in references.slices(of: Self.rowsPerStatement) {
+            for chunk in chunks {
                 let binds = chunk.flatMap { PendingSlot($0).binds + [.text($0.deliveryID.lowercasedString)] }
                 for row in try await self.connection.query(Self.removePendingSQL(chunk.count), binds) {
                     removed.insert(
@@ -544,8 +560,9 @@ public final class SQLiteStore: Store {
     public func addFeedback(_ entries: [FeedbackEntry]) async throws {
         let entries = FeedbackEntry.newest(of: entries)
         guard !entries.isEmpty else { return }
-        try await transaction {
-            for chunk in entries.slices(of: Self.rowsPerStatement) {
+        let chunks = entries.slices(of: Self.rowsPerStatement)
+        try await atomically(writes: chunks.count) {
+            for chunk in chunks {
                 _ = try await self.connection.query(
                     """
                     INSERT INTO feedback (environment, topic, token, timestamp) VALUES \(Self.rows(chunk.count, of: 4))
@@ -581,7 +598,7 @@ public final class SQLiteStore: Store {
     public func appendDeliveryEvents(_ events: [DeliveryEvent]) async throws {
         guard !events.isEmpty else { return }
         let batches = events.slices(of: Self.eventsPerBatch).map(DeliveryLogBatch.init)
-        try await transaction(on: logConnection) {
+        try await atomically(writes: batches.count, on: logConnection) {
             for batch in batches {
                 _ = try await self.logConnection.query(
                     "INSERT INTO delivery_batches (filter, events) VALUES (?, ?)", [.bytes(batch.filter), .bytes(batch.events)])

@@ -70,7 +70,11 @@ final class Pending<Value: Sendable>: Sendable {
 /// handed in after that fails at once (`GroupCommitEnded`).
 final class GroupCommit<Item: Sendable, Result: Sendable>: Service, Sendable {
     private struct State {
-        var queue: [(Item, Pending<Result>)] = []
+        /// Queued items, and the result to come of each (same order): two
+        /// arrays, so that a batch's items go to `write` as they are, not
+        /// copied out of pairs.
+        var items: [Item] = []
+        var pending: [Pending<Result>] = []
         /// The writer was woken for what is queued, and has not yet found
         /// the queue empty.
         var woken = false
@@ -104,7 +108,8 @@ final class GroupCommit<Item: Sendable, Result: Sendable>: Service, Sendable {
         let pending = Pending<Result>()
         let (wakeWriter, ended) = state.withLock { state -> (Bool, Bool) in
             if state.ended { return (false, true) }
-            state.queue.append((item, pending))
+            state.items.append(item)
+            state.pending.append(pending)
             if state.woken { return (false, false) }
             state.woken = true
             return (true, false)
@@ -118,7 +123,7 @@ final class GroupCommit<Item: Sendable, Result: Sendable>: Service, Sendable {
     }
 
     /// Items handed in and not yet taken by the writer.
-    var queued: Int { state.withLock { $0.queue.count } }
+    var queued: Int { state.withLock { $0.items.count } }
 
     func submit(_ item: Item) async throws -> Result {
         try await enqueue(item).value
@@ -137,20 +142,22 @@ final class GroupCommit<Item: Sendable, Result: Sendable>: Service, Sendable {
 
     private func drain() async {
         while true {
-            let batch = state.withLock { state -> [(Item, Pending<Result>)] in
-                let batch = state.queue
-                state.queue.removeAll(keepingCapacity: true)
-                if batch.isEmpty { state.woken = false }
-                return batch
+            let (items, pending) = state.withLock { state -> ([Item], [Pending<Result>]) in
+                defer {
+                    state.items.removeAll(keepingCapacity: true)
+                    state.pending.removeAll(keepingCapacity: true)
+                }
+                if state.items.isEmpty { state.woken = false }
+                return (state.items, state.pending)
             }
-            if batch.isEmpty { return }
+            if items.isEmpty { return }
             do {
                 let started = ContinuousClock.now
-                let results = try await write(batch.map(\.0))
+                let results = try await write(items)
                 observe(ContinuousClock.now - started)
-                for ((_, pending), result) in zip(batch, results) { pending.resolve(.success(result)) }
+                for (pending, result) in zip(pending, results) { pending.resolve(.success(result)) }
             } catch {
-                for (_, pending) in batch { pending.resolve(.failure(error)) }
+                for pending in pending { pending.resolve(.failure(error)) }
             }
         }
     }
