@@ -6,7 +6,7 @@ import Logging
 import Synchronization
 import Testing
 
-@Suite(.timeLimit(.minutes(1))) struct DeliveryLogTests {
+@Suite(.timeLimit(.minutes(2))) struct DeliveryLogTests {
     /// A store that cannot keep up holds the producers back instead of the
     /// backlog growing: `waitForRoom` returns only once a write has made room.
     @Test func aSlowStoreHoldsProducersBack() async throws {

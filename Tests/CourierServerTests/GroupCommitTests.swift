@@ -8,7 +8,7 @@ import Testing
 /// The group commit's writer, a service: batches in the order items were
 /// handed in, and at graceful shutdown what was queued is written and
 /// nothing more is taken.
-@Suite(.timeLimit(.minutes(1))) struct GroupCommitTests {
+@Suite(.timeLimit(.minutes(2))) struct GroupCommitTests {
     /// A commit whose first write waits until `release` is resolved (and
     /// resolves `started` as it begins), recording every batch.
     final class HeldCommit: Sendable {

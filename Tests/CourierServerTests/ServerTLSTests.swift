@@ -12,7 +12,7 @@ import Testing
 /// device, docs/benchmarks.md), the provider listeners' the certificate;
 /// and what the peer check keeps of a device's. Real TLS on loopback, with
 /// a device identity from the test server's CA.
-@Suite(.timeLimit(.minutes(1))) struct ServerTLSTests {
+@Suite(.timeLimit(.minutes(2))) struct ServerTLSTests {
     @Test func theDeviceGatewayKeepsNoPeerCertificateAfterTheHandshake() async throws {
         try await withTestServer { server in
             let provisioner = server.application.provisioner
