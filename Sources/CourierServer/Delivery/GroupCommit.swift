@@ -142,7 +142,7 @@ final class GroupCommit<Item: Sendable, Result: Sendable>: Service, Sendable {
 
     private func drain() async {
         while true {
-            let (items, pending) = state.withLock { state -> ([Item], [Pending<Result>]) in
+            let (items, waiting) = state.withLock { state -> ([Item], [Pending<Result>]) in
                 defer {
                     state.items.removeAll(keepingCapacity: true)
                     state.pending.removeAll(keepingCapacity: true)
@@ -155,9 +155,9 @@ final class GroupCommit<Item: Sendable, Result: Sendable>: Service, Sendable {
                 let started = ContinuousClock.now
                 let results = try await write(items)
                 observe(ContinuousClock.now - started)
-                for (pending, result) in zip(pending, results) { pending.resolve(.success(result)) }
+                for (pending, result) in zip(waiting, results) { pending.resolve(.success(result)) }
             } catch {
-                for pending in pending { pending.resolve(.failure(error)) }
+                for pending in waiting { pending.resolve(.failure(error)) }
             }
         }
     }
