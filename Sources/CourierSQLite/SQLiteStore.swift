@@ -57,13 +57,22 @@ public final class SQLiteStore: Store {
         return store
     }
 
+    /// Closes both connections once the operation running now is done,
+    /// even when the calling task is cancelled (a service group that is
+    /// cancelled rather than shut down): sqlite-nio skips a close asked
+    /// for by a cancelled task, and the connection would stay open.
     public func close() async throws {
         guard closed.withLock({ wasClosed in
             defer { wasClosed = true }
             return !wasClosed
         }) else { return }
-        if logConnection !== connection { try await logConnection.close() }
-        try await connection.close()
+        let (gate, connection, logConnection) = (self.gate, self.connection, self.logConnection)
+        try await Task {
+            try await gate.run {
+                if logConnection !== connection { try await logConnection.close() }
+                try await connection.close()
+            }
+        }.value
     }
 
     private func prepare() async throws {

@@ -40,6 +40,27 @@ import Testing
         }
     }
 
+    /// A store closed by a cancelled task (a service group cancelled
+    /// rather than shut down) still closes its connections: nothing it is
+    /// asked afterwards reaches the file.
+    @Test func closesEvenWhenTheClosingTaskIsCancelled() async throws {
+        try await withDatabasePath { path in
+            let store = try await SQLiteStore.open(path: path, logger: Logger(label: "test"))
+            try await store.createTeam(Team(id: "TEAM000001", name: "One", createdAt: Date(timeIntervalSince1970: 1_000)))
+            let closing = Task {
+                withUnsafeCurrentTask { $0?.cancel() }
+                #expect(Task.isCancelled)
+                try await store.close()
+            }
+            try await closing.value
+            await #expect(throws: (any Error).self, "the connection is closed") { try await store.team(id: "TEAM000001") }
+
+            let reopened = try await SQLiteStore.open(path: path, logger: Logger(label: "test"))
+            #expect(try await reopened.team(id: "TEAM000001")?.name == "One")
+            try await reopened.close()
+        }
+    }
+
     /// The delivery log is written by a connection that does not wait for
     /// the disk; everything else still commits durably. Both write the
     /// same file: what either wrote is there after reopening.

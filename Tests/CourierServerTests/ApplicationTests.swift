@@ -74,6 +74,30 @@ func testConfiguration(_ directory: String) -> CourierConfiguration {
         }
     }
 
+    /// A server whose task is cancelled rather than shut down (a test's
+    /// time limit, a host that cancels its tasks) still closes its store:
+    /// no descriptor of its data directory stays open.
+    @Test func aCancelledServerStillClosesItsStore() async throws {
+        let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let application = try await CourierApplication.build(configuration: testConfiguration(directory), logger: logger)
+        let group = application.serviceGroup(logger: logger, signals: false)
+        let running = Task { try await group.run() }
+        _ = try await application.ports.adminPort()
+        #expect(Self.openFiles(under: directory) >= 2, "the store's two connections are open")
+        running.cancel()
+        _ = await running.result
+        #expect(Self.openFiles(under: directory) == 0, "the store was closed")
+    }
+
+    /// How many of this process's descriptors are files under `directory`.
+    static func openFiles(under directory: String) -> Int {
+        let descriptors = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        return descriptors.filter { descriptor in
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + descriptor))?.hasPrefix(directory + "/") == true
+        }.count
+    }
+
     @Test func aSecondStartReusesTheDataDirectory() async throws {
         let directory = try temporaryDirectory()
         defer { removeTemporaryDirectory(directory) }

@@ -131,22 +131,29 @@ import Testing
     @Test func eachCertificatesConnectionsAreKeptUntilTheyClose() async throws {
         let store = try await SQLiteStore.inMemory(logger: Logger(label: "test"))
         let connections = CertificateConnections(store: store, clock: ManualWallClock(Date(timeIntervalSince1970: 1_750_000_000)), logger: Logger(label: "test"))
+        try Self.keepUntilClosed(connections)
+        try await store.close()
+    }
+
+    /// The part on embedded channels, without a suspension point: an
+    /// embedded loop is used only on the thread that made it.
+    private static func keepUntilClosed(_ connections: CertificateConnections) throws {
         let closed = Mutex<[String]>([])
         let channels = (0..<4).map { _ in EmbeddedChannel() }
-        for channel in channels { try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)) }
+        for channel in channels { try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait() }
         // A device's certificate with one connection, a provider's with three.
         connections.register(serial: "01", channel: channels[0]) { closed.withLock { $0.append("device") } }
         for (index, channel) in channels.dropFirst().enumerated() {
             connections.register(serial: "02", channel: channel) { closed.withLock { $0.append("provider \(index)") } }
         }
         #expect(connections.count == 4)
-        try await channels[2].close()
+        try channels[2].close().wait()
         channels[2].embeddedEventLoop.run()
         #expect(connections.count == 3)
         for connection in connections.takeConnections(of: ["02"]) { connection.revoke() }
         #expect(closed.withLock { $0.sorted() } == ["provider 0", "provider 2"])
         #expect(connections.count == 1)
-        try await channels[0].close()
+        try channels[0].close().wait()
         channels[0].embeddedEventLoop.run()
         #expect(connections.count == 0)
         #expect(connections.takeConnections(of: ["01", "02"]).isEmpty)

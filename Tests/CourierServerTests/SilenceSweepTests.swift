@@ -113,22 +113,27 @@ import Testing
                 environment: .production, configuration: application.configuration, tls: try ServerTLS(provisioner: application.provisioner),
                 dispatcher: application.dispatcher, policy: application.policy, logger: Logger(label: "test"))
             let silence = TimeAmount.seconds(Int64(2 * application.configuration.qos.keepAlive))
-            let loop = EmbeddedEventLoop()
-            let channel = EmbeddedChannel(loop: loop)
-            try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).get()
+            // A loop whose time the test moves, and that other threads may
+            // use: the connection's end is handled by its task.
+            let loop = NIOAsyncTestingEventLoop()
+            let channel = NIOAsyncTestingChannel(loop: loop)
+            try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1))
             let (work, _) = ConnectionWork.make()
             let release = ConnectionRelease(open: OpenConnections())
-            _ = try gateway.setUp(channel, peer: gateway.peer(for: channel, work: work, release: release), work: work, release: release)
-            loop.advanceTime(by: silence + .seconds(60))
+            try await loop.executeInContext {
+                _ = try gateway.setUp(channel, peer: gateway.peer(for: channel, work: work, release: release), work: work, release: release)
+            }
+            await loop.advanceTime(by: silence + .seconds(60))
             #expect(channel.isActive, "no silence counted before the handshake ends")
-            channel.pipeline.fireUserInboundEventTriggered(TLSUserEvent.handshakeCompleted(negotiatedProtocol: nil))
-            loop.advanceTime(by: silence - .seconds(1))
+            try await loop.executeInContext { channel.pipeline.fireUserInboundEventTriggered(TLSUserEvent.handshakeCompleted(negotiatedProtocol: nil)) }
+            await loop.advanceTime(by: silence - .seconds(1))
             #expect(channel.isActive)
-            try channel.writeInbound(ByteBuffer(bytes: [0x01]))  // the start of a frame: bytes read
-            loop.advanceTime(by: silence - .seconds(1))
+            try await channel.writeInbound(ByteBuffer(bytes: [0x01]))  // the start of a frame: bytes read
+            await loop.advanceTime(by: silence - .seconds(1))
             #expect(channel.isActive, "a keepalive interval and more after the read")
-            loop.advanceTime(by: .seconds(1))
+            await loop.advanceTime(by: .seconds(1))
             #expect(!channel.isActive, "two keepalive intervals of silence")
+            try await loop.shutdownGracefully()
         }
     }
 }
