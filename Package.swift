@@ -40,6 +40,8 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1", traits: ["FullFoundation"]),
         // Header names of the web console (hummingbird's own HTTP types).
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
+        // The request parts hummingbird's HTTP/1.1 channel decodes (the admin port's request deadline).
+        .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2"),
     ],
     targets: [
         .target(
@@ -134,6 +136,7 @@ let package = Package(
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],

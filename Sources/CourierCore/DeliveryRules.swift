@@ -1,7 +1,7 @@
 import Foundation
 
 /// A count of events in a window of time that starts with the first one:
-/// a token's pushes per `tokenRateWindow`, a device's silent pushes per hour.
+/// a token's pushes per `tokenRateWindow`, an app's silent pushes on a device per hour.
 public struct RateWindow: Sendable, Hashable {
     public var start: Date
     public var count: Int

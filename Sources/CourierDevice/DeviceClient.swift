@@ -214,6 +214,7 @@ public actor DeviceClient {
         case .untrustedServer: "the server's certificate did not verify against the identity's CA"
         case .unresolved: "the host name did not resolve"
         case .timedOut: "no answer in time"
+        case .closedBeforeHandshake: "the server refused the connection before its TLS handshake (over a connection limit; its log says which)"
         case .certificateRefused, nil: String(describing: error)
         }
     }

@@ -13,6 +13,10 @@ public enum ConnectionFailure: Sendable, Equatable {
     /// The host name did not resolve.
     case unresolved
     case timedOut
+    /// The server closed the connection before the TLS handshake could
+    /// finish, without a TLS alert: a listener refuses a connection over
+    /// its limits at accept so (docs/security.md).
+    case closedBeforeHandshake
 
     public init?(_ error: any Error) {
         let text = String(describing: error)
@@ -27,6 +31,8 @@ public enum ConnectionFailure: Sendable, Equatable {
             self = .unresolved
         } else if has("timeout", "timedOut", "Timeout") {
             self = .timedOut
+        } else if has("uncleanShutdown", "Connection reset by peer", "errno: 104", "ECONNRESET", "eofDuringHandshake", "unexpected EOF") {
+            self = .closedBeforeHandshake
         } else {
             return nil
         }

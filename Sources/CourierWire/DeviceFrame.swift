@@ -52,6 +52,9 @@ public struct DeviceProtocolCode: Sendable, Hashable, CustomStringConvertible {
     public static let unknownChannel = DeviceProtocolCode(rawValue: 11)
     /// A Subscribe beyond the subscriptions one connection may hold.
     public static let tooManySubscriptions = DeviceProtocolCode(rawValue: 12)
+    /// More frames than a device needs (KeepAlive, token requests, …):
+    /// over the connection's frame budget; the server closes after it.
+    public static let tooManyFrames = DeviceProtocolCode(rawValue: 13)
 
     public var name: String {
         switch rawValue {
@@ -68,6 +71,7 @@ public struct DeviceProtocolCode: Sendable, Hashable, CustomStringConvertible {
         case 10: "internal"
         case 11: "unknownChannel"
         case 12: "tooManySubscriptions"
+        case 13: "tooManyFrames"
         default: "code\(rawValue)"
         }
     }

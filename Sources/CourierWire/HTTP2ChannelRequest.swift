@@ -128,15 +128,18 @@ public struct HTTP2ChannelRequestHead: Sendable, Hashable {
 
     /// A broadcast's header values, in the order of docs/protocol.md:
     /// the channel id, `apns-push-type` (required: `liveactivity`, in any
-    /// case, as Apple's pages spell it three ways), `apns-priority` (5 or
-    /// 10) and `apns-expiration`.
+    /// case, as Apple's pages spell it three ways), `apns-priority` (10, 5
+    /// or 1) and `apns-expiration`.
     public func broadcastFields() -> Result<BroadcastFields, Reason> {
         if let reason = checkCommon() { return .failure(reason) }
         guard let pushType, !pushType.isEmpty else { return .failure(.missingPushType) }
         guard Self.isLiveActivities(pushType) else { return .failure(.invalidPushType) }
         var priorityValue: Priority?
         if let priority {
-            guard priority == "5" || priority == "10", let value = UInt8(priority).flatMap(Priority.init(rawValue:)) else { return .failure(.badPriority) }
+            // 10, 5 and 1, as for a device push (Apple's broadcast header table).
+            guard priority == "1" || priority == "5" || priority == "10", let value = UInt8(priority).flatMap(Priority.init(rawValue:)) else {
+                return .failure(.badPriority)
+            }
             priorityValue = value
         }
         var expirationDate: Date?
@@ -167,14 +170,16 @@ public struct ChannelConfiguration: Sendable, Hashable, Codable {
     /// Reads a create request's body: empty is `PayloadEmpty`, not a JSON
     /// object `BadRequestPayload`, a missing, empty or null push type
     /// `MissingPushType`, another than Live Activities `InvalidPushType`, a
-    /// missing or unknown storage policy `BadRequestParams`.
+    /// missing or unknown storage policy, or a key Apple does not define,
+    /// `BadRequestParams`.
     public static func read(_ body: [UInt8]) -> Result<MessageStoragePolicy, Reason> {
         guard !body.isEmpty else { return .failure(.payloadEmpty) }
         guard let request = try? JSONDecoder().decode(Request.self, from: Data(body)) else { return .failure(.badRequestPayload) }
         // Empty or null is none, as an empty `apns-push-type` is.
         guard request.hasPushType, request.pushType != "" else { return .failure(.missingPushType) }
         guard let pushType = request.pushType, HTTP2ChannelRequestHead.isLiveActivities(pushType) else { return .failure(.invalidPushType) }
-        guard let policy = request.policy.flatMap(MessageStoragePolicy.init(rawValue:)) else { return .failure(.badRequestParams) }
+        // A key Apple does not define is a parameter it would refuse.
+        guard !request.hasUnknownKey, let policy = request.policy.flatMap(MessageStoragePolicy.init(rawValue:)) else { return .failure(.badRequestParams) }
         return .success(policy)
     }
 
@@ -184,8 +189,19 @@ public struct ChannelConfiguration: Sendable, Hashable, Codable {
         var policy: Int?
         var hasPushType: Bool
         var pushType: String?
+        /// A key other than `message-storage-policy` and `push-type`.
+        var hasUnknownKey: Bool
+
+        /// Any key of the object, to find those Apple does not define.
+        private struct AnyKey: CodingKey {
+            var stringValue: String
+            var intValue: Int? { nil }
+            init(stringValue: String) { self.stringValue = stringValue }
+            init?(intValue: Int) { nil }
+        }
 
         init(from decoder: any Decoder) throws {
+            hasUnknownKey = try decoder.container(keyedBy: AnyKey.self).allKeys.contains { CodingKeys(stringValue: $0.stringValue) == nil }
             let container = try decoder.container(keyedBy: CodingKeys.self)
             policy = try? container.decode(Int.self, forKey: .messageStoragePolicy)
             hasPushType = container.contains(.pushType) && !((try? container.decodeNil(forKey: .pushType)) ?? false)

@@ -16,6 +16,10 @@ func connectionProblem(_ error: any Error, host: String, port: Int, ca: String?)
     case .refused: return "cannot connect to \(place) (connection refused): is 'courier serve' running there? check --host and --port"
     case .unresolved: return "cannot resolve \(host): check --host"
     case .timedOut: return "\(place) did not answer in time: check --host and --port, and that nothing between blocks the port"
+    case .closedBeforeHandshake:
+        return "the server at \(place) refused the connection before its TLS handshake: it is over one of that port's connection limits "
+            + "(connections from this address, on the port, or from this address that did not authenticate; connections.* in docs/configuration.md) "
+            + "— its log says which. Close connections you hold, or wait a moment and try again"
     case .untrustedServer, .certificateRefused, nil: break
     }
     if text.contains("handshakeFailed") || text.contains("TLS handshake with") || ConnectionFailure(error) == .certificateRefused {

@@ -112,7 +112,7 @@ import Testing
             situation: "expiration in the past", notification: notification(expiration: past), presence: .online, admission: .dropped,
             kinds: [.accepted, .expired]),
         AdmissionCase(
-            situation: "silent push over the device's `qos.silentBudgetPerHour`", notification: notification(priority: .conservePower, silent: true),
+            situation: "silent push over its app's `qos.silentBudgetPerHour` on the device", notification: notification(priority: .conservePower, silent: true),
             presence: .online, silentWindow: RateWindow(start: now.addingTimeInterval(-10), count: 2), admission: .dropped,
             kinds: [.accepted, .throttled]),
         AdmissionCase(

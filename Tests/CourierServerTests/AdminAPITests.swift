@@ -3,6 +3,11 @@ import CourierProvider
 @testable import CourierServer
 import CourierTestSupport
 import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import ServiceLifecycle
+import Synchronization
 import Testing
 
 #if canImport(FoundationNetworking)
@@ -770,6 +775,246 @@ extension TestServer {
             let answer = try await waited
             #expect(answer.status == 404)
             #expect(answer.message == "no notification matched within 300 s")
+        }
+    }
+}
+
+/// The admin port bounded as the protocol ports are (docs/security.md,
+/// "Without credentials, or with too many connections").
+@Suite(.timeLimit(.minutes(2))) struct AdminLimitTests {
+    /// A request must arrive whole within `connections.unfinishedFrameTimeout`
+    /// of its first byte, whatever it sends meanwhile: headers sent a byte
+    /// at a time, or a body announced as a megabyte and sent a byte at a
+    /// time after its 401, no longer hold a connection (an idle timer,
+    /// restarted by every byte, never closed them).
+    @Test func aRequestNotWholeWithinTheDeadlineIsClosedWhateverItSends() async throws {
+        try await withTestServer(configure: { $0.connections.unfinishedFrameTimeout = 2 }) { server in
+            let port = try await server.adminPort()
+            let headers = try await RawHTTPConnection.open(port: port)
+            try await headers.send("GET /health/live HTTP/1.1\r\n")
+            let body = try await RawHTTPConnection.open(port: port)
+            try await body.send(
+                "POST /v1/faults HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{")
+            // Closed after two seconds; the limit only ends the test of a server that never closes them.
+            async let headersEnd = headers.readToEnd(limit: .seconds(8), drip: "X")
+            async let bodyEnd = body.readToEnd(limit: .seconds(8), drip: " ")
+            let (headersAnswer, bodyAnswer) = await (headersEnd, bodyEnd)
+            #expect(headersAnswer == "", "closed, with no answer")
+            let answer = try #require(bodyAnswer, "closed")
+            #expect(answer.hasPrefix("HTTP/1.1 401"), "\(answer)")
+            // Whole requests are answered, one after another on a kept connection too.
+            let kept = try await RawHTTPConnection.open(port: port)
+            for _ in 0..<2 {
+                try await kept.send("GET /health/live HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n\r\n")
+                #expect(try await kept.read(until: #""live""#).hasPrefix("HTTP/1.1 200"))
+            }
+            await kept.close()
+            #expect(try await server.admin("GET", "/health/ready", token: "").status == 200)
+        }
+    }
+
+    /// One address holds at most `connections.maxPerAddress` connections to
+    /// the admin port: one more is closed as it opens, with no answer;
+    /// another address is let in.
+    @Test func anAddressHoldsAtMostItsConnectionsToTheAdminPort() async throws {
+        try await withTestServer(configure: { $0.connections.maxPerAddress = 2 }) { server in
+            let port = try await server.adminPort()
+            let request = "GET /health/live HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n\r\n"
+            // Each answered before the next opens: the server has admitted it.
+            var held: [RawHTTPConnection] = []
+            for _ in 0..<2 {
+                let connection = try await RawHTTPConnection.open(port: port, from: "127.0.0.2")
+                try await connection.send(request)
+                #expect(try await connection.read(until: #""live""#).hasPrefix("HTTP/1.1 200"))
+                held.append(connection)
+            }
+            // Closed at once: well before the request deadline (10 s) or the idle timeout (60 s).
+            let third = try await RawHTTPConnection.open(port: port, from: "127.0.0.2")
+            #expect(await third.readToEnd(limit: .seconds(5)) == "")
+            let other = try await RawHTTPConnection.open(port: port, from: "127.0.0.3")
+            try await other.send(request)
+            #expect(try await other.read(until: #""live""#).hasPrefix("HTTP/1.1 200"))
+            await other.close()
+            for connection in held { await connection.close() }
+        }
+    }
+
+    /// A body over the limit is 413, announced (`Content-Length`) or not
+    /// (chunked), from anyone (the sign-in takes no token), and no error
+    /// line: it was a 500 and an error line each, with which anyone could
+    /// fill the log.
+    @Test func anOversizedBodyIs413AndNoErrorLine() async throws {
+        let log = CapturedLog()
+        let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        let application = try await CourierApplication.build(configuration: testConfiguration(directory), timers: false, logger: log.logger)
+        let group = application.serviceGroup(logger: log.logger, signals: false)
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            tasks.addTask { try await group.run() }
+            do {
+                let port = try await application.ports.adminPort()
+                let head = "POST /console/session HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nContent-Type: application/json\r\n"
+                let json = #"{"token": ""# + String(repeating: "a", count: 3_000_000) + #""}"#
+                let chunk = String(json.utf8.count, radix: 16)
+                for request in [
+                    head + "Content-Length: \(json.utf8.count)\r\n\r\n" + json,
+                    head + "Transfer-Encoding: chunked\r\n\r\n" + chunk + "\r\n" + json + "\r\n0\r\n\r\n",
+                ] {
+                    let connection = try await RawHTTPConnection.open(port: port)
+                    // The server reads the whole body (answered or not), so the write ends.
+                    try await connection.send(request)
+                    let answer = try await connection.read(until: "}}")
+                    #expect(answer.hasPrefix("HTTP/1.1 413"), "\(answer.prefix(200))")
+                    #expect(answer.contains("larger than the 2097152 bytes"), "\(answer.prefix(400))")
+                    await connection.close()
+                }
+            } catch {
+                await group.triggerGracefulShutdown()
+                throw error
+            }
+            await group.triggerGracefulShutdown()
+            try await tasks.waitForAll()
+        }
+        #expect(log.messages(atLeast: .error) == [])
+    }
+
+    /// A long poll and an event stream end when their client goes (its
+    /// connection closes), not at their timeout (300 s) or next comment (15 s).
+    @Test func aLongPollAndAnEventStreamEndWhenTheirClientGoes() async throws {
+        try await withTestServer { server in
+            let port = try await server.adminPort()
+            let token = server.application.report.adminToken
+            let inbox = server.application.inbox
+            let wait = try await RawHTTPConnection.open(port: port)
+            try await wait.send(
+                "GET /v1/inbox/wait?topic=com.example.never&timeout=300 HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nAuthorization: Bearer \(token)\r\n\r\n")
+            try await waitUntil(limit: 10) { inbox.waiting == 1 }
+            await wait.close()
+            try await waitUntil(limit: 5) { inbox.waiting == 0 }
+
+            let stream = try await EventStream.open(port: port, path: "/v1/inbox/stream?topic=com.example.never", token: token)
+            _ = try await stream.read(until: ": courier inbox")
+            try await waitUntil(limit: 10) { inbox.waiting == 1 }
+            await stream.close()
+            try await waitUntil(limit: 5) { inbox.waiting == 0 }
+        }
+    }
+}
+
+/// A plain TCP connection to the admin port, for what a client library does
+/// not send: a request a byte at a time, a body over the limit, a wrong
+/// `Host`, a connection from another loopback address.
+actor RawHTTPConnection {
+    /// The connection ended before what a read waited for; what came.
+    struct Ended: Error {
+        var received: String
+    }
+
+    let channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>
+    private var inbound: NIOAsyncChannelInboundStream<ByteBuffer>.AsyncIterator
+    private var pending = ""
+
+    private init(channel: NIOAsyncChannel<ByteBuffer, ByteBuffer>) {
+        self.channel = channel
+        inbound = channel.inbound.makeAsyncIterator()
+    }
+
+    /// Connected to 127.0.0.1 from `source` (any loopback address on Linux).
+    static func open(port: Int, from source: String = "127.0.0.1") async throws -> RawHTTPConnection {
+        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .bind(to: try SocketAddress(ipAddress: source, port: 0))
+            .connect(host: "127.0.0.1", port: port) { channel in
+                channel.eventLoop.makeCompletedFuture { try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel) }
+            }
+        return RawHTTPConnection(channel: channel)
+    }
+
+    func send(_ text: String) async throws {
+        try await channel.outbound.write(ByteBuffer(string: text))
+    }
+
+    /// What arrived up to the read that brought `text`.
+    func read(until text: String) async throws -> String {
+        while !pending.contains(text) {
+            guard let buffer = try await next() else { throw Ended(received: pending) }
+            pending += String(buffer: buffer)
+        }
+        defer { pending = "" }
+        return pending
+    }
+
+    /// What the server sent until it closed the connection (or reset it);
+    /// nil when it was still open after `limit` (it is closed here then).
+    /// With `drip`, that is sent every 200 ms meanwhile, as a slowloris
+    /// sends its bytes.
+    func readToEnd(limit: TimeAmount, drip: String? = nil) async -> String? {
+        let client = channel.channel
+        let timer = client.eventLoop.scheduleTask(in: limit) { client.close(promise: nil) }
+        let outbound = channel.outbound
+        let dripping = Task {
+            guard let drip else { return }
+            while !Task.isCancelled {
+                do {
+                    try await outbound.write(ByteBuffer(string: drip))
+                    try await Task.sleep(for: .milliseconds(200))
+                } catch {
+                    return
+                }
+            }
+        }
+        var text = pending
+        pending = ""
+        do {
+            while let buffer = try await next() { text += String(buffer: buffer) }
+        } catch {
+            // Reset: closed too.
+        }
+        dripping.cancel()
+        await dripping.value
+        timer.cancel()
+        // The timer ran: the server had not closed it.
+        return (try? await timer.futureResult.get()) == nil ? text : nil
+    }
+
+    func close() async {
+        try? await channel.channel.close()
+    }
+
+    private func next() async throws -> ByteBuffer? {
+        var iterator = inbound
+        let buffer = try await iterator.next(isolation: self)
+        inbound = iterator
+        return buffer
+    }
+}
+
+/// What a logger wrote, for a test to read.
+final class CapturedLog: Sendable {
+    private let lines = Mutex<[(level: Logger.Level, message: String)]>([])
+
+    /// A logger that writes here, from debug up.
+    var logger: Logger {
+        var logger = Logger(label: "courier-test") { _ in Handler(captured: self) }
+        logger.logLevel = .debug
+        return logger
+    }
+
+    func messages(atLeast level: Logger.Level) -> [String] {
+        lines.withLock { lines in lines.filter { $0.level >= level }.map { $0.message } }
+    }
+
+    struct Handler: LogHandler {
+        let captured: CapturedLog
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .debug
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            captured.lines.withLock { $0.append((event.level, "\(event.message)")) }
         }
     }
 }

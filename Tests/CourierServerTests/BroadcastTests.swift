@@ -22,9 +22,10 @@ extension TestServer {
 
     /// One raw request to the channel management port (`channels`) or the push port.
     func rawChannelRequest(
-        _ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8]? = nil, channels: Bool = true, token: String?
+        _ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8]? = nil, channels: Bool = true,
+        environment: Environment = .production, token: String?
     ) async throws -> HTTP2RawResponse {
-        let port = try await application.ports.port(channels ? .channels : .http2, .production)
+        let port = try await application.ports.port(channels ? .channels : .http2, environment)
         let tls = try ProviderTLS(certificatePath: nil, keyPath: nil, caPath: caPath).configuration()
         let connection = try await HTTP2Connection.connect(host: "127.0.0.1", port: port, tls: tls, serverName: "localhost")
         defer { Task { await connection.close() } }
@@ -204,16 +205,19 @@ extension TestServer {
             #expect(reason(try await create(Array(#"{"message-storage-policy":1,"push-type":7}"#.utf8))) == "InvalidPushType")
             #expect(reason(try await create(Array(#"{"message-storage-policy":true,"push-type":"LiveActivity"}"#.utf8))) == "BadRequestParams")
             #expect(reason(try await create(Array(#"{"message-storage-policy":1,"push-type":"alert"}"#.utf8))) == "InvalidPushType")
+            let unknownKey = try await create(Array(#"{"message-storage-policy":1,"push-type":"LiveActivity","foo":1}"#.utf8))
+            #expect(unknownKey.status == 400 && reason(unknownKey) == "BadRequestParams", "a key Apple does not define")
             let liveActivityLowercase = try await create(Array(#"{"message-storage-policy":0,"push-type":"liveactivity"}"#.utf8))
             #expect(liveActivityLowercase.status == 201)
 
             // The app: Live Activities on, the provider's, its own topic.
             let plain = try await create(policy, bundle: "com.example.plain")
             #expect(plain.status == 400 && reason(plain) == "FeatureNotEnabled")
-            #expect(reason(try await create(policy, bundle: "com.example.foreign")) == "TopicDisallowed", "another team's app")
+            let foreignApp = try await create(policy, bundle: "com.example.foreign")
+            #expect(foreignApp.status == 403 && reason(foreignApp) == "TopicMismatch", "another team's app, token trust")
             #expect(reason(try await create(policy, bundle: "com.example.demo.voip")) == "TopicDisallowed", "a topic, not an app")
             let other = try await server.channelClient(credentials: .token(otherKey, teamID: "OTHERTEAM1"))
-            #expect(try await other.createChannel(bundleID: bundleID, policy: .mostRecent).reason == .topicDisallowed)
+            #expect(try await other.createChannel(bundleID: bundleID, policy: .mostRecent).reason == .topicMismatch)
             _ = try await provisioner.issueProviderCertificate(bundleID: "com.example.foreign", environments: [.production], directory: server.directory)
             let foreignCertificate = HTTP2Credentials.certificate(
                 certificatePath: server.directory + "/com.example.foreign.pem", keyPath: server.directory + "/com.example.foreign-key.pem")
@@ -227,6 +231,17 @@ extension TestServer {
             let sandbox = try await server.channelClient(.sandbox)
             #expect(try await sandbox.createChannel(bundleID: bundleID, policy: .mostRecent).status == 201, "the other environment has its own")
             #expect(try await sandbox.channel(bundleID: bundleID, id: channelID).reason == .channelNotRegistered, "channels are per environment")
+            // A sandbox broadcast's 200 carries apns-unique-id, as a device push's does; production's none.
+            let sandboxChannel = try #require(try await sandbox.channels(bundleID: bundleID).channels?.first)
+            let sandboxBroadcast = try await server.rawChannelRequest(
+                "POST", "/4/broadcasts/apps/com.example.demo", headers: [("apns-push-type", "liveactivity"), ("apns-channel-id", sandboxChannel)], body: update,
+                channels: false, environment: .sandbox, token: token)
+            #expect(sandboxBroadcast.status == 200)
+            #expect(sandboxBroadcast.uniqueID.flatMap(UUID.init(uuidString:)) != nil, "\(sandboxBroadcast.headers)")
+            let productionBroadcast = try await server.rawChannelRequest(
+                "POST", "/4/broadcasts/apps/com.example.demo", headers: [("apns-push-type", "liveactivity"), ("apns-channel-id", channelID)], body: update,
+                channels: false, token: token)
+            #expect(productionBroadcast.status == 200 && productionBroadcast.uniqueID == nil)
 
             // Channel ids.
             let missing = try await server.rawChannelRequest("GET", "/1/apps/com.example.demo/channels", token: token)
@@ -240,11 +255,11 @@ extension TestServer {
 
             // Another team cannot reach the channel: not through its own app's path, not through ours.
             #expect(try await other.channel(bundleID: "com.example.foreign", id: channelID).reason == .channelNotRegistered)
-            #expect(try await other.deleteChannel(bundleID: bundleID, id: channelID).reason == .topicDisallowed)
+            #expect(try await other.deleteChannel(bundleID: bundleID, id: channelID).reason == .topicMismatch)
             let attacker = try await server.http2Client(credentials: .token(otherKey, teamID: "OTHERTEAM1"))
             let hijack = HTTP2Broadcast(bundleID: "com.example.foreign", channelID: channelID, payload: update)
             #expect(try await attacker.broadcast(hijack).reason == .channelNotRegistered)
-            #expect(try await attacker.broadcast(broadcast(channelID)).reason == .topicDisallowed)
+            #expect(try await attacker.broadcast(broadcast(channelID)).reason == .topicMismatch)
             #expect(try await channels.channel(bundleID: bundleID, id: channelID).status == 200, "still there")
 
             // Broadcast header values and payload.
@@ -259,12 +274,24 @@ extension TestServer {
             #expect(try await push.broadcast(capitalised).status == 200, "push type in any case")
             var lowest = broadcast(channelID)
             lowest.priority = .lowest
-            #expect(try await push.broadcast(lowest).reason == .badPriority)
+            #expect(try await push.broadcast(lowest).status == 200, "priority 1, as Apple lists it")
             #expect(try await push.broadcast(broadcast(channelID, payload: [])).reason == .payloadEmpty)
             #expect(try await push.broadcast(broadcast(channelID, payload: Array("nope".utf8))).reason == .badRequestPayload)
             let large = Array(#"{"aps":{"alert":""#.utf8) + Array(repeating: UInt8(ascii: "x"), count: 5_121) + Array(#""}}"#.utf8)
-            let tooLarge = try await push.broadcast(broadcast(channelID, payload: large))
-            #expect(tooLarge.status == 413 && tooLarge.reason == .payloadTooLarge)
+            let tooLarge = try await server.rawChannelRequest(
+                "POST", "/4/broadcasts/apps/com.example.demo",
+                headers: [("apns-push-type", "liveactivity"), ("apns-channel-id", channelID), ("apns-request-id", "0a0b0c0d-0000-4000-8000-000000000003")],
+                body: large, channels: false, token: token)
+            #expect(tooLarge.status == 413 && reason(tooLarge) == "PayloadTooLarge")
+            #expect(tooLarge.headers["apns-request-id"] == "0a0b0c0d-0000-4000-8000-000000000003" && tooLarge.headers["apns-id"] == nil)
+            // Cut where trust is known: without credentials, the refusal is for those.
+            let anonymousLarge = try await server.rawChannelRequest(
+                "POST", "/4/broadcasts/apps/com.example.demo", headers: [("apns-push-type", "liveactivity"), ("apns-channel-id", channelID)], body: large,
+                channels: false, token: nil)
+            #expect(anonymousLarge.status == 403 && reason(anonymousLarge) == "MissingProviderToken")
+            #expect(anonymousLarge.headers["apns-request-id"] != nil && anonymousLarge.headers["apns-id"] == nil)
+            let largeCreate = try await create(Array(#"{"message-storage-policy":1,"push-type":"LiveActivity","x":""#.utf8) + large + Array(#""}"#.utf8))
+            #expect(largeCreate.status == 413 && reason(largeCreate) == "PayloadTooLarge" && largeCreate.headers["apns-id"] == nil)
             let noChannel = try await server.rawChannelRequest(
                 "POST", "/4/broadcasts/apps/com.example.demo", headers: [("apns-push-type", "liveactivity")], body: update, channels: false, token: token)
             #expect(reason(noChannel) == "MissingChannelId")

@@ -44,7 +44,8 @@ let everyKeyChanged = CourierConfiguration(
     connections: .init(
         maxPerListener: 10, maxPerDeviceListener: 20, maxPerAddress: 5, authenticationTimeout: 2, binaryIdleTimeout: 60, unfinishedFrameTimeout: 4,
         feedbackTimeout: 6, reconnectLimit: 7, reconnectWindow: 8, refusalLogInterval: 9, maxUnfinishedRequestBytes: 10_000,
-        maxUnreadBytes: 20_000, maxPerIdentity: 11, maxPerSandboxDeviceListener: 15),
+        maxUnreadBytes: 20_000, maxPerIdentity: 11, maxPerSandboxDeviceListener: 15, unauthenticatedShare: 0.25, maxUnauthenticatedPerAddress: 3,
+        maxFailedAuthenticationsPerAddress: 4),
     http2: .init(maxConcurrentStreams: 64, idleTimeout: 600),
     limits: .init(
         payload: PayloadLimits(binaryLegacy: 300, binaryCommand2: 3000, http2: 5000, http2VoIP: 6000, broadcast: 7000), tokenLength: 64,

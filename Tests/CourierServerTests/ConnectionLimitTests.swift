@@ -78,7 +78,11 @@ import Testing
     /// Beyond `connections.maxPerListener` a new connection is closed at
     /// accept, whatever its address (other loopback addresses here).
     @Test func connectionsBeyondAListenersLimitAreClosedAtAccept() async throws {
-        try await withTestServer(configure: { $0.connections.maxPerListener = 3 }) { server in
+        // Every connection may be unauthenticated here: the share for those is tested on its own.
+        try await withTestServer(configure: {
+            $0.connections.maxPerListener = 3
+            $0.connections.unauthenticatedShare = 1
+        }) { server in
             let port = try await server.http2Port()
             // Each held connection finishes its handshake before the next
             // one connects: connections accepted together are admitted in
@@ -310,14 +314,14 @@ import Testing
     /// with room kept for the store and files; unchanged where they fit.
     @Test func limitsAreFittedToTheOpenFileLimit() {
         let configured = CourierConfiguration.Connections()
-        // Two device listeners of 6,000 and eight provider listeners of 1,000, and 256 kept.
-        #expect(configured.capacity == 20_000)
-        #expect(configured.fitted(toDescriptorLimit: 20_256) == configured)
+        // Two device listeners of 6,000, eight provider listeners and the admin port of 1,000 each, and 256 kept.
+        #expect(configured.capacity == 21_000)
+        #expect(configured.fitted(toDescriptorLimit: 21_256) == configured)
         #expect(configured.fitted(toDescriptorLimit: 1_000_000) == configured)
         let small = configured.fitted(toDescriptorLimit: 1024)
         #expect(small.capacity <= 1024 - 256)
-        #expect(small.maxPerDeviceListener == 6000 * 768 / 20000)
-        #expect(small.maxPerListener == 1000 * 768 / 20000)
+        #expect(small.maxPerDeviceListener == 6000 * 768 / 21000)
+        #expect(small.maxPerListener == 1000 * 768 / 21000)
         #expect(small.maxPerAddress <= small.maxPerDeviceListener)
         let tiny = configured.fitted(toDescriptorLimit: 64)
         #expect(tiny.capacity <= 48 && tiny.maxPerListener >= 1)
@@ -326,10 +330,10 @@ import Testing
         mostlyProduction.maxPerDeviceListener = 10_000
         mostlyProduction.maxPerSandboxDeviceListener = 100
         mostlyProduction.maxPerListener = 50
-        #expect(mostlyProduction.capacity == 10_000 + 100 + 8 * 50)
+        #expect(mostlyProduction.capacity == 10_000 + 100 + 9 * 50)
         #expect(mostlyProduction.fitted(toDescriptorLimit: 20_000) == mostlyProduction)
         #expect(mostlyProduction.maxPerDeviceListener(.sandbox) == 100)
-        #expect(mostlyProduction.fitted(toDescriptorLimit: 5_000).maxPerDeviceListener(.sandbox) == 100 * 4_744 / 10_500)
+        #expect(mostlyProduction.fitted(toDescriptorLimit: 5_000).maxPerDeviceListener(.sandbox) == 100 * 4_744 / 10_550)
     }
 
     /// An HTTP/2 connection may hold `connections.maxUnfinishedRequestBytes`
@@ -354,6 +358,96 @@ import Testing
             await connection.close()
             for reset in resets { _ = await reset.value }
             await server.disconnect(device)
+        }
+    }
+
+    /// Connections that have not authenticated hold at most
+    /// `connections.unauthenticatedShare` of a listener and
+    /// `connections.maxUnauthenticatedPerAddress` from one address: two
+    /// addresses that keep anonymous TLS connections open take neither the
+    /// room of a provider from a third address (its connections are
+    /// accepted and its pushes answered) nor, once it authenticated, the
+    /// room it holds.
+    @Test func anonymousConnectionsHoldOnlyTheirShareOfAListener() async throws {
+        try await withTestServer(configure: {
+            $0.connections.maxPerListener = 20  // 10 of them not authenticated
+            $0.connections.maxUnauthenticatedPerAddress = 4
+        }) { server in
+            let port = try await server.http2Port()
+            func open(_ count: Int, from source: String) async -> [any Channel] {
+                var admitted: [any Channel] = []
+                for _ in 0..<count {
+                    if let channel = try? await tlsConnection(port: port, from: source, caPath: server.caPath) { admitted.append(channel) }
+                }
+                return admitted
+            }
+            var anonymous = await open(8, from: "127.0.0.2")
+            anonymous += await open(8, from: "127.0.0.3")
+            #expect(anonymous.count == 8, "four from each address")
+            // The provider, from 127.0.0.1: each connection is accepted, authenticates with its first push, and leaves the share.
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            var providers: [HTTP2ProviderClient] = []
+            for _ in 0..<6 {
+                let client = try await server.http2Client()
+                #expect(try await client.send(HTTP2Push(token: token, payload: Array(#"{"aps":{"alert":"hi"}}"#.utf8), topic: "com.example.demo")).status == 200)
+                _ = try #require(await device.next())
+                providers.append(client)
+            }
+            // What is left of the share (10 - 8) for a third anonymous address: the providers took none of it.
+            let third = await open(4, from: "127.0.0.4")
+            #expect(third.count == 2)
+            for channel in anonymous + third { try? await channel.close() }
+            for client in providers { await client.close() }
+            await server.disconnect(device)
+        }
+    }
+
+    /// A device authenticates in its handshake: connections that never
+    /// start theirs hold at most `maxUnauthenticatedPerAddress` of the
+    /// device listener from one address, and a device from another
+    /// address connects beside them.
+    @Test func stalledDeviceHandshakesHoldOnlyTheirShare() async throws {
+        try await withTestServer(configure: { $0.connections.maxUnauthenticatedPerAddress = 4 }) { server in
+            let port = try await server.devicePort()
+            let open = { server.application.policy.open.counts()["device.production"] ?? -1 }
+            var stalled: [any Channel] = []
+            for _ in 0..<8 { stalled.append(try await tcpConnection(port: port, from: "127.0.0.2")) }
+            // The four beyond the share are closed by the server at once.
+            try await waitUntil(limit: 10) { stalled.filter(\.isActive).count == 4 }
+            #expect(open() == 4)
+            let device = try await server.device()
+            #expect(open() == 5)
+            for channel in stalled { try? await channel.close() }
+            await server.disconnect(device)
+        }
+    }
+
+    /// An address whose connections ended without authenticating
+    /// `connections.maxFailedAuthenticationsPerAddress` times in the last
+    /// second is refused at accept until that second has passed.
+    @Test func anAddressThatKeepsFailingToAuthenticateIsRefusedForASecond() async throws {
+        try await withTestServer(configure: { $0.connections.maxFailedAuthenticationsPerAddress = 2 }) { server in
+            let port = try await server.http2Port()
+            // Connections that end without a token: each is a failure once the server has seen it close.
+            var admitted = 0
+            var refused = false
+            for _ in 0..<50 {
+                guard let channel = try? await tlsConnection(port: port, from: "127.0.0.2", caPath: server.caPath) else {
+                    refused = true
+                    break
+                }
+                admitted += 1
+                try await channel.close()
+            }
+            #expect(refused, "still accepted after \(admitted) failures")
+            #expect(admitted >= 2)
+            // Another address is not refused; nor is this one once the second has passed.
+            let other = try await tlsConnection(port: port, from: "127.0.0.3", caPath: server.caPath)
+            server.clock.advance(by: 1)
+            let again = try await tlsConnection(port: port, from: "127.0.0.2", caPath: server.caPath)
+            try await other.close()
+            try await again.close()
         }
     }
 }

@@ -155,6 +155,60 @@ extension TestServer {
         }
     }
 
+    /// An `Origin` is the console's only with its scheme, host and port:
+    /// the scheme was once not compared, so `https://127.0.0.1:PORT` passed
+    /// for the `http://` console.
+    @Test func anOriginIsTheConsolesOnlyWithItsSchemeHostAndPort() async throws {
+        try await withTestServer { server in
+            let (cookie, csrf) = try await server.signIn()
+            let port = try await server.adminPort()
+            let rule = #"{"action": "reject", "reason": "BadDeviceToken"}"#
+            let headers = ["Cookie": cookie, "Content-Type": "application/json", "X-CSRF-Token": csrf]
+            for origin in ["https://127.0.0.1:\(port)", "http://localhost:\(port)", "http://127.0.0.1", "http://127.0.0.1:\(port)x", "null"] {
+                let answer = try await server.console("POST", "/v1/faults", headers: headers.merging(["Origin": origin]) { $1 }, body: rule)
+                #expect(answer.status == 403, "\(origin)")
+                #expect(answer.message?.contains("another site") == true, "\(origin)")
+            }
+            #expect((try await server.admin("GET", "/v1/faults").object["faults"] as? [Any])?.count == 0)
+            let own = try await server.console("POST", "/v1/faults", headers: headers.merging(["Origin": "http://127.0.0.1:\(port)"]) { $1 }, body: rule)
+            #expect(own.status == 201, "\(own.message ?? "")")
+        }
+    }
+
+    /// A request whose `Host` does not name the server (its admin address,
+    /// the loopback names, the certificate's names) with its port is
+    /// refused, the console's page and the unauthenticated endpoints
+    /// included: a site whose name was made to resolve to this machine (DNS
+    /// rebinding) reads nothing.
+    @Test func aHostThatDoesNotNameTheServerIsRefused() async throws {
+        try await withTestServer { server in
+            let port = try await server.adminPort()
+            let (cookie, _) = try await server.signIn()
+            func answer(_ path: String, host: String?, cookie: String? = nil) async throws -> String {
+                let connection = try await RawHTTPConnection.open(port: port)
+                var request = "GET \(path) HTTP/1.1\r\nConnection: close\r\n"
+                if let host { request += "Host: \(host)\r\n" }
+                if let cookie { request += "Cookie: \(cookie)\r\n" }
+                try await connection.send(request + "\r\n")
+                return try #require(await connection.readToEnd(limit: .seconds(20)))
+            }
+            let refused: [String?] = [
+                "attacker.example:\(port)", "127.0.0.1.attacker.example:\(port)", "127.0.0.1:\(port + 1)", "127.0.0.1", "::1:\(port)",
+                "127.0.0.1:\(port)\r\nHost: attacker.example:\(port)", nil,
+            ]
+            for host in refused {
+                for path in ["/", "/health/ready", "/metrics", "/v1/status"] {
+                    let text = try await answer(path, host: host, cookie: cookie)
+                    #expect(text.hasPrefix("HTTP/1.1 421"), "\(host ?? "no Host") \(path): \(text.prefix(60))")
+                }
+            }
+            for host in ["127.0.0.1:\(port)", "localhost:\(port)", "LOCALHOST:\(port)", "[::1]:\(port)"] {
+                let text = try await answer("/v1/status", host: host, cookie: cookie)
+                #expect(text.hasPrefix("HTTP/1.1 200"), "\(host): \(text.prefix(60))")
+            }
+        }
+    }
+
     @Test func aSessionEndsAtSignOutAndTwelveHoursAfterSignIn() async throws {
         try await withTestServer { server in
             let (cookie, csrf) = try await server.signIn()

@@ -1,7 +1,7 @@
 import CourierCore
 import CourierDevice
 import CourierPKI
-import CourierServer
+@testable import CourierServer
 import CourierWire
 import Foundation
 import Logging
@@ -170,6 +170,55 @@ import Testing
             }
             #expect(code == .notConnected)
         }
+    }
+
+    /// A device that sends KeepAlives as fast as it can is answered until
+    /// its frame budget (2,000 at once, docs/device-protocol.md) is spent,
+    /// then gets the Error `tooManyFrames` and is closed; another device's
+    /// notifications still arrive.
+    @Test func aDeviceFloodingFramesIsRefusedAndClosed() async throws {
+        try await withTestServer { server in
+            let other = try await server.device()
+            let token = try await other.client.register("com.example.demo")
+            let connection = try await rawConnection(server)
+            let flood = DeviceFrameBudget.capacity + 500
+            let (answers, error) = try await connection.executeThenClose { inbound, outbound in
+                try await outbound.write(DeviceMessage.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: nil).frame)
+                try await outbound.write(contentsOf: (0..<flood).map { _ in DeviceMessage.keepAlive.frame })
+                var answers = 0
+                var error: DeviceProtocolCode?
+                do {
+                    for try await received in inbound {
+                        switch try DeviceMessage(frame: received) {
+                        case .keepAliveAck: answers += 1
+                        case .error(let code, _): error = code
+                        default: break
+                        }
+                    }
+                } catch {
+                    // The server closed after its Error frame.
+                }
+                return (answers, error)
+            }
+            #expect(error == .tooManyFrames)
+            #expect(answers >= DeviceFrameBudget.capacity - 10 && answers < flood, "\(answers) KeepAlives answered")
+            let (id, result) = await server.push(token)
+            #expect(result == .accepted)
+            #expect(try await other.nextAcknowledged()?.id == id)
+            await server.disconnect(other)
+        }
+    }
+
+    /// The budget refills with time, up to what it holds at once.
+    @Test func theFrameBudgetRefillsAtItsRate() {
+        var budget = DeviceFrameBudget()
+        func takes(_ count: Int, at now: NIODeadline) -> Int { (0..<count).count { _ in budget.take(at: now) } }
+        let start = NIODeadline.uptimeNanoseconds(1_000_000_000)
+        #expect(takes(DeviceFrameBudget.capacity + 1, at: start) == DeviceFrameBudget.capacity)
+        let later = start + .milliseconds(1000 / Int64(DeviceFrameBudget.perSecond))
+        #expect(takes(2, at: later) == 1, "one more after 1/perSecond s")
+        let muchLater = later + .seconds(3600)
+        #expect(takes(DeviceFrameBudget.capacity + 1, at: muchLater) == DeviceFrameBudget.capacity, "never more than the capacity")
     }
 
     /// A command only a server sends, sent by a connected device, is

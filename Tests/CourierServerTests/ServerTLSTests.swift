@@ -43,7 +43,7 @@ import Testing
             let running = Task { await runner.run() }
             let loop = MultiThreadedEventLoopGroup.singleton.any()
             let closed = loop.makePromise(of: Void.self)
-            let box = PeerIdentityBox(verifier: verifier, closed: closed.futureResult, work: work)
+            let box = PeerIdentityBox(verifier: verifier, closed: closed.futureResult, work: work, release: ConnectionRelease(open: OpenConnections()))
             let verified = loop.makePromise(of: NIOSSLVerificationResult.self)
             box.verify(try NIOSSLCertificate.fromPEMFile(credentials.certificatePath), promise: verified)
             #expect(try await verified.futureResult.get() == .certificateVerified)

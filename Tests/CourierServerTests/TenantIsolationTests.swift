@@ -223,4 +223,99 @@ import Testing
             await server.disconnect(again)
         }
     }
+
+    static let foreignProvider = ProviderIdentity(name: "other provider", teamID: "OTHERTEAM1", topics: ["com.example.foreign"])
+
+    /// Another team's silent pushes on a device both teams' apps share
+    /// use up that team's budget, not this one's: the budget is the app's
+    /// on the device (docs/security.md, "Tenant isolation").
+    @Test func anotherTeamsSilentPushesLeaveThisTeamsBudgetAlone() async throws {
+        try await withTestServer(qos: QoSConfiguration(burstWindow: 1, silentBudgetPerHour: 2)) { server in
+            _ = try await server.otherTeam()
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let foreignToken = try await device.client.register("com.example.foreign")
+            let silent = #"{"aps":{"content-available":1}}"#
+            var foreign: [UUID] = []
+            for _ in 0..<3 {
+                foreign.append(
+                    await server.push(foreignToken, payload: silent, topic: "com.example.foreign", priority: .conservePower, silent: true, from: Self.foreignProvider).0)
+            }
+            #expect(try await server.events(foreign[2]) == [.accepted, .throttled])
+            var own: [UUID] = []
+            for _ in 0..<2 { own.append(await server.push(token, payload: silent, priority: .conservePower, silent: true).0) }
+            // Held and queued, not throttled (the second replaces the first in the store, as for any app).
+            #expect(try await server.events(own[0]) == [.accepted, .stored, .replaced])
+            #expect(try await server.events(own[1]) == [.accepted, .stored])
+            server.clock.advance(by: 1)
+            await server.dispatcher.tick()
+            var arrived: Set<UUID> = []
+            for _ in 0..<4 { if let received = try await device.nextAcknowledged() { arrived.insert(received.id) } }
+            #expect(arrived == Set(foreign.prefix(2) + own))
+            await server.disconnect(device)
+        }
+    }
+
+    /// Each app's priority-5 burst on a device is its own: another team's
+    /// push opens no window that this team's joins, and closes none.
+    @Test func anotherTeamsBurstIsNotThisTeams() async throws {
+        try await withTestServer(qos: QoSConfiguration(burstWindow: 10)) { server in
+            _ = try await server.otherTeam()
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let foreignToken = try await device.client.register("com.example.foreign")
+            let (foreign, _) = await server.push(foreignToken, topic: "com.example.foreign", priority: .conservePower, from: Self.foreignProvider)
+            server.clock.advance(by: 5)
+            let (own, _) = await server.push(token, priority: .conservePower)
+            // The other team's window ends: its burst goes, this team's waits for its own.
+            server.clock.advance(by: 5)
+            await server.dispatcher.tick()
+            #expect(try await device.nextAcknowledged()?.id == foreign)
+            let (now, _) = await server.push(token)
+            #expect(try await device.nextAcknowledged()?.id == now)
+            server.clock.advance(by: 5)
+            await server.dispatcher.tick()
+            #expect(try await device.nextAcknowledged()?.id == own)
+            await server.disconnect(device)
+        }
+    }
+
+    /// A fault rule on one team's token is matched only after the checks
+    /// that decide whose a request is: another team pushing that token
+    /// under its own topic gets `DeviceTokenNotForTopic` (binary: status 8)
+    /// and neither meets nor uses up the rule, which then acts on the
+    /// owner's own push — on both provider interfaces.
+    @Test func anotherTeamNeitherMeetsNorUsesUpAFaultRuleOnThisTeamsToken() async throws {
+        try await withTestServer { server in
+            let otherKey = try await server.otherTeam()
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            _ = try await server.addFault(#"{"match": {"token": "\#(Hex.encode(token))"}, "action": "reject", "reason": "Unregistered", "count": 1}"#)
+            let attacker = try await server.http2Client(credentials: .token(otherKey, teamID: "OTHERTEAM1"))
+            let taken = try await attacker.send(HTTP2Push(token: token, payload: attackerPayload, topic: "com.example.foreign"))
+            #expect(taken.status == 400)
+            #expect(taken.reason == .deviceTokenNotForTopic)
+            let victim = try await server.http2Client()
+            let owned = try await victim.send(HTTP2Push(token: token, payload: victimPayload, topic: "com.example.demo"))
+            #expect(owned.status == 410, "the rule was used up by another team's push")
+            #expect(owned.reason == .unregistered)
+
+            // The binary API: a `close` rule on the token, and another team's certificate.
+            _ = try await server.addFault(#"{"match": {"token": "\#(Hex.encode(token))", "interface": "binary"}, "action": "close", "count": 1}"#)
+            _ = try await server.application.provisioner.issueProviderCertificate(
+                bundleID: "com.example.foreign", environments: [.production], directory: server.directory)
+            let foreign = try await server.binaryClient(
+                certificate: server.directory + "/com.example.foreign.pem", key: server.directory + "/com.example.foreign-key.pem")
+            try await foreign.send(token: token, payload: attackerPayload, expiry: 0, priority: 10)
+            #expect(try #require(await nextFailure(foreign)).status == .invalidToken)
+            await foreign.close()
+            let own = try await server.binaryClient()
+            try await own.send(token: token, payload: victimPayload, expiry: 0, priority: 10)
+            #expect(try #require(await nextFailure(own)).status == .shutdown, "the rule was used up by another team's frame")
+            await own.close()
+            await attacker.close()
+            await victim.close()
+            await server.disconnect(device)
+        }
+    }
 }

@@ -7,7 +7,6 @@ import HummingbirdTLS
 import Logging
 import NIOCore
 import ServiceLifecycle
-import Synchronization
 
 /// The admin API (docs/admin-api.md): JSON over HTTP on
 /// `network.adminHost`:`network.adminPort` (HTTPS with the server
@@ -61,12 +60,17 @@ public struct AdminServer: Service {
     public func run() async throws {
         var logger = logger
         logger[metadataKey: "courier.listener"] = "admin"
-        // Bounded as the protocol ports are: at most connections.maxPerListener
-        // open (one more is closed as it opens), and a connection idle for a
-        // minute — a handshake never finished included — closed; a long
-        // poll being answered is not idle.
-        let cap = AdminConnectionCap(limit: configuration.connections.maxPerListener)
-        let http1: HTTPServerBuilder = .http1(configuration: .init(additionalChannelHandlers: [cap.admission()], idleTimeout: .seconds(60)))
+        // Bounded as the protocol ports are (`AdminChannel`): the listener's
+        // and each address's connections capped, a request's headers and
+        // body due within a deadline, and a connection idle between
+        // requests for a minute closed (a long poll being answered is not idle).
+        let limits = ListenerGuard(
+            maxOpen: configuration.connections.maxPerListener, maxPerAddress: configuration.connections.maxPerAddress,
+            logInterval: configuration.connections.refusalLogInterval, logger: logger)
+        let requestDeadline = configuration.connections.unfinishedFrame
+        let http1 = HTTPServerBuilder { responder in
+            AdminChannel(responder: responder, limits: limits, requestDeadline: requestDeadline, idleTimeout: .seconds(60))
+        }
         let server: HTTPServerBuilder =
             configuration.network.adminUsesTLS ? try .tls(http1, tlsConfiguration: ServerTLS.adminConfiguration(provisioner: provisioner)) : http1
         let app = Application(
@@ -88,6 +92,7 @@ public struct AdminServer: Service {
     func router() -> Router<BasicRequestContext> {
         let router = Router()
         router.add(middleware: JSONErrors())
+        router.add(middleware: AdminRequestChecks(hosts: AdminHosts(configuration.network) { [ports] in ports.all["admin"] }))
         router.get("/health/live") { _, _ in Status(status: "live") }
         router.get("/health/ready") { [ready] _, _ in
             guard await ready() else { throw HTTPError(.serviceUnavailable, message: "not ready: a listener is not bound or the store does not answer") }
@@ -116,10 +121,18 @@ public struct AdminServer: Service {
         }
         api.get("inbox/wait") { [inbox, dispatcher] request, _ in
             let query = try InboxQuery(query(request))
-            guard let entry = await inbox.wait(for: query.filter, after: query.after, timeout: .seconds(query.timeout)) else {
-                throw HTTPError(.notFound, message: "no notification matched within \(query.timeout) s")
+            // Ends when its client goes (its connection closes): nothing
+            // waits on for someone who will not read the answer. Watching
+            // for that takes the connection's input, so the answer closes
+            // the connection, and says so.
+            let close: HTTPFields = [.connection: "close"]
+            let waited = try? await request.body.consumeWithCancellationOnInboundClose { _ in
+                await inbox.wait(for: query.filter, after: query.after, timeout: .seconds(query.timeout))
             }
-            return InboxEntryJSON(entry, dispatcher)
+            guard let entry = waited else {
+                throw HTTPError(.notFound, headers: close, message: "no notification matched within \(query.timeout) s")
+            }
+            return EditedResponse(headers: close, response: InboxEntryJSON(entry, dispatcher))
         }
         api.get("inbox/stream") { [inbox, dispatcher] request, _ in
             try InboxStream.response(request, inbox: inbox, dispatcher: dispatcher)
@@ -244,41 +257,6 @@ public struct AdminServer: Service {
     }
 }
 
-/// The admin port's open connections, bounded: a connection over the
-/// limit is closed as it is set up.
-final class AdminConnectionCap: Sendable {
-    let limit: Int
-    private let open = Atomic<Int>(0)
-
-    init(limit: Int) {
-        self.limit = limit
-    }
-
-    var count: Int { open.load(ordering: .relaxed) }
-
-    /// The handler each new connection gets.
-    func admission() -> any RemovableChannelHandler { Admission(cap: self) }
-
-    private final class Admission: ChannelInboundHandler, RemovableChannelHandler, Sendable {
-        typealias InboundIn = NIOAny
-        let cap: AdminConnectionCap
-
-        init(cap: AdminConnectionCap) {
-            self.cap = cap
-        }
-
-        func handlerAdded(context: ChannelHandlerContext) {
-            let cap = self.cap
-            guard cap.open.wrappingAdd(1, ordering: .relaxed).newValue <= cap.limit else {
-                cap.open.wrappingSubtract(1, ordering: .relaxed)
-                context.close(promise: nil)
-                return
-            }
-            context.channel.closeFuture.whenComplete { _ in cap.open.wrappingSubtract(1, ordering: .relaxed) }
-        }
-    }
-}
-
 /// A request's query parameters (the first of a repeated one).
 func query(_ request: Request) -> [String: String] {
     Dictionary(request.uri.queryParameters.map { (String($0.key), String($0.value)) }, uniquingKeysWith: { first, _ in first })
@@ -287,7 +265,8 @@ func query(_ request: Request) -> [String: String] {
 // MARK: Middleware
 
 /// Every error as JSON with a one-line message: the router's own (an
-/// unknown path) and any that is not an `HTTPError` (500, logged).
+/// unknown path), a body over the limit (413, not logged as an error) and
+/// any other that is not an `HTTPError` (500, logged).
 struct JSONErrors: RouterMiddleware {
     typealias Context = BasicRequestContext
 
@@ -335,6 +314,12 @@ struct JSONErrors: RouterMiddleware {
             throw HTTPError(status, message: error.message)
         } catch let error as DecodingError {
             throw HTTPError(.badRequest, message: "the request body is not what this endpoint takes: \(error)")
+        } catch let error as NIOTooManyBytesError {
+            // A body over the limit that did not announce its length
+            // (`AdminRequestChecks` refuses one that does): the caller's
+            // mistake, which anyone may make, so no error line.
+            context.logger.debug("request body too large", metadata: ["courier.limit": "\(error.maxBytes ?? context.maxUploadSize)"])
+            throw HTTPError(.contentTooLarge, message: AdminRequestChecks.tooLarge(context))
         } catch {
             context.logger.error("admin request failed", metadata: ["courier.error": "\(error)"])
             throw HTTPError(.internalServerError, message: "internal error")

@@ -66,7 +66,7 @@ struct ConsoleRoutes {
             guard let (id, session) = sessions.session(of: request) else {
                 throw HTTPError(.unauthorized, message: "not signed in")
             }
-            try AdminAccess.checkForgery(request, session: session)
+            try AdminAccess.checkForgery(request, session: session, scheme: sessions.scheme)
             sessions.end(id)
             var response = EditedResponse(status: .ok, response: SignedOut(signedOut: true))
             response.setCookie(sessions.cookie("", maxAge: 0))
@@ -93,7 +93,8 @@ struct ConsoleRoutes {
 /// after the browser's `Last-Event-ID` (a reconnection), else after `after`, that match the inbox's
 /// filters, each as an `entry` event whose id is its sequence, then each new
 /// one as it comes. A comment every 15 s keeps the connection from being
-/// idle; the stream ends when the server shuts down.
+/// idle; the stream ends when the server shuts down, and when its client
+/// goes (its connection closes) at once, not at the next comment.
 struct InboxStream {
     static let heartbeat: Duration = .seconds(15)
 
@@ -103,20 +104,24 @@ struct InboxStream {
         if let last = request.headers[HTTPField.Name("Last-Event-ID")!] { parameters["after"] = last }
         let query = try InboxQuery(parameters)
         let body = ResponseBody { writer in
-            var after = query.after
-            let encoder = JSONEncoder()
-            try await writer.write(ByteBuffer(string: ": courier inbox\n\n"))
-            while !inbox.isClosed {
-                guard let entry = await inbox.wait(for: query.filter, after: after, timeout: heartbeat) else {
-                    if !inbox.isClosed { try await writer.write(ByteBuffer(string: ": still here\n\n")) }
-                    continue
+            // Its client gone, the wait is cancelled and the error thrown
+            // here closes the connection.
+            try await request.body.consumeWithCancellationOnInboundClose { _ in
+                var after = query.after
+                let encoder = JSONEncoder()
+                try await writer.write(ByteBuffer(string: ": courier inbox\n\n"))
+                while !inbox.isClosed, !Task.isCancelled {
+                    guard let entry = await inbox.wait(for: query.filter, after: after, timeout: heartbeat) else {
+                        if !inbox.isClosed, !Task.isCancelled { try await writer.write(ByteBuffer(string: ": still here\n\n")) }
+                        continue
+                    }
+                    after = entry.sequence
+                    let json = try encoder.encode(InboxEntryJSON(entry, dispatcher))
+                    var buffer = ByteBuffer(string: "id: \(entry.sequence)\nevent: entry\ndata: ")
+                    buffer.writeBytes(json)
+                    buffer.writeString("\n\n")
+                    try await writer.write(buffer)
                 }
-                after = entry.sequence
-                let json = try encoder.encode(InboxEntryJSON(entry, dispatcher))
-                var buffer = ByteBuffer(string: "id: \(entry.sequence)\nevent: entry\ndata: ")
-                buffer.writeBytes(json)
-                buffer.writeString("\n\n")
-                try await writer.write(buffer)
             }
             try await writer.finish(nil)
         }

@@ -36,6 +36,8 @@ final class ConsoleSessions: Sendable {
     }
 
     var cookieName: String { secure ? "__Host-courier_session" : "courier_session" }
+    /// The console's scheme (the admin server's), as its origin has it.
+    var scheme: String { secure ? "https" : "http" }
 
     /// A new session: its id (the cookie's value) and its anti-forgery token.
     func create() -> (id: String, session: Session) {
@@ -103,25 +105,20 @@ struct AdminAccess: RouterMiddleware {
                 .unauthorized, headers: [.wwwAuthenticate: "Bearer"],
                 message: "this endpoint needs the admin token (Authorization: Bearer <token>) or a console session")
         }
-        if ![.get, .head].contains(request.method) { try Self.checkForgery(request, session: session) }
+        if ![.get, .head].contains(request.method) { try Self.checkForgery(request, session: session, scheme: sessions.scheme) }
         return try await next(request, context)
     }
 
     /// A request that changes something, made with a session cookie: it must
     /// carry the session's anti-forgery token, and an `Origin` header, when
-    /// the browser sends one, must be this server's.
-    static func checkForgery(_ request: Request, session: ConsoleSessions.Session) throws {
+    /// the browser sends one, must be the console's: its `scheme`, and the
+    /// host and port the request was sent to (`AdminHosts`).
+    static func checkForgery(_ request: Request, session: ConsoleSessions.Session, scheme: String) throws {
         guard let presented = request.headers[ConsoleSessions.csrfHeader], AdminToken.matches(Substring(presented), session.csrf) else {
             throw HTTPError(.forbidden, message: "a console request that changes something needs the session's X-CSRF-Token header")
         }
-        if let origin = request.headers[.origin], !sameOrigin(origin, host: request.head.authority) {
+        if let origin = request.headers[.origin], !AdminHosts.isConsoleOrigin(origin, scheme: scheme, host: request.head.authority) {
             throw HTTPError(.forbidden, message: "the request comes from another site (\(origin))")
         }
-    }
-
-    /// True when `origin` (scheme://host[:port]) names `host` (host[:port]).
-    static func sameOrigin(_ origin: String, host: String?) -> Bool {
-        guard let host, let separator = origin.range(of: "://") else { return false }
-        return origin[separator.upperBound...].lowercased() == host.lowercased()
     }
 }

@@ -51,13 +51,23 @@ public struct FaultMatch: Sendable, Hashable {
 }
 
 /// A notification as the fault rules see it, where its interface has
-/// found its provider, topic and token.
+/// found its provider, and the dispatcher found the notification to be
+/// that provider's (`Dispatcher.Owned`): a rule never acts on, nor is
+/// used up by, a request of a team it was not meant for.
 struct FaultRequest {
-    var interface: ProviderInterface
-    var environment: Environment
-    var token: [UInt8]?
-    var topic: String?
-    var identity: ProviderIdentity?
+    let interface: ProviderInterface
+    let environment: Environment
+    let token: [UInt8]?
+    let topic: String?
+    let identity: ProviderIdentity?
+
+    init(_ owned: Dispatcher.Owned, interface: ProviderInterface, identity: ProviderIdentity?) {
+        self.interface = interface
+        environment = owned.environment
+        token = owned.token
+        topic = owned.topic
+        self.identity = identity
+    }
 }
 
 /// One fault rule: the error cases Apple's sandbox cannot produce on

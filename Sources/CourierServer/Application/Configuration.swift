@@ -180,8 +180,8 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         public var authenticationTimeout: Double
         /// Seconds a binary provider connection may stay silent.
         public var binaryIdleTimeout: Double
-        /// Seconds a binary or device frame may take from its first byte
-        /// to its last.
+        /// Seconds a binary or device frame, or an admin request (its
+        /// headers and body), may take from its first byte to its last.
         public var unfinishedFrameTimeout: Double
         /// Seconds a feedback connection may last, whatever is still to write.
         public var feedbackTimeout: Double
@@ -207,13 +207,31 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         /// answers); beyond it the connection is closed. A device's held
         /// notifications stay held; the kernel's socket buffers come on top.
         public var maxUnreadBytes: Int
+        /// Of each listener's connections, the share (0 to 1) that may be
+        /// open without having authenticated yet (no client certificate
+        /// checked, no valid provider token): the rest is kept for peers
+        /// that showed their credentials.
+        public var unauthenticatedShare: Double
+        /// Connections from one source address that may be open on one
+        /// listener without having authenticated yet (a TLS handshake under
+        /// way, an HTTP/2 connection before its first valid token).
+        public var maxUnauthenticatedPerAddress: Int
+        /// Connections from one source address that may end without having
+        /// authenticated (a failed or stalled handshake, no valid token in
+        /// time) per second on one listener; beyond it the address's new
+        /// connections are refused at accept until that second has passed.
+        public var maxFailedAuthenticationsPerAddress: Int
 
         public init(
             maxPerListener: Int = 1000, maxPerDeviceListener: Int = 6000, maxPerAddress: Int = 500, authenticationTimeout: Double = 10,
             binaryIdleTimeout: Double = 3600, unfinishedFrameTimeout: Double = 10, feedbackTimeout: Double = 30, reconnectLimit: Int = 100,
             reconnectWindow: Double = 60, refusalLogInterval: Double = 10, maxUnfinishedRequestBytes: Int = 262_144,
-            maxUnreadBytes: Int = 1_048_576, maxPerIdentity: Int = 100, maxPerSandboxDeviceListener: Int = 0
+            maxUnreadBytes: Int = 1_048_576, maxPerIdentity: Int = 100, maxPerSandboxDeviceListener: Int = 0, unauthenticatedShare: Double = 0.5,
+            maxUnauthenticatedPerAddress: Int = 100, maxFailedAuthenticationsPerAddress: Int = 50
         ) {
+            self.unauthenticatedShare = unauthenticatedShare
+            self.maxUnauthenticatedPerAddress = maxUnauthenticatedPerAddress
+            self.maxFailedAuthenticationsPerAddress = maxFailedAuthenticationsPerAddress
             self.maxPerSandboxDeviceListener = maxPerSandboxDeviceListener
             self.maxPerIdentity = maxPerIdentity
             self.maxUnfinishedRequestBytes = maxUnfinishedRequestBytes
@@ -236,9 +254,10 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         }
 
         /// Every connection the listeners may hold at once (two device
-        /// listeners, eight provider listeners): what the process's
-        /// descriptor limit must leave room for.
-        public var capacity: Int { maxPerDeviceListener(.production) + maxPerDeviceListener(.sandbox) + 8 * maxPerListener }
+        /// listeners, eight provider listeners, and the admin port with
+        /// `maxPerListener` of its own): what the process's descriptor
+        /// limit must leave room for.
+        public var capacity: Int { maxPerDeviceListener(.production) + maxPerDeviceListener(.sandbox) + 9 * maxPerListener }
     }
 
     /// How the server's threads are scheduled.
@@ -509,9 +528,14 @@ extension CourierConfiguration {
             ("connections.maxPerAddress", connections.maxPerAddress), ("connections.reconnectLimit", connections.reconnectLimit),
             ("connections.maxPerIdentity", connections.maxPerIdentity),
             ("connections.maxUnfinishedRequestBytes", connections.maxUnfinishedRequestBytes),
+            ("connections.maxUnauthenticatedPerAddress", connections.maxUnauthenticatedPerAddress),
+            ("connections.maxFailedAuthenticationsPerAddress", connections.maxFailedAuthenticationsPerAddress),
         ]
         for (key, value) in limits where value < 1 {
             throw ConfigurationError("\(source): '\(key)' must be at least 1")
+        }
+        guard connections.unauthenticatedShare > 0, connections.unauthenticatedShare <= 1 else {
+            throw ConfigurationError("\(source): 'connections.unauthenticatedShare' must be more than 0 and at most 1")
         }
         guard connections.maxPerSandboxDeviceListener >= 0 else {
             throw ConfigurationError("\(source): 'connections.maxPerSandboxDeviceListener' must be 0 (as maxPerDeviceListener) or more")

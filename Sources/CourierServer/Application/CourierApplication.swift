@@ -122,7 +122,7 @@ public struct CourierApplication: Sendable {
                 providers: ProviderLimits(
                     limit: configuration.connections.reconnectLimit, window: configuration.connections.reconnectWindow,
                     maxOpen: configuration.connections.maxPerIdentity, clock: clock),
-                memory: MemoryReturn(logger: logger))
+                memory: MemoryReturn(logger: logger), clock: clock, peerLog: PeerLog(interval: configuration.connections.refusalLogInterval))
             var http2Gateways: [Environment: HTTP2Gateway] = [:]
             var channelGateways: [Environment: HTTP2Gateway] = [:]
             for environment in Environment.allCases {

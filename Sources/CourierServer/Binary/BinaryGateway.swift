@@ -193,9 +193,8 @@ final class BinaryGateway: ListenerInterface {
             }
             return .decided(.failure(error))
         }
-        if faults.isActive,
-            let rule = faults.take(
-                FaultRequest(interface: .binary, environment: environment, token: notification.token, topic: grant.topic, identity: sender?.identity), now: now)
+        if faults.isActive, let owned = dispatcher.owned(notification, environment: environment, grant: grant, now: now),
+            let rule = faults.take(FaultRequest(owned, interface: .binary, identity: sender?.identity), now: now)
         {
             return fault(rule, frame: frame, notification: notification, sender: sender, now: now, read: &read)
         }
@@ -462,7 +461,8 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     private func handle(_ message: BinaryProviderInbound, grant: TopicGrant, now: Date, context: ChannelHandlerContext) {
         switch message {
         case .failure(let failure):
-            gateway.logger.info("malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"])
+            gateway.policy.peerLog.log(
+                .info, "malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"], to: gateway.logger)
             gateway.received(.refused(status: failure.answers ? Int(failure.status.rawValue) : nil, reason: failure.status.meaning), into: &outcomes) {
                 gateway.entry(failure, topic: grant.topic, sender: sender, outcome: $0, now: now)
             }
@@ -555,7 +555,8 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
             }
             machine.admitted(committing: durable)
         case .failure(let refusal):
-            gateway.logger.info("refused notification", metadata: ["courier.status": "\(refusal.status)", "courier.identifier": "\(identifier)"])
+            gateway.policy.peerLog.log(
+                .info, "refused notification", metadata: ["courier.status": "\(refusal.status)", "courier.identifier": "\(identifier)"], to: gateway.logger)
             // Command 0 has no error response.
             refuse(command != 0 ? refusal.status : nil, identifier, context: context)
         }

@@ -29,6 +29,53 @@ struct DeviceKey: Hashable, Sendable {
     var deviceID: UInt64
 }
 
+/// One app on one device (in one environment): the key of every piece of
+/// state that pushes reach on a device — its silent budget, its burst —
+/// so that one team's pushes never count against another team's app on a
+/// shared device (docs/security.md, "Tenant isolation"). State that is
+/// the device's alone (its connection, who waits for it) is keyed by
+/// `DeviceKey`.
+struct DeviceAppKey: Hashable, Sendable {
+    var device: DeviceKey
+    var bundleID: String
+}
+
+/// Values kept per app of each device, reached only through a
+/// `DeviceAppKey`, and dropped for a whole device at once (when it goes
+/// offline) without a look at every other device's.
+struct PerDeviceApp<Value> {
+    private var devices: [DeviceKey: [String: Value]] = [:]
+
+    subscript(key: DeviceAppKey) -> Value? {
+        get { devices[key.device]?[key.bundleID] }
+        set {
+            if let newValue {
+                devices[key.device, default: [:]][key.bundleID] = newValue
+            } else if devices[key.device]?.removeValue(forKey: key.bundleID) != nil, devices[key.device]?.isEmpty == true {
+                devices[key.device] = nil
+            }
+        }
+    }
+
+    /// Every app's value on the device, taken out.
+    mutating func removeAll(of device: DeviceKey) -> [Value] {
+        devices.removeValue(forKey: device).map { Array($0.values) } ?? []
+    }
+
+    /// Takes out the values `isDone` picks, with their keys.
+    mutating func remove(where isDone: (Value) -> Bool) -> [(key: DeviceAppKey, value: Value)] {
+        var removed: [(key: DeviceAppKey, value: Value)] = []
+        for (device, apps) in devices {
+            for (bundleID, value) in apps where isDone(value) { removed.append((DeviceAppKey(device: device, bundleID: bundleID), value)) }
+        }
+        for (key, _) in removed { self[key] = nil }
+        return removed
+    }
+
+    /// The devices with a value, in both environments, for the device id.
+    func devices(withID deviceID: UInt64) -> [DeviceKey] { devices.keys.filter { $0.deviceID == deviceID } }
+}
+
 /// One connected device, as the dispatcher sees it.
 public final class DeviceSession: Sendable {
     let key: DeviceKey
@@ -116,14 +163,15 @@ struct QueuedNotification: Sendable {
     var durable: Pending<Void>? = nil
 }
 
-/// The devices that are connected, what waits for their bursts, their
-/// silent-push budgets, and whoever waits for one to go offline. One lock:
-/// a notification finds its device's presence and budget in one take.
+/// The devices that are connected, what waits for their apps' bursts,
+/// their apps' silent-push budgets, and whoever waits for one to go
+/// offline. One lock: a notification finds its device's presence and its
+/// app's budget in one take.
 final class DeviceSessions: Sendable {
     private struct State {
         var sessions = SessionTable()
-        var bursts: [DeviceKey: BurstQueue<QueuedNotification>] = [:]
-        var silent: [DeviceKey: RateWindow] = [:]
+        var bursts = PerDeviceApp<BurstQueue<QueuedNotification>>()
+        var silent: [DeviceAppKey: RateWindow] = [:]
         var offlineWaiters: [DeviceKey: [CheckedContinuation<Void, Never>]] = [:]
     }
 
@@ -144,17 +192,17 @@ final class DeviceSessions: Sendable {
     }
 
     /// The rules after acceptance (`DeliveryRules.admit`) for a
-    /// notification to the device `key`'s app `bundleID`, with the device's
-    /// presence and silent budget as they are now; the device's session
-    /// when it is connected.
+    /// notification to the device app `key`, with the device's presence and
+    /// the app's silent budget as they are now; the device's session when
+    /// it is connected.
     func admit(
-        _ notification: PushNotification, to key: DeviceKey, bundleID: String, elsewhere: Bool = false, now: Date, events: inout [DeliveryEvent]
+        _ notification: PushNotification, to key: DeviceAppKey, elsewhere: Bool = false, now: Date, events: inout [DeliveryEvent]
     ) -> (DeliveryRules.Admission, DeviceSession?) {
         state.withLock { state in
-            let session = state.sessions[key]
+            let session = state.sessions[key.device]
             // Connected to another node (`elsewhere`): online, handed over there.
-            let presence: DevicePresence = session.map { $0.accepts(bundleID: bundleID) ? .online : .appDisabled } ?? (elsewhere ? .online : .offline)
-            // Only a silent push counts against (and makes) the device's budget.
+            let presence: DevicePresence = session.map { $0.accepts(bundleID: key.bundleID) ? .online : .appDisabled } ?? (elsewhere ? .online : .offline)
+            // Only a silent push counts against (and makes) the app's budget on the device.
             var silentWindow = notification.isSilent ? state.silent[key] : nil
             let admission = rules.admit(notification, presence: presence, silentWindow: &silentWindow, now: now, events: &events)
             if notification.isSilent { state.silent[key] = silentWindow }
@@ -162,11 +210,13 @@ final class DeviceSessions: Sendable {
         }
     }
 
-    /// Queues a priority-5 notification for the device's burst; the
+    /// Queues a priority-5 notification for the device app's burst; the
     /// coalesced event of one it replaced, if any.
-    func queueForBurst(_ queued: QueuedNotification, for key: DeviceKey, now: Date) -> DeliveryEvent? {
+    func queueForBurst(_ queued: QueuedNotification, for key: DeviceAppKey, now: Date) -> DeliveryEvent? {
         state.withLock { state in
-            state.bursts[key, default: BurstQueue(since: now)].add(queued, notification: queued.notification, bundleID: queued.bundleID, at: now)
+            var burst = state.bursts[key] ?? BurstQueue(since: now)
+            defer { state.bursts[key] = burst }
+            return burst.add(queued, notification: queued.notification, bundleID: key.bundleID, at: now)
         }
     }
 
@@ -174,20 +224,14 @@ final class DeviceSessions: Sendable {
     /// session (nil: gone offline meanwhile).
     func dueBursts(at now: Date) -> [(DeviceSession?, [QueuedNotification])] {
         state.withLock { state in
-            var due: [(DeviceSession?, [QueuedNotification])] = []
-            for (key, burst) in state.bursts where rules.burstIsDue(since: burst.since, at: now) {
-                due.append((state.sessions[key], burst.elements))
-                state.bursts[key] = nil
-            }
-            return due
+            state.bursts.remove { rules.burstIsDue(since: $0.since, at: now) }.map { key, burst in (state.sessions[key.device], burst.elements) }
         }
     }
 
     /// What was queued for a device's bursts (in both environments), taken out.
     func removeBursts(ofDevice deviceID: UInt64) -> [QueuedNotification] {
         state.withLock { state in
-            let keys = state.bursts.keys.filter { $0.deviceID == deviceID }
-            return keys.flatMap { state.bursts.removeValue(forKey: $0)?.elements ?? [] }
+            state.bursts.devices(withID: deviceID).flatMap { state.bursts.removeAll(of: $0).flatMap(\.elements) }
         }
     }
 
@@ -211,7 +255,7 @@ final class DeviceSessions: Sendable {
         let (dropped, waiters): ([QueuedNotification], [CheckedContinuation<Void, Never>]) = state.withLock { state in
             guard state.sessions[session.key] === session else { return ([], []) }
             state.sessions[session.key] = nil
-            return (state.bursts.removeValue(forKey: session.key)?.elements ?? [], state.offlineWaiters.removeValue(forKey: session.key) ?? [])
+            return (state.bursts.removeAll(of: session.key).flatMap(\.elements), state.offlineWaiters.removeValue(forKey: session.key) ?? [])
         }
         for waiter in waiters { waiter.resume() }
         return dropped
@@ -229,7 +273,7 @@ final class DeviceSessions: Sendable {
         }
     }
 
-    /// Forgets silent budgets whose hour ended.
+    /// Forgets the apps' silent budgets whose hour ended.
     func pruneBudgets(at now: Date) {
         state.withLock { state in state.silent = state.silent.filter { !$0.value.hasEnded(at: now, length: DeliveryRules.silentWindow) } }
     }

@@ -153,6 +153,34 @@ public final class Dispatcher: Sendable {
         return .waits { await self.admitAfterWaiting(notification, environment: environment, grant: grant) }
     }
 
+    /// A notification found to be its provider's: the provider may push to
+    /// its topic, and its token opens under the environment's key as a
+    /// token of the topic's app (checks 1 to 3 of docs/delivery.md). Only
+    /// the dispatcher makes one, and what is matched against a request by
+    /// rule (`FaultRequest`) is made only from one: no rule is reached by
+    /// a team the request is not of (docs/security.md, "Tenant isolation").
+    struct Owned: Sendable {
+        let environment: Environment
+        let token: [UInt8]
+        let topic: String
+
+        fileprivate init(environment: Environment, token: [UInt8], topic: String) {
+            self.environment = environment
+            self.token = token
+            self.topic = topic
+        }
+    }
+
+    /// The notification as its provider's, when the checks that decide
+    /// whose it is pass; nil when they do not (`admit` then refuses it
+    /// with their reason). Reads no store.
+    func owned(_ notification: PushNotification, environment: Environment, grant: TopicGrant, now: Date) -> Owned? {
+        guard rules.refusal(topicAllowed: grant.allowed) == nil else { return nil }
+        let key = TokenKey(environment: environment, bytes: notification.token)
+        guard case .success = registrations.check(key, bundleID: grant.bundleID, liveActivity: grant.kind == .liveactivity, now: now) else { return nil }
+        return Owned(environment: environment, token: notification.token, topic: grant.topic)
+    }
+
     /// `admit`, waiting for what it has to and for the commit: returns once
     /// the notification is durable when it may be stored (for callers that
     /// hold no connection: the demo's, tests').
@@ -264,9 +292,9 @@ public final class Dispatcher: Sendable {
         var events: [DeliveryEvent] = []
         events.reserveCapacity(4)
         defer { log.append(events) }
-        let deviceKey = DeviceKey(environment: environment, deviceID: token.contents.deviceID)
-        let remote = cluster?.remoteNode(of: deviceKey)
-        let (admission, session) = sessions.admit(notification, to: deviceKey, bundleID: bundleID, elsewhere: remote != nil, now: now, events: &events)
+        let appKey = DeviceAppKey(device: DeviceKey(environment: environment, deviceID: token.contents.deviceID), bundleID: bundleID)
+        let remote = cluster?.remoteNode(of: appKey.device)
+        let (admission, session) = sessions.admit(notification, to: appKey, elsewhere: remote != nil, now: now, events: &events)
         guard case .kept(let stored, let sending) = admission else { return (.accepted, nil) }
         func held() -> PendingNotification {
             PendingNotification(deviceID: token.contents.deviceID, bundleID: bundleID, environment: environment, notification: notification, acceptedAt: now)
@@ -291,7 +319,7 @@ public final class Dispatcher: Sendable {
         switch sending {
         case .later: break
         case .now: deliverOrDrop(queued, to: session, now: now, events: &events)
-        case .withBurst: if let coalesced = sessions.queueForBurst(queued, for: deviceKey, now: now) { events.append(coalesced) }
+        case .withBurst: if let coalesced = sessions.queueForBurst(queued, for: appKey, now: now) { events.append(coalesced) }
         }
         return (.accepted, durable)
     }

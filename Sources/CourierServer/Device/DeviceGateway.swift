@@ -78,6 +78,14 @@ final class DeviceGateway: ListenerInterface {
         } catch {
             return .close(error)
         }
+        // Acks answer what the server sent; any other frame is taken from the connection's budget.
+        let isAck = if case .ack = message { true } else { false }
+        if !isAck, !conversation.budget.take(at: .now()) {
+            return .act(
+                .fail(
+                    DeviceProtocolError(
+                        .tooManyFrames, "more than \(DeviceFrameBudget.capacity) frames, or \(DeviceFrameBudget.perSecond) a second, beside Acks")))
+        }
         switch conversation.machine.receive(message) {
         case .keepAlive:
             link.send(.keepAliveAck)
@@ -178,7 +186,7 @@ final class DeviceGateway: ListenerInterface {
 
     /// Sends the Error frame and closes.
     fileprivate func fail(_ error: DeviceProtocolError, link: DeviceConnection) async {
-        logger.info("device protocol error", metadata: ["courier.code": "\(error.code.name)", "courier.detail": "\(error.message)"])
+        policy.peerLog.log(.info, "device protocol error", metadata: ["courier.code": "\(error.code.name)", "courier.detail": "\(error.message)"], to: logger)
         await link.sendLast(.error(code: error.code, message: error.message))
         link.close()
     }
@@ -219,6 +227,8 @@ enum DeviceStep {
 /// What one device connection has said so far.
 struct DeviceConversation {
     var machine = DeviceConnectionStateMachine()
+    /// What frames it may still send (Acks aside).
+    var budget = DeviceFrameBudget()
     /// An error frame was sent or the connect refused: later frames are
     /// not handled.
     var over = false
@@ -289,7 +299,11 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
         { [self] chain, promise in gateway.verifier.verify(chain, into: self, closed: channel.closeFuture, work: work, promise: promise) }
     }
 
-    func set(_ record: CertificateRecord) { inbox.withLock { $0.peer = HeldRecord(record) } }
+    func set(_ record: CertificateRecord) {
+        inbox.withLock { $0.peer = HeldRecord(record) }
+        // A device authenticates in its handshake.
+        release.authenticated()
+    }
 
     /// The record, forgotten here: Connect needs it once, an idle
     /// connection does not keep it.

@@ -11,7 +11,12 @@ extension HTTP2Gateway {
     /// Answers one request whose method and path were read: trust, the
     /// request id and channel id, the app (the provider's, with Live
     /// Activities), then the operation.
-    func answer(_ head: HTTP2ChannelRequestHead, headers: HPACKHeaders, body: ByteBuffer, connection: HTTP2ConnectionHandle) async -> HTTP2Answer {
+    /// `oversized`: the body went over the size limit and was not kept;
+    /// the request is refused for it (`PayloadTooLarge`) once its trust and
+    /// route are known, under its `apns-request-id`.
+    func answer(
+        _ head: HTTP2ChannelRequestHead, headers: HPACKHeaders, body: ByteBuffer, oversized: Bool = false, connection: HTTP2ConnectionHandle
+    ) async -> HTTP2Answer {
         let requestID = head.requestID ?? UUID().lowercasedString
         var seen = Seen()
         seen.topic = head.bundleID
@@ -21,6 +26,7 @@ extension HTTP2Gateway {
             answer.apnsID = requestID
             answer.idHeader = HTTP2Answer.requestIDHeader
             answer.liftStreamLimit = lift
+            answer.endsUpload = oversized
             return recorded(answer, headers, body, connection, seen)
         }
         func refused(_ reason: Reason) -> HTTP2Answer { done(.failure(reason, requestID: requestID)) }
@@ -44,7 +50,9 @@ extension HTTP2Gateway {
             seen.identity = refreshed
             grant = TopicGrant(bundleID, for: refreshed)
         }
-        guard grant.allowed else { return refused(connection.trust.isCertificate ? .topicMismatch : .topicDisallowed) }
+        // Another team's app: TopicMismatch, for a token as for a certificate (Apple's broadcast reason table).
+        guard grant.allowed else { return refused(.topicMismatch) }
+        if oversized { return refused(.payloadTooLarge) }
         let broadcasts = dispatcher.broadcasts
         do {
             guard try await broadcasts.isEnabled(bundleID: bundleID) else { return refused(.featureNotEnabled) }
@@ -123,6 +131,8 @@ extension HTTP2Gateway {
         let (sent, exists) = try await dispatcher.broadcasts.send(notification, on: channel)
         guard exists else { return .failure(.channelNotRegistered, requestID: requestID) }
         logger.debug("broadcast sent", metadata: ["courier.channel": "\(channel.id)", "courier.devices": "\(sent)"])
+        // In the sandbox, `apns-unique-id` as a device push's 200 carries it.
+        seen.uniqueID = notification.uniqueID
         return HTTP2Answer(status: 200, apnsID: requestID, body: nil)
     }
 }

@@ -109,6 +109,9 @@ struct HTTP2Answer: Sendable {
     /// The request's inbox entry, recorded on the connection's event loop
     /// (one thread per connection takes the inbox's lock, not every task's).
     var entry: InboxRecord?
+    /// The request's body is still coming and was refused for its size:
+    /// once the answer is out, the stream is reset so the upload stops.
+    var endsUpload = false
 
     static let apnsIDHeader = "apns-id"
     static let requestIDHeader = "apns-request-id"
@@ -169,7 +172,7 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
     var clock: any WallClock { dispatcher.clock }
 
     func setUp(_ channel: any Channel, peer: PeerIdentityBox, work: ConnectionWork, release: ConnectionRelease) throws -> Never? {
-        try channel.pipeline.syncOperations.addHandler(HTTP2ConnectionSetup(gateway: self, peer: peer, work: work))
+        try channel.pipeline.syncOperations.addHandler(HTTP2ConnectionSetup(gateway: self, peer: peer, work: work, release: release))
         return nil
     }
 
@@ -245,17 +248,17 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         let open = connections.withLock { Array($0.open.values) }
         for connection in open {
             if now.timeIntervalSince(connection.idleSince) >= configuration.http2.idleTimeout {
-                logger.info("closing an idle connection")
+                policy.peerLog.log(.info, "closing an idle connection", to: logger)
                 connection.goAway(.idleTimeout)
             }
             guard case .token(let trust) = connection.trust else { continue }
             if let keyID = trust.keyID {
                 guard keys.isRevoked(keyID) else { continue }
-                logger.info("closing a connection whose auth key was revoked", metadata: ["courier.key": "\(keyID)"])
+                policy.peerLog.log(.info, "closing a connection whose auth key was revoked", metadata: ["courier.key": "\(keyID)"], to: logger)
                 connection.goAway(.invalidProviderToken)
             } else if now.timeIntervalSince(connection.openedAt) >= policy.connections.authenticationTimeout {
                 // No certificate, and no valid token shown in time.
-                logger.info("closing a connection that did not authenticate")
+                policy.peerLog.log(.info, "closing a connection that did not authenticate", to: logger)
                 connection.goAway(.missingProviderToken)
             }
         }
@@ -435,14 +438,13 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
     }
 
     /// Takes the first fault rule that matches the notification, as the
-    /// binary API does once a frame's payload passed its checks.
+    /// binary API does once a frame's payload passed its checks, and only
+    /// once the dispatcher found the notification to be its provider's.
     private func fault(
         _ notification: PushNotification, grant: TopicGrant, first: Bool, apnsID: String, connection: HTTP2ConnectionHandle, seen: inout Seen
     ) -> FaultStep {
-        guard faults.isActive,
-            let rule = faults.take(
-                FaultRequest(interface: .http2, environment: environment, token: notification.token, topic: grant.topic, identity: seen.identity),
-                now: clock.now())
+        guard faults.isActive, let owned = dispatcher.owned(notification, environment: environment, grant: grant, now: clock.now()),
+            let rule = faults.take(FaultRequest(owned, interface: .http2, identity: seen.identity), now: clock.now())
         else { return .none }
         seen.fault = rule.id
         dispatcher.logFault(rule, notification: notification)
@@ -507,9 +509,9 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
             if first, let keyID = trust.keyID {
                 let admission = policy.providers.admit("key " + keyID, until: connection.channel.closeFuture)
                 if admission != .admitted {
-                    logger.warning(
-                        admission == .tooFast ? "refusing a provider that reconnects too fast" : "refusing a provider that holds its connections",
-                        metadata: ["courier.key": "\(keyID)"])
+                    policy.peerLog.log(
+                        .warning, admission == .tooFast ? "refusing a provider that reconnects too fast" : "refusing a provider that holds its connections",
+                        metadata: ["courier.key": "\(keyID)"], to: logger)
                     connection.goAway(.tooManyRequests)
                     return .failure(Refused(answer: .failure(.tooManyRequests, apnsID: apnsID)))
                 }
@@ -603,11 +605,13 @@ final class HTTP2ConnectionSetup: ChannelInboundHandler, RemovableChannelHandler
     let gateway: HTTP2Gateway
     let peer: PeerIdentityBox
     let work: ConnectionWork
+    let release: ConnectionRelease
 
-    init(gateway: HTTP2Gateway, peer: PeerIdentityBox, work: ConnectionWork) {
+    init(gateway: HTTP2Gateway, peer: PeerIdentityBox, work: ConnectionWork, release: ConnectionRelease) {
         self.gateway = gateway
         self.peer = peer
         self.work = work
+        self.release = release
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
@@ -634,7 +638,7 @@ final class HTTP2ConnectionSetup: ChannelInboundHandler, RemovableChannelHandler
         ]
         do {
             let operations = context.pipeline.syncOperations
-            try operations.addHandler(HTTP2ProviderHandler(gateway: gateway, connection: handle, work: work), position: .after(self))
+            try operations.addHandler(HTTP2ProviderHandler(gateway: gateway, connection: handle, work: work, release: release), position: .after(self))
             try operations.addHandler(NIOHTTP2Handler(mode: .server, initialSettings: settings), position: .after(self))
             operations.removeHandler(context: context, promise: nil)
         } catch {
@@ -668,6 +672,8 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     let connection: HTTP2ConnectionHandle
     /// Where requests that wait are answered.
     let work: ConnectionWork
+    /// Told of the connection's first valid provider token.
+    let release: ConnectionRelease
     /// The requests the current read completed (`decideReceived`).
     private var received: [HTTP2Request] = []
     private let deciding = HTTP2DecisionQueue()
@@ -688,12 +694,14 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     private var flushScheduled = false
     private var context: ChannelHandlerContext?
 
-    init(gateway: HTTP2Gateway, connection: HTTP2ConnectionHandle, work: ConnectionWork) {
+    init(gateway: HTTP2Gateway, connection: HTTP2ConnectionHandle, work: ConnectionWork, release: ConnectionRelease) {
         self.gateway = gateway
         self.connection = connection
         self.work = work
+        self.release = release
         eventLoop = connection.channel.eventLoop
-        bodyLimit = max(gateway.configuration.limits.payload.http2, gateway.configuration.limits.payload.http2VoIP)
+        let limits = gateway.configuration.limits.payload
+        bodyLimit = max(limits.http2, limits.http2VoIP, limits.broadcast)
         unfinishedLimit = gateway.configuration.connections.maxUnfinishedRequestBytes
     }
 
@@ -711,14 +719,40 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     private func hold(_ count: Int, in stream: inout OpenStream, _ streamID: HTTP2StreamID, context: ChannelHandlerContext) -> Bool {
         guard unfinishedBytes + count <= unfinishedLimit else {
             remove(streamID)
-            gateway.logger.info("reset a stream: the connection holds too much unfinished", metadata: ["courier.bytes": "\(unfinishedBytes)"])
+            gateway.policy.peerLog.log(
+                .info, "reset a stream: the connection holds too much unfinished", metadata: ["courier.bytes": "\(unfinishedBytes)"], to: gateway.logger)
             context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.enhanceYourCalm))), promise: nil)
             scheduleFlush(context: context)
+            countServerReset(context: context)
             return false
         }
         unfinishedBytes += count
         stream.bytes += count
         return true
+    }
+
+    /// Streams this side reset, in the current window: counted as the
+    /// peer's own resets are by NIO's rapid-reset limit (200 per 30 s), so
+    /// a peer that makes the server reset its streams — and write a log
+    /// line for each — gets GOAWAY (ENHANCE_YOUR_CALM) as one that resets
+    /// them itself does.
+    private var serverResets = (count: 0, since: NIODeadline.distantPast)
+    private var closingForResets = false
+    static let serverResetLimit = 200
+    static let serverResetWindow = TimeAmount.seconds(30)
+
+    private func countServerReset(context: ChannelHandlerContext) {
+        let now = NIODeadline.now()
+        if now - serverResets.since >= Self.serverResetWindow { serverResets = (0, now) }
+        serverResets.count += 1
+        guard serverResets.count > Self.serverResetLimit, !closingForResets else { return }
+        closingForResets = true
+        gateway.policy.peerLog.log(
+            .info, "closing a connection that made the server reset too many of its streams", metadata: ["courier.resets": "\(serverResets.count)"],
+            to: gateway.logger)
+        let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: machine.lastStream, errorCode: .enhanceYourCalm, opaqueData: nil))
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(frame)).whenComplete { _ in channel.close(promise: nil) }
     }
 
     func handlerAdded(context: ChannelHandlerContext) { self.context = context }
@@ -750,20 +784,19 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
             guard var stream = streams[frame.streamID], case .byteBuffer(var bytes) = data.data else { return }
             let kept = stream.body?.readableBytes ?? 0
             if kept + bytes.readableBytes > bodyLimit {
-                // Too large whatever the topic: answer now and stop the upload.
                 remove(frame.streamID)
-                // The reset goes once the answer is out: it would drop the answer's DATA still queued.
-                let written = context.eventLoop.makePromise(of: Void.self)
-                let answer = HTTP2Answer.failure(.payloadTooLarge, apnsID: Self.apnsID(in: stream.headers))
+                if gateway.managesChannels || HTTP2ChannelRequestHead.isBroadcast(stream.headers) {
+                    // A broadcast API request: refused for its size once its trust and route are known, under its apns-request-id.
+                    stream.body = nil
+                    decideChannelRequest(stream, on: frame.streamID, management: gateway.managesChannels, oversized: true, context: context)
+                    return
+                }
+                // Too large whatever the topic: answer now and stop the upload.
+                var answer = HTTP2Answer.failure(.payloadTooLarge, apnsID: Self.apnsID(in: stream.headers))
+                answer.endsUpload = true
                 // Recorded with the part of the body that came (the inbox cuts it).
                 if let entry = gateway.entry(stream.headers, body: stream.body ?? bytes, answer: answer, connection: connection) { gateway.inbox.record(entry) }
-                write(answer, on: frame.streamID, context: context, promise: written)
-                let reset = HTTP2Frame(streamID: frame.streamID, payload: .rstStream(.noError))
-                let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
-                written.futureResult.whenComplete { _ in
-                    guard let context = bound.value.context else { return }
-                    context.writeAndFlush(bound.value.wrapOutboundOut(reset), promise: nil)
-                }
+                write(answer, on: frame.streamID, context: context)
                 return
             }
             if data.endStream {
@@ -873,17 +906,21 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
 
     /// A request of the broadcast API: answered through the listener's
     /// work (it needs the store), or refused now when its method or path is wrong.
-    private func decideChannelRequest(_ stream: OpenStream, on streamID: HTTP2StreamID, management: Bool, context: ChannelHandlerContext) {
+    /// `oversized`: its body went over the limit (and was not kept).
+    private func decideChannelRequest(
+        _ stream: OpenStream, on streamID: HTTP2StreamID, management: Bool, oversized: Bool = false, context: ChannelHandlerContext
+    ) {
         let body = stream.body ?? context.channel.allocator.buffer(capacity: 0)
         switch HTTP2ChannelRequestHead.parse(stream.headers, management: management) {
         case .failure(let reason):
-            let answer = HTTP2Answer.failure(reason, requestID: Self.requestID(in: stream.headers))
+            var answer = HTTP2Answer.failure(reason, requestID: Self.requestID(in: stream.headers))
+            answer.endsUpload = oversized
             if let entry = gateway.entry(stream.headers, body: body, answer: answer, connection: connection) { gateway.inbox.record(entry) }
             write(answer, on: streamID, context: context)
         case .success(let head):
             machine.dispatched()
             let (gateway, connection, headers) = (self.gateway, self.connection, stream.headers)
-            settle(.waits { await gateway.answer(head, headers: headers, body: body, connection: connection) }, on: streamID)
+            settle(.waits { await gateway.answer(head, headers: headers, body: body, oversized: oversized, connection: connection) }, on: streamID)
         }
     }
 
@@ -953,6 +990,8 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         let action = machine.answered(firstValidToken: answer.liftStreamLimit)
         guard let context else { return }
         if action.liftStreamLimit {
+            // The first valid token: the connection authenticated.
+            release.authenticated()
             let settings = [HTTP2Setting(parameter: .maxConcurrentStreams, value: gateway.configuration.http2.maxConcurrentStreams)]
             context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .settings(.settings(settings)))), promise: nil)
         }
@@ -960,7 +999,25 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         if let reason = action.goAway { sendGoAway(reason, context: context) }
     }
 
-    private func write(_ answer: HTTP2Answer, on streamID: HTTP2StreamID, context: ChannelHandlerContext, promise: EventLoopPromise<Void>? = nil) {
+    /// Writes an answer; one that `endsUpload` is followed by a reset of
+    /// its stream once it is out (sent sooner, the reset would drop the
+    /// answer's DATA still queued).
+    private func write(_ answer: HTTP2Answer, on streamID: HTTP2StreamID, context: ChannelHandlerContext) {
+        guard answer.endsUpload else {
+            write(answer, on: streamID, context: context, promise: nil)
+            return
+        }
+        let written = context.eventLoop.makePromise(of: Void.self)
+        write(answer, on: streamID, context: context, promise: written)
+        let reset = HTTP2Frame(streamID: streamID, payload: .rstStream(.noError))
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        written.futureResult.whenComplete { _ in
+            guard let context = bound.value.context else { return }
+            context.writeAndFlush(bound.value.wrapOutboundOut(reset), promise: nil)
+        }
+    }
+
+    private func write(_ answer: HTTP2Answer, on streamID: HTTP2StreamID, context: ChannelHandlerContext, promise: EventLoopPromise<Void>?) {
         // The apns-id differs on every answer: kept out of the HPACK table.
         var headers = HPACKHeaders()
         headers.add(name: ":status", value: answer.status == 200 ? "200" : String(answer.status))

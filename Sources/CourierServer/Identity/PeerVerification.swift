@@ -41,11 +41,14 @@ final class PeerIdentityBox: PeerIdentityHolder {
     private let closed: EventLoopFuture<Void>
     /// Where the check runs.
     private let work: ConnectionWork
+    /// Told when the certificate passed (the connection authenticated).
+    private let release: ConnectionRelease
 
-    init(verifier: PeerVerifier, closed: EventLoopFuture<Void>, work: ConnectionWork) {
+    init(verifier: PeerVerifier, closed: EventLoopFuture<Void>, work: ConnectionWork, release: ConnectionRelease) {
         self.verifier = verifier
         self.closed = closed
         self.work = work
+        self.release = release
     }
 
     func verificationCallback() -> NIOSSLCustomVerificationCallback {
@@ -57,7 +60,10 @@ final class PeerIdentityBox: PeerIdentityHolder {
     }
 
     var record: CertificateRecord? { value.withLock { $0?.record } }
-    func set(_ record: CertificateRecord) { value.withLock { $0 = HeldRecord(record) } }
+    func set(_ record: CertificateRecord) {
+        value.withLock { $0 = HeldRecord(record) }
+        release.authenticated()
+    }
 }
 
 /// Checks client certificates during the TLS handshake: the chain must
@@ -81,11 +87,14 @@ final class PeerVerifier: Sendable {
     let providers: ProviderLimits?
     /// For provider certificates: the other authorities trusted for them.
     let authorities: ProviderAuthorities?
+    /// Refusals are lines a peer causes: at most one per cause per interval.
+    let peerLog: PeerLog
 
     init(
         authority: Certificate, certificates: CertificateConnections, kind: CertificateKind, logger: Logger, environment: Environment? = nil,
-        providers: ProviderLimits? = nil, authorities: ProviderAuthorities? = nil
+        providers: ProviderLimits? = nil, authorities: ProviderAuthorities? = nil, peerLog: PeerLog = PeerLog(interval: 10)
     ) {
+        self.peerLog = peerLog
         self.authority = authority
         self.certificates = certificates
         self.kind = kind
@@ -131,7 +140,7 @@ final class PeerVerifier: Sendable {
             var verifier = Verifier(rootCertificates: CertificateStore([authority] + others)) { RFC5280Policy() }
             let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore(certificates.dropFirst()))
             guard case .validCertificate(let chain) = result else {
-                logger.info("refused a peer certificate not issued by a trusted CA", metadata: ["courier.subject": "\(leaf.subject)"])
+                peerLog.log(.info, "refused a peer certificate not issued by a trusted CA", metadata: ["courier.subject": "\(leaf.subject)"], to: logger)
                 promise.succeed(.failed)
                 return
             }
@@ -142,7 +151,8 @@ final class PeerVerifier: Sendable {
                     // Another authority's: its serial numbers are not
                     // Courier's, so the record must hold this very certificate.
                     if let record = found, (try? Certificate(pemEncoded: record.pem)) != leaf {
-                        logger.warning("refused a certificate whose serial number is another certificate's", metadata: ["courier.serial": "\(serial)"])
+                        peerLog.log(
+                            .warning, "refused a certificate whose serial number is another certificate's", metadata: ["courier.serial": "\(serial)"], to: logger)
                         promise.succeed(.failed)
                         return
                     }
@@ -152,31 +162,34 @@ final class PeerVerifier: Sendable {
                             logger.notice("took a provider certificate of a trusted authority", metadata: ["courier.serial": "\(serial)", "courier.subject": "\(leaf.subject)"])
                             found = record
                         case .failure(let refusal):
-                            logger.info("refused a provider certificate of a trusted authority", metadata: ["courier.serial": "\(serial)", "courier.why": "\(refusal.why)"])
+                            peerLog.log(
+                                .info, "refused a provider certificate of a trusted authority", metadata: ["courier.serial": "\(serial)", "courier.why": "\(refusal.why)"],
+                                to: logger)
                             promise.succeed(.failed)
                             return
                         }
                     }
                 }
                 guard let record = found, record.kind == kind, record.revokedAt == nil else {
-                    logger.info("refused an unknown, revoked or wrong-kind certificate", metadata: ["courier.serial": "\(serial)"])
+                    peerLog.log(.info, "refused an unknown, revoked or wrong-kind certificate", metadata: ["courier.serial": "\(serial)"], to: logger)
                     promise.succeed(.failed)
                     return
                 }
                 if let environment, !record.environments.contains(environment) {
-                    logger.info("refused a certificate without this environment", metadata: ["courier.serial": "\(serial)"])
+                    peerLog.log(.info, "refused a certificate without this environment", metadata: ["courier.serial": "\(serial)"], to: logger)
                     promise.succeed(.failed)
                     return
                 }
                 switch providers?.admit("certificate " + serial, until: closed) ?? .admitted {
                 case .admitted: break
                 case .tooFast:
-                    logger.warning("refusing a provider certificate that reconnects too fast", metadata: ["courier.serial": "\(serial)"])
+                    peerLog.log(.warning, "refusing a provider certificate that reconnects too fast", metadata: ["courier.serial": "\(serial)"], to: logger)
                     promise.succeed(.failed)
                     return
                 case .tooMany:
-                    logger.warning(
-                        "refusing a provider certificate that holds its connections", metadata: ["courier.serial": "\(serial)", "courier.open": "\(providers?.maxOpen ?? 0)"])
+                    peerLog.log(
+                        .warning, "refusing a provider certificate that holds its connections",
+                        metadata: ["courier.serial": "\(serial)", "courier.open": "\(providers?.maxOpen ?? 0)"], to: logger)
                     promise.succeed(.failed)
                     return
                 }

@@ -9,7 +9,16 @@ import Glibc
 #endif
 
 /// What one listener lets peers hold: open connections in all and from one
-/// source address. A connection beyond either is closed at accept (by a
+/// source address, and — of those — connections that have not
+/// authenticated yet (no client certificate checked, no valid provider
+/// token seen): at most `connections.unauthenticatedShare` of the
+/// listener and `connections.maxUnauthenticatedPerAddress` from one
+/// address, and an address whose connections ended without
+/// authenticating `connections.maxFailedAuthenticationsPerAddress` times
+/// in the last second is refused until that second has passed. Anonymous
+/// peers, however many times they reconnect, never take the room of
+/// authenticated ones, nor of a provider on another address still
+/// handshaking. A connection beyond any of these is closed at accept (by a
 /// `CloseAtOnce` in front of its pipeline: the channel initializer must
 /// not throw, as NIO's async listener would drop the accepted socket
 /// without closing it), counted,
@@ -25,6 +34,12 @@ final class ListenerGuard: Sendable {
     private struct State {
         var open = 0
         var byAddress: [String: Int] = [:]
+        /// Open and not authenticated yet, in all and by address.
+        var unauthenticated = 0
+        var unauthenticatedByAddress: [String: Int] = [:]
+        /// Connections that ended without authenticating, by address, in
+        /// the current second.
+        var failures: [String: RateWindow] = [:]
         var refused = 0
         /// Refusals since the last log line.
         var unlogged = 0
@@ -32,10 +47,20 @@ final class ListenerGuard: Sendable {
         var closedUnread = 0
         var unloggedUnread = 0
         var lastUnreadLog: NIODeadline?
+
+        mutating func leaveUnauthenticated(_ address: String) {
+            unauthenticated -= 1
+            let left = unauthenticatedByAddress[address, default: 1] - 1
+            unauthenticatedByAddress[address] = left > 0 ? left : nil
+        }
     }
 
     let maxOpen: Int
     let maxPerAddress: Int
+    let maxUnauthenticated: Int
+    let maxUnauthenticatedPerAddress: Int
+    let maxFailuresPerAddress: Int
+    private let clock: any WallClock
     /// Nil: no bound (feedback, which writes a topic's whole list at once
     /// and has its own time limit).
     let maxUnread: Int?
@@ -46,27 +71,59 @@ final class ListenerGuard: Sendable {
     private let logger: Logger
     private let state = Mutex(State())
 
-    init(maxOpen: Int, maxPerAddress: Int, maxUnread: Int? = nil, logInterval: Double, logger: Logger) {
+    /// `unauthenticatedShare`: of `maxOpen`, what connections not
+    /// authenticated yet may hold (at least one).
+    init(
+        maxOpen: Int, maxPerAddress: Int, unauthenticatedShare: Double = 1, maxUnauthenticatedPerAddress: Int = .max,
+        maxFailuresPerAddress: Int = .max, maxUnread: Int? = nil, logInterval: Double, clock: any WallClock = SystemWallClock(), logger: Logger
+    ) {
         self.maxOpen = maxOpen
         self.maxPerAddress = maxPerAddress
+        maxUnauthenticated = max(1, Int(Double(maxOpen) * min(1, max(0, unauthenticatedShare))))
+        self.maxUnauthenticatedPerAddress = min(maxPerAddress, maxUnauthenticatedPerAddress)
+        self.maxFailuresPerAddress = maxFailuresPerAddress
+        self.clock = clock
         self.maxUnread = maxUnread
         self.logInterval = .milliseconds(Int64(logInterval * 1000))
         self.logger = logger
     }
 
-    convenience init(_ listener: BoundPorts.Listener, _ environment: Environment, _ connections: CourierConfiguration.Connections, logger: Logger) {
+    convenience init(
+        _ listener: BoundPorts.Listener, _ environment: Environment, _ connections: CourierConfiguration.Connections, clock: any WallClock, logger: Logger
+    ) {
         self.init(
             maxOpen: listener == .device ? connections.maxPerDeviceListener(environment) : connections.maxPerListener,
-            maxPerAddress: connections.maxPerAddress,
-            maxUnread: listener == .feedback ? nil : connections.maxUnreadBytes, logInterval: connections.refusalLogInterval, logger: logger)
+            maxPerAddress: connections.maxPerAddress, unauthenticatedShare: connections.unauthenticatedShare,
+            maxUnauthenticatedPerAddress: connections.maxUnauthenticatedPerAddress, maxFailuresPerAddress: connections.maxFailedAuthenticationsPerAddress,
+            maxUnread: listener == .feedback ? nil : connections.maxUnreadBytes, logInterval: connections.refusalLogInterval, clock: clock, logger: logger)
     }
 
-    /// A connection counted in; `end` counts it out, once.
-    struct Admission: Sendable {
+    /// A connection counted in, as not authenticated yet: `authenticated`
+    /// moves it out of that share, `end` counts it out; each once, in
+    /// whatever order and from whatever thread they come.
+    final class Admission: Sendable {
         fileprivate let guardian: ListenerGuard
         fileprivate let address: String
+        /// 0: not authenticated, 1: authenticated, 2: ended.
+        private let stage = Atomic<UInt8>(0)
 
-        func end() { guardian.countOut(address) }
+        fileprivate init(guardian: ListenerGuard, address: String) {
+            self.guardian = guardian
+            self.address = address
+        }
+
+        func authenticated() {
+            guard stage.compareExchange(expected: 0, desired: 1, ordering: .relaxed).exchanged else { return }
+            guardian.authenticated(address)
+        }
+
+        func end() {
+            switch stage.exchange(2, ordering: .relaxed) {
+            case 0: guardian.countOut(address, authenticated: false)
+            case 1: guardian.countOut(address, authenticated: true)
+            default: break
+            }
+        }
     }
 
     /// Counts a new connection in, or refuses it: `CloseAtOnce` goes in
@@ -138,20 +195,29 @@ final class ListenerGuard: Sendable {
         }
     }
 
-    /// Counts a new connection in; nil, and counted as refused, when it is
-    /// over a limit.
+    /// Counts a new connection in (not authenticated yet); nil, and
+    /// counted as refused, when it is over a limit.
     private func count(_ channel: any Channel) -> Admission? {
         let address = channel.remoteAddress?.ipAddress ?? "unknown"
         let now = NIODeadline.now()
+        let second = clock.now()
         let refusal = state.withLock { state -> (why: String, log: Int?)? in
             let why: String
             if state.open >= maxOpen {
                 why = "the listener has its \(maxOpen) connections"
             } else if state.byAddress[address, default: 0] >= maxPerAddress {
                 why = "the address has its \(maxPerAddress) connections"
+            } else if state.unauthenticated >= maxUnauthenticated {
+                why = "the listener has its \(maxUnauthenticated) connections that have not authenticated"
+            } else if state.unauthenticatedByAddress[address, default: 0] >= maxUnauthenticatedPerAddress {
+                why = "the address has its \(maxUnauthenticatedPerAddress) connections that have not authenticated"
+            } else if let failures = state.failures[address], !failures.hasEnded(at: second, length: 1), failures.count >= maxFailuresPerAddress {
+                why = "the address's connections ended \(failures.count) times in the last second without authenticating"
             } else {
                 state.open += 1
                 state.byAddress[address, default: 0] += 1
+                state.unauthenticated += 1
+                state.unauthenticatedByAddress[address, default: 0] += 1
                 return nil
             }
             state.refused += 1
@@ -171,13 +237,29 @@ final class ListenerGuard: Sendable {
         return Admission(guardian: self, address: address)
     }
 
-    private func countOut(_ address: String) {
+    private func authenticated(_ address: String) {
+        state.withLock { state in state.leaveUnauthenticated(address) }
+    }
+
+    /// `authenticated` false: it ended without authenticating, a failure
+    /// of its address in the current second.
+    private func countOut(_ address: String, authenticated: Bool) {
+        let now = authenticated ? nil : clock.now()
         state.withLock { state in
             state.open -= 1
             let left = state.byAddress[address, default: 1] - 1
             state.byAddress[address] = left > 0 ? left : nil
+            guard let now else { return }
+            state.leaveUnauthenticated(address)
+            guard maxFailuresPerAddress < .max else { return }
+            // Ended windows forgotten now and then, so that the table stays small.
+            if state.failures.count >= 10_000 { state.failures = state.failures.filter { !$0.value.hasEnded(at: now, length: 1) } }
+            _ = state.failures[address, default: .unopened].take(limit: .max, per: 1, now: now)
         }
     }
+
+    /// Connections open now that have not authenticated.
+    var unauthenticated: Int { state.withLock { $0.unauthenticated } }
 
     /// Connections refused since the start.
     var refused: Int { state.withLock { $0.refused } }
@@ -396,12 +478,16 @@ struct ConnectionPolicy: Sendable {
     let certificates: CertificateConnections
     let providers: ProviderLimits
     let memory: MemoryReturn
+    /// The server's clock (the seconds of `ListenerGuard`'s failure budget).
+    let clock: any WallClock
+    /// The lines peers can cause, at most one per cause per interval.
+    let peerLog: PeerLog
     /// Every listener's guard, by name, for the admin API's status.
     let open = ConnectionCounts()
 
     /// The limits of one listener (each listener has its own).
     func guardFor(_ listener: BoundPorts.Listener, _ environment: Environment, logger: Logger) -> ListenerGuard {
-        let limits = ListenerGuard(listener, environment, connections, logger: logger)
+        let limits = ListenerGuard(listener, environment, connections, clock: clock, logger: logger)
         memory.watch(limits)
         open.add(limits, as: "\(listener.rawValue).\(environment.rawValue)")
         return limits

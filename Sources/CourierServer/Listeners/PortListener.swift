@@ -79,7 +79,7 @@ extension ListenerInterface where Connection == Never {
 
 extension ListenerInterface where Peer == PeerIdentityBox {
     func peer(for channel: any Channel, work: ConnectionWork, release: ConnectionRelease) -> PeerIdentityBox {
-        PeerIdentityBox(verifier: verifier, closed: channel.closeFuture, work: work)
+        PeerIdentityBox(verifier: verifier, closed: channel.closeFuture, work: work, release: release)
     }
 }
 
@@ -125,33 +125,42 @@ struct PortBasics: Sendable {
             case .providers(let checkingEnvironment):
                 PeerVerifier(
                     authority: authority.authority, certificates: policy.certificates, kind: .provider, logger: logger,
-                    environment: checkingEnvironment ? environment : nil, providers: policy.providers, authorities: authority.providerAuthorities)
+                    environment: checkingEnvironment ? environment : nil, providers: policy.providers, authorities: authority.providerAuthorities,
+                    peerLog: policy.peerLog)
             case .devices:
-                PeerVerifier(authority: authority.authority, certificates: policy.certificates, kind: .device, logger: logger)
+                PeerVerifier(authority: authority.authority, certificates: policy.certificates, kind: .device, logger: logger, peerLog: policy.peerLog)
             }
     }
 }
 
-/// Tells a port's listener that one of its connections has ended (see
-/// `ListenerInterface.setUp`), and counts it out of the port's guard. Not
-/// a closure: a connection that keeps it while idle keeps no allocation
-/// of its own for it; and told the channel rather than keeping it, which
-/// the connection has already.
+/// Tells a port's listener that one of its connections authenticated
+/// (it leaves the share of the listener that connections still
+/// authenticating may hold: `ListenerGuard`), and that it has ended (see
+/// `ListenerInterface.setUp`), which counts it out of the port's guard.
+/// Not a closure: a connection that keeps it while idle keeps no
+/// allocation of its own for it; and told the channel rather than keeping
+/// it, which the connection has already.
 struct ConnectionRelease: Sendable {
     private let open: OpenConnections
-    /// For an interface that `releasesItself`: its admission, which then
-    /// has no close callback of its own.
     private let admission: ListenerGuard.Admission?
+    /// The interface `releasesItself`: its end counts the admission out
+    /// (there is no close callback on its channel for it).
+    private let countsOut: Bool
 
-    init(open: OpenConnections, admission: ListenerGuard.Admission? = nil) {
+    init(open: OpenConnections, admission: ListenerGuard.Admission? = nil, countsOut: Bool = false) {
         self.open = open
         self.admission = admission
+        self.countsOut = countsOut
     }
+
+    /// The peer showed its credentials: a client certificate the server
+    /// knows, or its first valid provider token.
+    func authenticated() { admission?.authenticated() }
 
     /// `channel` has ended.
     func callAsFunction(_ channel: any Channel) {
         open.remove(channel)
-        admission?.end()
+        if countsOut { admission?.end() }
     }
 }
 
@@ -203,7 +212,7 @@ struct PortListener<Interface: ListenerInterface>: Service {
                                 let admission = try guardian.admit(
                                     channel, addingUnreadLimit: !Interface.closesUnreadItself, countedOutOnClose: !Interface.releasesItself)
                             else { return nil }
-                            let release = ConnectionRelease(open: open, admission: Interface.releasesItself ? admission : nil)
+                            let release = ConnectionRelease(open: open, admission: admission, countsOut: Interface.releasesItself)
                             admitted = release
                             try open.add(channel)
                             if !Interface.releasesItself { channel.closeFuture.whenComplete { _ in release(channel) } }
