@@ -13,6 +13,8 @@
 #        device asked for, and then disconnected
 #        UNINSTALLED=1 ... : pushes to the demo app's token after the demo
 #        device reported the app removed (each answered 410 Unregistered)
+#        SERVER_CPU=0 LOAD_CPU=1 ... : the server pinned to one core and
+#        h2load to another (Benchmarks/ratchet.sh)
 # needs: h2load (Debian nghttp2-client), nginx, openssl; a release build:
 #        swift build -c release --product courier
 set -euo pipefail
@@ -34,7 +36,10 @@ cat > "$work/courier.json" <<JSON
   "logLevel": "warning"
 }
 JSON
-"$courier" serve --data "$work/data" --config "$work/courier.json" > "$work/courier.log" 2>&1 &
+server_pin=() load_pin=()
+[ -n "${SERVER_CPU:-}" ] && server_pin=(taskset -c "$SERVER_CPU")
+[ -n "${LOAD_CPU:-}" ] && load_pin=(taskset -c "$LOAD_CPU")
+"${server_pin[@]}" "$courier" serve --data "$work/data" --config "$work/courier.json" > "$work/courier.log" 2>&1 &
 echo $! > "$work/courier.pid"
 for _ in $(seq 100); do grep -q "Courier is running" "$work/courier.log" && break; sleep 0.1; done
 
@@ -89,7 +94,7 @@ http {
   }
 }
 CONF
-nginx -c "$work/nginx.conf" -p "$work/nginx"
+[ "${ONLY:-}" = courier ] || nginx -c "$work/nginx.conf" -p "$work/nginx"
 
 # CPU time (user + system, clock ticks) of the processes whose pids are given.
 cpu_ticks() {
@@ -110,7 +115,7 @@ run() { # name url connections
   pids=$(server_pids "$1")
   # shellcheck disable=SC2086
   before=$(cpu_ticks $pids)
-  out=$(h2load -n "$requests" -c "$3" -m 100 -t "$threads" -d "$work/payload.json" --log-file "$work/$1-$3.tsv" \
+  out=$("${load_pin[@]}" h2load -n "$requests" -c "$3" -m 100 -t "$threads" -d "$work/payload.json" --log-file "$work/$1-$3.tsv" \
     -H "apns-topic: $topic" -H "apns-expiration: ${EXPIRATION:-0}" -H "apns-push-type: $push_type" \
     -H "authorization: bearer $JWT" "$2/3/device/$token")
   # shellcheck disable=SC2086

@@ -361,6 +361,30 @@ import Testing
         }
     }
 
+    /// Streams the server resets count as the peer's own resets do: a
+    /// connection that makes it reset more than 100 in 30 s gets GOAWAY
+    /// ENHANCE_YOUR_CALM; and the reset's log line is written once per
+    /// interval, the rest counted (`PeerLog`).
+    @Test func resetsTheServerMakesEndTheConnectionAndLogOnce() async throws {
+        try await withTestServer(configure: { $0.connections.maxUnfinishedRequestBytes = 16_384 }) { server in
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let connection = try await server.http2Connection(certificate: (server.demoDirectory + "/com.example.demo.pem", server.demoDirectory + "/com.example.demo-key.pem"))
+            let part = [UInt8](repeating: UInt8(ascii: " "), count: 4_000)
+            var resets: [Task<Int?, Never>] = []
+            for _ in 0..<(HTTP2ProviderHandler.serverResetLimit + 10) {
+                guard let started = try? await connection.startUnfinishedRequest(RawPush(token: token).all, bodyStart: part) else { break }
+                resets.append(started)
+            }
+            let goAway = try #require(await connection.closed())
+            #expect(goAway.errorCode == 11, "ENHANCE_YOUR_CALM")
+            for reset in resets { _ = await reset.value }
+            let suppressed = server.application.policy.peerLog.suppressed("reset a stream: the connection holds too much unfinished")
+            #expect(suppressed >= HTTP2ProviderHandler.serverResetLimit - 10, "\(suppressed) lines left out")
+            await server.disconnect(device)
+        }
+    }
+
     /// Connections that have not authenticated hold at most
     /// `connections.unauthenticatedShare` of a listener and
     /// `connections.maxUnauthenticatedPerAddress` from one address: two

@@ -318,4 +318,51 @@ import Testing
             await server.disconnect(device)
         }
     }
+
+    /// The rest of the state two teams' pushes reach on a shared device
+    /// (docs/security.md, "Tenant isolation"): another team's pushes to
+    /// this team's token under its own topic are refused and take nothing
+    /// from the token's rate window; its held notification for its own app
+    /// replaces nothing of this team's; its collapse id coalesces nothing
+    /// of this team's.
+    @Test func anotherTeamsPushesReachNoneOfThisTeamsState() async throws {
+        try await withTestServer(qos: QoSConfiguration(burstWindow: 1, tokenRateLimit: 3)) { server in
+            _ = try await server.otherTeam()
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let foreignToken = try await device.client.register("com.example.foreign")
+            // The rate window.
+            for _ in 0..<5 {
+                let (_, taken) = await server.push(token, topic: "com.example.foreign", from: Self.foreignProvider)
+                #expect(taken == .rejected(.deviceTokenNotForTopic))
+            }
+            for _ in 0..<3 {
+                let (_, own) = await server.push(token)
+                #expect(own == .accepted, "the token's window was taken by another team's refused pushes")
+                _ = try await device.nextAcknowledged()
+            }
+            server.clock.advance(by: 60)  // a new rate window
+            // Collapse ids, in the bursts.
+            let (ownCollapsed, _) = await server.push(token, priority: .conservePower, collapseID: "score")
+            let (foreignCollapsed, _) = await server.push(
+                foreignToken, topic: "com.example.foreign", priority: .conservePower, collapseID: "score", from: Self.foreignProvider)
+            server.clock.advance(by: 1)
+            await server.dispatcher.tick()
+            var arrived: Set<UUID> = []
+            for _ in 0..<2 { if let received = try await device.nextAcknowledged() { arrived.insert(received.id) } }
+            #expect(arrived == [ownCollapsed, foreignCollapsed])
+            // Held slots, one per device and app.
+            await server.disconnect(device)
+            let later = server.clock.now().addingTimeInterval(3600)
+            let (held, _) = await server.push(token, expiration: later)
+            let (foreignHeld, _) = await server.push(foreignToken, topic: "com.example.foreign", expiration: later, from: Self.foreignProvider)
+            #expect(try await server.events(held) == [.accepted, .stored])
+            #expect(try await server.events(foreignHeld) == [.accepted, .stored])
+            let again = try await server.device(directory: device.directory)
+            var delivered: Set<UUID> = []
+            for _ in 0..<2 { if let received = try await again.nextAcknowledged() { delivered.insert(received.id) } }
+            #expect(delivered == [held, foreignHeld])
+            await server.disconnect(again)
+        }
+    }
 }

@@ -214,7 +214,8 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         public var unauthenticatedShare: Double
         /// Connections from one source address that may be open on one
         /// listener without having authenticated yet (a TLS handshake under
-        /// way, an HTTP/2 connection before its first valid token).
+        /// way, an HTTP/2 connection before its first valid token); 0: a
+        /// fifth of `maxPerAddress` (`unauthenticatedPerAddress`).
         public var maxUnauthenticatedPerAddress: Int
         /// Connections from one source address that may end without having
         /// authenticated (a failed or stalled handshake, no valid token in
@@ -227,7 +228,7 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
             binaryIdleTimeout: Double = 3600, unfinishedFrameTimeout: Double = 10, feedbackTimeout: Double = 30, reconnectLimit: Int = 100,
             reconnectWindow: Double = 60, refusalLogInterval: Double = 10, maxUnfinishedRequestBytes: Int = 262_144,
             maxUnreadBytes: Int = 1_048_576, maxPerIdentity: Int = 100, maxPerSandboxDeviceListener: Int = 0, unauthenticatedShare: Double = 0.5,
-            maxUnauthenticatedPerAddress: Int = 100, maxFailedAuthenticationsPerAddress: Int = 50
+            maxUnauthenticatedPerAddress: Int = 0, maxFailedAuthenticationsPerAddress: Int = 50
         ) {
             self.unauthenticatedShare = unauthenticatedShare
             self.maxUnauthenticatedPerAddress = maxUnauthenticatedPerAddress
@@ -246,6 +247,12 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
             self.reconnectLimit = reconnectLimit
             self.reconnectWindow = reconnectWindow
             self.refusalLogInterval = refusalLogInterval
+        }
+
+        /// `maxUnauthenticatedPerAddress` in force: as configured, or a
+        /// fifth of `maxPerAddress` (at least one), and never more than it.
+        public var unauthenticatedPerAddress: Int {
+            min(maxPerAddress, maxUnauthenticatedPerAddress > 0 ? maxUnauthenticatedPerAddress : max(1, maxPerAddress / 5))
         }
 
         /// The device listener's limit in `environment`.
@@ -528,11 +535,13 @@ extension CourierConfiguration {
             ("connections.maxPerAddress", connections.maxPerAddress), ("connections.reconnectLimit", connections.reconnectLimit),
             ("connections.maxPerIdentity", connections.maxPerIdentity),
             ("connections.maxUnfinishedRequestBytes", connections.maxUnfinishedRequestBytes),
-            ("connections.maxUnauthenticatedPerAddress", connections.maxUnauthenticatedPerAddress),
             ("connections.maxFailedAuthenticationsPerAddress", connections.maxFailedAuthenticationsPerAddress),
         ]
         for (key, value) in limits where value < 1 {
             throw ConfigurationError("\(source): '\(key)' must be at least 1")
+        }
+        guard connections.maxUnauthenticatedPerAddress >= 0 else {
+            throw ConfigurationError("\(source): 'connections.maxUnauthenticatedPerAddress' must be 0 (a fifth of maxPerAddress) or more")
         }
         guard connections.unauthenticatedShare > 0, connections.unauthenticatedShare <= 1 else {
             throw ConfigurationError("\(source): 'connections.unauthenticatedShare' must be more than 0 and at most 1")

@@ -81,6 +81,7 @@ final class DeviceGateway: ListenerInterface {
         // Acks answer what the server sent; any other frame is taken from the connection's budget.
         let isAck = if case .ack = message { true } else { false }
         if !isAck, !conversation.budget.take(at: .now()) {
+            link.stopReading()
             return .act(
                 .fail(
                     DeviceProtocolError(
@@ -273,6 +274,8 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
         var conversation = DeviceConversation()
         var running = false
         var paused = false
+        /// Reads nothing more (`stopReading`).
+        var stopped = false
         /// Frames sent through the event loop's queue and not yet written
         /// (`send`).
         var queuedSends: UInt32 = 0
@@ -414,6 +417,15 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
         }
     }
 
+    /// Reads nothing more from the device (what it sent beyond its frame
+    /// budget is not even decrypted): it is being told so and closed.
+    func stopReading() {
+        inbox.withLock { inbox in
+            inbox.paused = true
+            inbox.stopped = true
+        }
+    }
+
     /// True when the channel should read no more for now (too many frames
     /// wait); the task asks for a read again once it caught up.
     func shouldPauseReading() -> Bool {
@@ -437,7 +449,7 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
                     inbox.running = false
                     return (nil, false)
                 }
-                let resume = inbox.paused && inbox.items.count <= Self.resumeAt
+                let resume = inbox.paused && !inbox.stopped && inbox.items.count <= Self.resumeAt
                 if resume { inbox.paused = false }
                 return (item, resume)
             }

@@ -735,10 +735,12 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
     /// peer's own resets are by NIO's rapid-reset limit (200 per 30 s), so
     /// a peer that makes the server reset its streams — and write a log
     /// line for each — gets GOAWAY (ENHANCE_YOUR_CALM) as one that resets
-    /// them itself does.
+    /// them itself does. Half NIO's count: a client on NIO's defaults
+    /// takes 200 resets from the server as an attack of the server's and
+    /// closes the connection itself, before it would read the GOAWAY.
     private var serverResets = (count: 0, since: NIODeadline.distantPast)
     private var closingForResets = false
-    static let serverResetLimit = 200
+    static let serverResetLimit = 100
     static let serverResetWindow = TimeAmount.seconds(30)
 
     private func countServerReset(context: ChannelHandlerContext) {

@@ -94,7 +94,7 @@ final class ListenerGuard: Sendable {
         self.init(
             maxOpen: listener == .device ? connections.maxPerDeviceListener(environment) : connections.maxPerListener,
             maxPerAddress: connections.maxPerAddress, unauthenticatedShare: connections.unauthenticatedShare,
-            maxUnauthenticatedPerAddress: connections.maxUnauthenticatedPerAddress, maxFailuresPerAddress: connections.maxFailedAuthenticationsPerAddress,
+            maxUnauthenticatedPerAddress: connections.unauthenticatedPerAddress, maxFailuresPerAddress: connections.maxFailedAuthenticationsPerAddress,
             maxUnread: listener == .feedback ? nil : connections.maxUnreadBytes, logInterval: connections.refusalLogInterval, clock: clock, logger: logger)
     }
 

@@ -31,7 +31,7 @@ final class PeerLog: Sendable {
         _ level: Logger.Level, _ message: @autoclosure () -> Logger.Message, cause: String? = nil, metadata: @autoclosure () -> Logger.Metadata = [:],
         to logger: Logger
     ) {
-        guard logger.logLevel <= level else { return }
+        // Counted at any level, so that the counts say what a peer caused; written where the level lets it.
         let text = message()
         let key = cause ?? text.description
         let now = NIODeadline.now()
@@ -43,7 +43,7 @@ final class PeerLog: Sendable {
             defer { causes[key] = Cause(lastLogged: now) }
             return causes[key]?.suppressed ?? 0
         }
-        guard let suppressed else { return }
+        guard let suppressed, logger.logLevel <= level else { return }
         var metadata = metadata()
         if suppressed > 0 { metadata["courier.suppressed"] = "\(suppressed) more since the last such line (at most one a \(intervalText))" }
         logger.log(level: level, text, metadata: metadata)
