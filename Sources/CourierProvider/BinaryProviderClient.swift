@@ -42,12 +42,17 @@ public enum BinaryClientError: Error, Sendable, Hashable, CustomStringConvertibl
     /// The server refused the TLS handshake (certificate unknown, revoked,
     /// or without this environment).
     case handshakeFailed(String)
+    /// The server closed the connection before the handshake, with no TLS
+    /// alert: over one of its connection limits (docs/security.md).
+    case refusedBeforeHandshake(String)
     /// The server's certificate did not verify against the CA given (or the system's).
     case untrustedServer(String)
 
     public var description: String {
         switch self {
         case .handshakeFailed(let endpoint): "the TLS handshake with \(endpoint) failed: the server refused the certificate, or the CA does not match"
+        case .refusedBeforeHandshake(let endpoint):
+            "the server at \(endpoint) closed the connection before its TLS handshake: it refused it (over a connection limit)"
         case .untrustedServer(let endpoint): "the server at \(endpoint) has a certificate that is not trusted"
         }
     }
@@ -150,6 +155,7 @@ public actor BinaryProviderClient {
             // Closing through executeThenClose finishes the channel's writer, as NIO requires.
             try? await connection.executeThenClose { _, _ in }
             if ConnectionFailure(error) == .untrustedServer { throw BinaryClientError.untrustedServer("\(host):\(port)") }
+            if ConnectionFailure(error) == .closedBeforeHandshake { throw BinaryClientError.refusedBeforeHandshake("\(host):\(port)") }
             throw BinaryClientError.handshakeFailed("\(host):\(port)")
         }
         generation += 1

@@ -30,6 +30,9 @@ public struct HTTP2GoAway: Sendable, Hashable {
 /// Errors of the HTTP/2 provider client.
 public enum HTTP2ClientError: Error, Sendable, Hashable, CustomStringConvertible {
     case handshakeFailed(String)
+    /// The server closed the connection before the handshake, with no TLS
+    /// alert: over one of its connection limits (docs/security.md).
+    case refusedBeforeHandshake(String)
     /// The server's certificate did not verify against the CA given (or the system's).
     case untrustedServer(String)
     /// The connection ended before the answer came (a GOAWAY's reason when it said one).
@@ -40,6 +43,8 @@ public enum HTTP2ClientError: Error, Sendable, Hashable, CustomStringConvertible
     public var description: String {
         switch self {
         case .handshakeFailed(let endpoint): "the TLS handshake with \(endpoint) failed: the server refused the certificate, or the CA does not match"
+        case .refusedBeforeHandshake(let endpoint):
+            "the server at \(endpoint) closed the connection before its TLS handshake: it refused it (over a connection limit)"
         case .untrustedServer(let endpoint): "the server at \(endpoint) has a certificate that is not trusted"
         case .connectionClosed(let reason?): "the server closed the connection (\(reason))"
         case .connectionClosed(nil): "the server closed the connection"
@@ -151,6 +156,7 @@ public final class HTTP2Connection: Sendable {
         } catch {
             try? await channel.close()
             if ConnectionFailure(error) == .untrustedServer { throw HTTP2ClientError.untrustedServer("\(host):\(port)") }
+            if ConnectionFailure(error) == .closedBeforeHandshake { throw HTTP2ClientError.refusedBeforeHandshake("\(host):\(port)") }
             throw HTTP2ClientError.handshakeFailed("\(host):\(port)")
         }
         return HTTP2Connection(channel: channel, multiplexer: multiplexer, events: events)

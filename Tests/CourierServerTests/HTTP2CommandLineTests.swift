@@ -75,4 +75,26 @@ import Testing
             #expect(feedback.stderr == "courier: no feedback entries: no app was removed since the last read\n")
         }
     }
+
+    /// A connection the server closes at accept (over a connection limit)
+    /// is told as that, not as a certificate to check: the command line
+    /// says the server refused it before its handshake, and why it may have.
+    @Test func aConnectionRefusedAtAcceptIsToldAsARefusal() async throws {
+        try await withTestServer(configure: { $0.connections.maxPerAddress = 1 }) { server in
+            let certificate = [
+                "--cert", server.demoDirectory + "/com.example.demo.pem", "--key", server.demoDirectory + "/com.example.demo-key.pem",
+            ]
+            let port = try await server.http2Port()
+            // The address's one connection, held.
+            let held = try await server.http2Connection()
+            let token = String(repeating: "ab", count: 32)
+            let refused = try await runProgram(
+                courier, ["push", "--token", token, "--topic", "com.example.demo", "--payload", "{}", "--port", "\(port)", "--ca", server.caPath] + certificate)
+            #expect(refused.status != 0)
+            #expect(refused.stderr.hasPrefix("courier: the server at localhost:\(port) refused the connection before its TLS handshake"), "\(refused.stderr)")
+            #expect(!refused.stderr.contains("--cert"), "not told to check its certificate")
+            #expect(refused.stderr.split(separator: "\n").count == 1)
+            await held.close()
+        }
+    }
 }
