@@ -77,7 +77,10 @@ record() { echo "$3" >> "$work/$1.$2"; }
 
 serve() { # bins config log: starts courier serve on core 0 with a fresh data directory
   rm -rf "$work/data"
-  taskset -c 0 "$1/courier" serve --data "$work/data" --config "$2" > "$3" 2>&1 &
+  # An older build knows fewer keys: its copy of the configuration leaves them out (its defaults).
+  local fitted=$2.$(basename "$(dirname "$(dirname "$(dirname "$1")")")")
+  [ -f "$fitted" ] || { cp "$2" "$fitted" && python3 Benchmarks/fit-config.py "$1/courier" "$fitted"; }
+  taskset -c 0 "$1/courier" serve --data "$work/data" --config "$fitted" > "$3" 2>&1 &
   pid=$!
   wait_for "Courier is running" "$3" "courier serve"
 }
@@ -108,7 +111,7 @@ run_h2() { # commit bins
   local out line c
   for mode in h2 durable; do
     if [ "$mode" = durable ]; then export EXPIRATION=4102444800; else unset EXPIRATION; fi
-    out=$(ONLY=courier COURIER="$2/courier" SERVER_CPU=0 LOAD_CPU=1 Benchmarks/h2load/compare.sh 200000 2>&1) || { echo "$out" >&2; return 1; }
+    out=$(FIT_CONFIG=1 ONLY=courier COURIER="$2/courier" SERVER_CPU=0 LOAD_CPU=1 Benchmarks/h2load/compare.sh 200000 2>&1) || { echo "$out" >&2; return 1; }
     echo "$out" >> "$logs/h2-$1.log"
     for c in 1 8; do
       line=$(echo "$out" | grep "^courier c=$c ")
@@ -122,7 +125,7 @@ run_h2() { # commit bins
 run_delivery() { # commit bins
   serve "$2" "$work/delivery.json" "$work/serve.log"
   local out
-  out=$(taskset -c 1 "$2/courier-load" --light --data "$work/data" --device-port 44223 --binary-port 44195 --http2-port 44197 \
+  out=$(taskset -c 1 "$2/courier-load" --light --data "$work/data" --device-port 44223 --binary-port 44195 \
     --devices 10000 --connect-wave 100 --rate 10000 --seconds 10 --count 200000 --server-pid "$pid" 2>&1) || true
   stop
   echo "$out" >> "$logs/delivery-$1.log"

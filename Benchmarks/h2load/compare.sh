@@ -36,6 +36,8 @@ cat > "$work/courier.json" <<JSON
   "logLevel": "warning"
 }
 JSON
+# FIT_CONFIG=1: an older build's copy leaves out the keys it does not know (Benchmarks/fit-config.py).
+[ -n "${FIT_CONFIG:-}" ] && python3 Benchmarks/fit-config.py "$courier" "$work/courier.json"
 server_pin=() load_pin=()
 [ -n "${SERVER_CPU:-}" ] && server_pin=(taskset -c "$SERVER_CPU")
 [ -n "${LOAD_CPU:-}" ] && load_pin=(taskset -c "$LOAD_CPU")

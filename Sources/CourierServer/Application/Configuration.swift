@@ -215,7 +215,7 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         /// Connections from one source address that may be open on one
         /// listener without having authenticated yet (a TLS handshake under
         /// way, an HTTP/2 connection before its first valid token); 0: a
-        /// fifth of `maxPerAddress` (`unauthenticatedPerAddress`).
+        /// fifth of `maxPerAddress`, at least 100 (`unauthenticatedPerAddress`).
         public var maxUnauthenticatedPerAddress: Int
         /// Connections from one source address that may end without having
         /// authenticated (a failed or stalled handshake, no valid token in
@@ -250,9 +250,9 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         }
 
         /// `maxUnauthenticatedPerAddress` in force: as configured, or a
-        /// fifth of `maxPerAddress` (at least one), and never more than it.
+        /// fifth of `maxPerAddress` but at least 100; never more than `maxPerAddress`.
         public var unauthenticatedPerAddress: Int {
-            min(maxPerAddress, maxUnauthenticatedPerAddress > 0 ? maxUnauthenticatedPerAddress : max(1, maxPerAddress / 5))
+            min(maxPerAddress, maxUnauthenticatedPerAddress > 0 ? maxUnauthenticatedPerAddress : max(100, maxPerAddress / 5))
         }
 
         /// The device listener's limit in `environment`.
