@@ -252,8 +252,12 @@ final class ListenerGuard: Sendable {
             guard let now else { return }
             state.leaveUnauthenticated(address)
             guard maxFailuresPerAddress < .max else { return }
-            // Ended windows forgotten now and then, so that the table stays small.
-            if state.failures.count >= 10_000 { state.failures = state.failures.filter { !$0.value.hasEnded(at: now, length: 1) } }
+            // Ended windows forgotten now and then, so that the table stays small; when none has ended
+            // (as many failing addresses in one second), all are: the table never grows past its bound.
+            if state.failures.count >= 10_000 {
+                state.failures = state.failures.filter { !$0.value.hasEnded(at: now, length: 1) }
+                if state.failures.count >= 10_000 { state.failures.removeAll(keepingCapacity: true) }
+            }
             _ = state.failures[address, default: .unopened].take(limit: .max, per: 1, now: now)
         }
     }
