@@ -752,9 +752,7 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         gateway.policy.peerLog.log(
             .info, "closing a connection that made the server reset too many of its streams", metadata: ["courier.resets": "\(serverResets.count)"],
             to: gateway.logger)
-        let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: machine.lastStream, errorCode: .enhanceYourCalm, opaqueData: nil))
-        let channel = context.channel
-        context.writeAndFlush(wrapOutboundOut(frame)).whenComplete { _ in channel.close(promise: nil) }
+        sendGoAway(nil, errorCode: .enhanceYourCalm, context: context)
     }
 
     func handlerAdded(context: ChannelHandlerContext) { self.context = context }
@@ -1060,9 +1058,11 @@ final class HTTP2ProviderHandler: ChannelInboundHandler {
         }
     }
 
-    private func sendGoAway(_ reason: Reason, context: ChannelHandlerContext) {
-        let data = context.channel.allocator.buffer(bytes: HTTP2ErrorBody(reason: reason).json)
-        let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: machine.lastStream, errorCode: .noError, opaqueData: data))
+    /// GOAWAY, then the close: with an APNs `reason` in its data (NO_ERROR),
+    /// or with the HTTP/2 `errorCode` alone.
+    private func sendGoAway(_ reason: Reason?, errorCode: HTTP2ErrorCode = .noError, context: ChannelHandlerContext) {
+        let data = reason.map { context.channel.allocator.buffer(bytes: HTTP2ErrorBody(reason: $0).json) }
+        let frame = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: machine.lastStream, errorCode: errorCode, opaqueData: data))
         let channel = context.channel
         context.writeAndFlush(wrapOutboundOut(frame)).whenComplete { _ in channel.close(promise: nil) }
     }
