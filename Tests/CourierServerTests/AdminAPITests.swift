@@ -788,16 +788,18 @@ extension TestServer {
     /// time after its 401, no longer hold a connection (an idle timer,
     /// restarted by every byte, never closed them).
     @Test func aRequestNotWholeWithinTheDeadlineIsClosedWhateverItSends() async throws {
-        try await withTestServer(configure: { $0.connections.unfinishedFrameTimeout = 2 }) { server in
+        // Four seconds: long enough that a loaded machine (the whole suite
+        // on two cores) sends each first request in time.
+        try await withTestServer(configure: { $0.connections.unfinishedFrameTimeout = 4 }) { server in
             let port = try await server.adminPort()
             let headers = try await RawHTTPConnection.open(port: port)
             try await headers.send("GET /health/live HTTP/1.1\r\n")
             let body = try await RawHTTPConnection.open(port: port)
             try await body.send(
                 "POST /v1/faults HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{")
-            // Closed after two seconds; the limit only ends the test of a server that never closes them.
-            async let headersEnd = headers.readToEnd(limit: .seconds(8), drip: "X")
-            async let bodyEnd = body.readToEnd(limit: .seconds(8), drip: " ")
+            // Closed after four seconds; the limit only ends the test of a server that never closes them.
+            async let headersEnd = headers.readToEnd(limit: .seconds(12), drip: "X")
+            async let bodyEnd = body.readToEnd(limit: .seconds(12), drip: " ")
             let (headersAnswer, bodyAnswer) = await (headersEnd, bodyEnd)
             #expect(headersAnswer == "", "closed, with no answer")
             let answer = try #require(bodyAnswer, "closed")

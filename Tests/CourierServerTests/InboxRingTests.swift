@@ -40,9 +40,9 @@ import Testing
             receivedAt: Date(timeIntervalSince1970: 1_750_000_000.25), interface: .http2, environment: .production, id: .text("my-id"), token: nil,
             topic: nil, provider: nil, teamID: nil, received: .http2(headers), payload: Array("{}".utf8),
             outcome: .refused(status: 403, reason: "InvalidProviderToken"), fault: nil)
-        ring.write(http2)
-        for n in 1...4 { ring.write(record(n)) }
-        ring.write(
+        ring.append(http2)
+        for n in 1...4 { ring.append(record(n)) }
+        ring.append(
             InboxRecord(
                 receivedAt: Date(timeIntervalSince1970: 1), interface: .binary, environment: .production, id: .uuid(UUID()), token: nil, topic: "t",
                 provider: nil, teamID: nil, received: .malformed(identifier: 9, detail: "item 3 is too long"), payload: [], outcome: .accepted))
@@ -79,7 +79,7 @@ import Testing
 
     @Test func theOldestGoByCount() {
         var ring = InboxRing(capacity: 3)
-        for n in 1...10 { ring.write(record(n)) }
+        for n in 1...10 { ring.append(record(n)) }
         var sequences: [UInt64] = []
         ring.forEach { sequences.append($0.sequence); return true }
         #expect(sequences == [8, 9, 10])
@@ -92,7 +92,7 @@ import Testing
     /// chunk drops what it held, and what is kept reads back whole.
     @Test func theOldestGoByBytesAcrossChunks() {
         var ring = InboxRing(capacity: 100)  // two chunks of 64 KiB
-        for n in 1...200 { ring.write(record(n, payload: 4_000)) }
+        for n in 1...200 { ring.append(record(n, payload: 4_000)) }
         var entries: [InboxEntry] = []
         ring.forEach { entries.append($0); return true }
         #expect(!entries.isEmpty)
@@ -102,21 +102,21 @@ import Testing
         #expect(entries.map(\.sequence) == Array(UInt64(201 - entries.count)...200))
         #expect(entries.allSatisfy { $0.payload.count == 4_000 && $0.topic == "com.example.t\($0.sequence)" })
         // A payload beyond the cut is kept up to it.
-        ring.write(record(201, payload: 40_000))
+        ring.append(record(201, payload: 40_000))
         #expect(ring.last?.payload.count == InboxRing.maxPayload)
     }
 
     @Test func expiryAndClear() {
         var ring = InboxRing(capacity: 10)
-        for n in 1...5 { ring.write(record(n)) }
+        for n in 1...5 { ring.append(record(n)) }
         ring.expire(before: Date(timeIntervalSince1970: 1_750_000_000.0035))
         var sequences: [UInt64] = []
         ring.forEach { sequences.append($0.sequence); return true }
         #expect(sequences == [4, 5])
         ring.removeAll()
         #expect(ring.count == 0)
-        #expect(ring.lastSequence == 5)
-        ring.write(record(6))
+        #expect(ring.lastSequence == nil)
+        ring.write(record(6), sequence: 6)
         #expect(ring.last?.sequence == 6)
     }
 
@@ -126,10 +126,11 @@ import Testing
     @Test func anotherNodesEntryComesBackWithItsNode() throws {
         var a = InboxRing(capacity: 10, node: "node-a")
         var b = InboxRing(capacity: 10, node: "node-b")
-        a.write(record(4))
+        a.append(record(4))
         let bytes = try #require(a.lastEncoded)
-        b.write(record(1))
-        #expect(b.write(shared: bytes, from: "node-a") == 2)
+        b.append(record(1))
+        #expect(InboxRing.isShared(bytes, from: "node-a"))
+        b.write(shared: bytes, from: "node-a", sequence: 2)
         let shared = try #require(b.last)
         let original = try #require(a.last)
         #expect(shared.node == "node-a" && original.node == "node-a")
@@ -140,12 +141,13 @@ import Testing
         b.forEach { nodes.append($0.node); return true }
         #expect(nodes == ["node-b", "node-a"])
         var alone = InboxRing(capacity: 10)
-        alone.write(record(1))
+        alone.append(record(1))
         #expect(alone.last?.node == nil)
-        // Not an entry's bytes: refused, nothing written.
-        #expect(b.write(shared: [1, 2, 3], from: "node-a") == nil)
-        #expect(b.write(shared: Array(bytes.dropLast()), from: "node-a") == nil)
-        #expect(b.count == 2)
+        // Not an entry's bytes.
+        #expect(!InboxRing.isShared([1, 2, 3], from: "node-a"))
+        #expect(!InboxRing.isShared(Array(bytes.dropLast()), from: "node-a"))
+        #expect(InboxRing.teamID(of: bytes) == "TEAM4")
+        #expect(InboxRing.teamID(of: Array(bytes.prefix(20))) == nil)
     }
 
     /// Another node's entries arrive late, out of the order they were
@@ -153,7 +155,7 @@ import Testing
     /// to it, and paging by sequence still finds its place.
     @Test func aClearUpToATimeDropsWhatWasReceivedUpToIt() {
         var ring = InboxRing(capacity: 20)
-        for n in [5, 1, 7, 2, 9, 3] { ring.write(record(n)) }
+        for n in [5, 1, 7, 2, 9, 3] { ring.append(record(n)) }
         ring.remove(receivedUpTo: record(3).receivedAt)
         var kept: [(UInt64, String?)] = []
         ring.forEach { kept.append(($0.sequence, $0.topic)); return true }
@@ -168,6 +170,13 @@ import Testing
         after = []
         ring.forEach(after: 5) { after.append($0.sequence); return true }
         #expect(after.isEmpty)
+    }
+}
+
+extension InboxRing {
+    /// Writes under the sequence after the newest (a ring tested alone).
+    mutating func append(_ record: InboxRecord) {
+        write(record, sequence: (lastSequence ?? 0) + 1)
     }
 }
 
@@ -222,6 +231,30 @@ import Testing
         a.stopSharing()
         a.record(record(4, at: clock.now()))
         #expect(a.takeUnshared().entries.isEmpty)
+    }
+
+    /// What waits to be shared is bounded per team: another team's flood
+    /// drops its own oldest, never this team's entry.
+    @Test func whatWaitsToBeSharedIsBoundedPerTeam() {
+        let inbox = NotificationInbox(capacity: 3, maxAge: 3600, clock: clock, node: "node-a")
+        inbox.startSharing()
+        var own = record(1, at: clock.now())
+        own.teamID = "TEAMA"
+        inbox.record(own)
+        for n in 2...9 {
+            var other = record(n, at: clock.now())
+            other.teamID = "TEAMB"
+            inbox.record(other)
+        }
+        let (entries, dropped) = inbox.takeUnshared()
+        #expect(entries.map(\.sequence) == [1, 7, 8, 9])
+        #expect(dropped == 5)
+        let b = NotificationInbox(capacity: 3, maxAge: 3600, clock: clock, node: "node-b")
+        b.recordShared(entries.map { ("node-a", $0.bytes) })
+        #expect(b.list(InboxFilter(teamID: "TEAMA"), limit: 10).entries.map(\.apnsID) == ["id-1"])
+        #expect(b.list(InboxFilter(), limit: 10).entries.map(\.apnsID) == ["id-1", "id-7", "id-8", "id-9"])
+        // Newest first across the teams.
+        #expect(b.recent(token: [1, 2, 3], limit: 2).map(\.apnsID) == ["id-9", "id-8"])
     }
 
     @Test func anotherNodesEntryWakesAWaiter() async throws {

@@ -365,4 +365,39 @@ import Testing
             await server.disconnect(again)
         }
     }
+
+    /// The inbox keeps each team's entries in their own ring: another
+    /// team's flood of pushes (or anonymous requests' refusals) pushes out
+    /// only its own entries, and this team's entry is still listed and
+    /// waited for; reading every team merges them in the order received.
+    @Test func anotherTeamsFloodLeavesThisTeamsInboxEntries() async throws {
+        try await withTestServer(configure: { $0.inbox.capacity = 3 }) { server in
+            let otherKey = try await server.otherTeam()
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let foreignToken = try await device.client.register("com.example.foreign")
+            let victim = try await server.http2Client()
+            let own = UUID()
+            #expect(try await victim.send(HTTP2Push(token: token, payload: victimPayload, topic: "com.example.demo", id: own)).status == 200)
+            let attacker = try await server.http2Client(credentials: .token(otherKey, teamID: "OTHERTEAM1"))
+            var foreign: [UUID] = []
+            for _ in 0..<10 {
+                let id = UUID()
+                foreign.append(id)
+                _ = try await attacker.send(HTTP2Push(token: foreignToken, payload: attackerPayload, topic: "com.example.foreign", id: id))
+            }
+            let ownID = own.uuidString.lowercased()
+            let listed = try await server.inboxEntries("?team=DEMOTEAM01")
+            #expect(listed.compactMap { $0["apnsID"] as? String } == [ownID], "another team's pushes pushed this team's entry out")
+            let waited = try await server.admin("GET", "/v1/inbox/wait?apns-id=\(ownID)&timeout=0")
+            #expect(waited.status == 200)
+            // Every team: this team's one, then the other team's newest three, in the order received.
+            let all = try await server.inboxEntries()
+            #expect(all.compactMap { $0["apnsID"] as? String } == [ownID] + foreign.suffix(3).map { $0.uuidString.lowercased() })
+            #expect(server.application.inbox.count == 4)
+            await attacker.close()
+            await victim.close()
+            await server.disconnect(device)
+        }
+    }
 }

@@ -163,12 +163,14 @@ public struct InboxFilter: Sendable, Hashable {
 }
 
 /// Every notification the provider interfaces received, newest last, with
-/// what they answered: a bounded record (by count, bytes and age) that
-/// tests list, wait on and clear through the admin API. Recording copies
-/// the notification's parts into a ring of preallocated chunks
-/// (`InboxRing`) under one lock: no allocation, nothing kept alive.
+/// what they answered: a bounded record (by count, bytes and age, per
+/// team) that tests list, wait on and clear through the admin API.
+/// Recording copies the notification's parts into its team's ring of
+/// reused chunks (`InboxRings`) under one lock: nothing kept alive, and
+/// one team's notifications never push out another's.
 public final class NotificationInbox: Sendable {
-    /// Entries kept at most; 0 records nothing.
+    /// Entries kept at most per team (and as many for requests no team was
+    /// authenticated for); 0 records nothing.
     public let capacity: Int
     /// Entries older than this are dropped.
     public let maxAge: TimeInterval
@@ -182,18 +184,12 @@ public final class NotificationInbox: Sendable {
     }
 
     private struct State {
-        var ring: InboxRing
+        /// The entries, and (several nodes) those waiting to be shared.
+        var rings: InboxRings
         var waiters: [Waiter] = []
         var nextWaiter: UInt64 = 0
         /// The server is shutting down: waits end at once, with nothing.
         var closed = false
-        /// Several nodes: the entries recorded here and not yet written for
-        /// the others (`takeUnshared`), oldest first; nil with one node, and
-        /// while no other node is alive (`startSharing`, `stopSharing`).
-        var unshared: [SharedEntry]?
-        /// Entries the others' inboxes could not be sent, the oldest
-        /// dropped when `unshared` outgrew the capacity.
-        var unsharedDropped = 0
         /// The last time the inbox was cleared (here or on another node):
         /// other nodes' entries received before then are not taken.
         var clearedAt = Date.distantPast
@@ -218,7 +214,7 @@ public final class NotificationInbox: Sendable {
         self.capacity = capacity
         self.maxAge = maxAge
         self.clock = clock
-        let initial = State(ring: InboxRing(capacity: max(capacity, 1), node: node))
+        let initial = State(rings: InboxRings(capacity: max(capacity, 1), node: node))
         if node != nil, capacity > 0 {
             let (stream, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
             unsharedEntries = stream
@@ -242,19 +238,9 @@ public final class NotificationInbox: Sendable {
         guard capacity > 0, !records.isEmpty else { return }
         var shared = false
         let woken = state.withLock { state -> [(CheckedContinuation<InboxEntry?, Never>, InboxEntry)] in
-            let first = state.ring.lastSequence + 1
-            for record in records {
-                let sequence = state.ring.write(record)
-                if state.unshared != nil, let bytes = state.ring.lastEncoded {
-                    state.unshared!.append(SharedEntry(sequence: sequence, bytes: bytes))
-                    shared = true
-                }
-            }
-            if shared, state.unshared!.count > capacity {
-                let excess = state.unshared!.count - capacity
-                state.unshared!.removeFirst(excess)
-                state.unsharedDropped += excess
-            }
+            let first = state.rings.lastSequence + 1
+            for record in records { state.rings.write(record) }
+            shared = state.rings.sharing
             return Self.waitersWoken(&state, from: first)
         }
         if shared { sharingSignal?.yield() }
@@ -266,7 +252,7 @@ public final class NotificationInbox: Sendable {
         guard !state.waiters.isEmpty else { return [] }
         // Waiters see the new entries as the API shows them.
         var woken: [(CheckedContinuation<InboxEntry?, Never>, InboxEntry)] = []
-        state.ring.forEach(after: first - 1) { entry in
+        state.rings.forEach(after: first - 1) { entry in
             state.waiters.removeAll { waiter in
                 guard waiter.after < entry.sequence, waiter.filter.matches(entry) else { return false }
                 woken.append((waiter.continuation, entry))
@@ -283,30 +269,20 @@ public final class NotificationInbox: Sendable {
     /// everything it records from now on, is to be shared (`takeUnshared`).
     func startSharing() {
         guard sharingSignal != nil else { return }
-        let backlog = state.withLock { state -> Bool in
-            guard state.unshared == nil else { return false }
-            state.unshared = state.ring.ownEncoded.map { SharedEntry(sequence: $0.sequence, bytes: $0.bytes) }
-            return !state.unshared!.isEmpty
-        }
+        let backlog = state.withLock { $0.rings.startSharing() }
         if backlog { sharingSignal?.yield() }
     }
 
     /// No other node is alive: nothing is shared until one is.
     func stopSharing() {
-        state.withLock { $0.unshared = nil }
+        state.withLock { $0.rings.stopSharing() }
     }
 
     /// The entries recorded here since the last call, for the other nodes,
-    /// and how many were dropped before they could be (the writer fell
-    /// more than `capacity` behind).
+    /// oldest first, and how many were dropped before they could be (the
+    /// writer fell more than `capacity` of a team's entries behind).
     func takeUnshared() -> (entries: [SharedEntry], dropped: Int) {
-        state.withLock { state in
-            defer {
-                if state.unshared != nil { state.unshared = [] }
-                state.unsharedDropped = 0
-            }
-            return (state.unshared ?? [], state.unsharedDropped)
-        }
+        state.withLock { $0.rings.takeUnshared() }
     }
 
     /// Records what other nodes received (`takeUnshared` there), in order;
@@ -318,10 +294,10 @@ public final class NotificationInbox: Sendable {
         let cutoff = clock.now().addingTimeInterval(-maxAge)
         var recorded = 0
         let woken = state.withLock { state -> [(CheckedContinuation<InboxEntry?, Never>, InboxEntry)] in
-            let first = state.ring.lastSequence + 1
+            let first = state.rings.lastSequence + 1
             let since = max(cutoff, state.clearedAt)
             for (node, bytes) in entries where InboxRing.receivedAt(of: bytes).map({ $0 > since }) ?? false {
-                if state.ring.write(shared: bytes, from: node) != nil { recorded += 1 }
+                if state.rings.write(shared: bytes, from: node) { recorded += 1 }
             }
             return Self.waitersWoken(&state, from: first)
         }
@@ -334,7 +310,7 @@ public final class NotificationInbox: Sendable {
     func clear(upTo date: Date) {
         state.withLock { state in
             state.clearedAt = max(state.clearedAt, date)
-            state.ring.remove(receivedUpTo: date)
+            state.rings.remove(receivedUpTo: date)
         }
     }
 
@@ -343,10 +319,10 @@ public final class NotificationInbox: Sendable {
     public func list(_ filter: InboxFilter, after: UInt64 = 0, limit: Int) -> (entries: [InboxEntry], more: Bool) {
         let cutoff = clock.now().addingTimeInterval(-maxAge)
         return state.withLock { state in
-            state.ring.expire(before: cutoff)
+            state.rings.expire(before: cutoff)
             var found: [InboxEntry] = []
             var more = false
-            state.ring.forEach(after: after) { entry in
+            state.rings.forEach(after: after, team: filter.teamID) { entry in
                 guard filter.matches(entry) else { return true }
                 if found.count == limit {
                     more = true
@@ -363,9 +339,9 @@ public final class NotificationInbox: Sendable {
     public func recent(token: [UInt8], limit: Int) -> [InboxEntry] {
         let cutoff = clock.now().addingTimeInterval(-maxAge)
         return state.withLock { state in
-            state.ring.expire(before: cutoff)
+            state.rings.expire(before: cutoff)
             var found: [InboxEntry] = []
-            state.ring.forEach(newestFirst: true) { entry in
+            state.rings.forEachNewestFirst { entry in
                 if entry.token == token { found.append(entry) }
                 return found.count < limit
             }
@@ -390,7 +366,7 @@ public final class NotificationInbox: Sendable {
                 await withTaskCancellationHandler {
                     await withCheckedContinuation { continuation in
                         let present = self.state.withLock { state -> InboxEntry?? in
-                            if let match = Self.first(in: state.ring, matching: filter, after: after) { return .some(match) }
+                            if let match = Self.first(in: state.rings, matching: filter, after: after) { return .some(match) }
                             if Task.isCancelled || state.closed { return .some(nil) }
                             state.waiters.append(Waiter(id: id, filter: filter, after: after, continuation: continuation))
                             return .none
@@ -413,14 +389,14 @@ public final class NotificationInbox: Sendable {
 
     private func first(matching filter: InboxFilter, after: UInt64, cutoff: Date) -> InboxEntry? {
         state.withLock { state in
-            state.ring.expire(before: cutoff)
-            return Self.first(in: state.ring, matching: filter, after: after)
+            state.rings.expire(before: cutoff)
+            return Self.first(in: state.rings, matching: filter, after: after)
         }
     }
 
-    private static func first(in ring: InboxRing, matching filter: InboxFilter, after: UInt64) -> InboxEntry? {
+    private static func first(in rings: InboxRings, matching filter: InboxFilter, after: UInt64) -> InboxEntry? {
         var match: InboxEntry?
-        ring.forEach(after: after) { entry in
+        rings.forEach(after: after, team: filter.teamID) { entry in
             if filter.matches(entry) { match = entry }
             return match == nil
         }
@@ -454,19 +430,22 @@ public final class NotificationInbox: Sendable {
         let now = clock.now()
         state.withLock { state in
             state.clearedAt = max(state.clearedAt, now)
-            state.ring.removeAll()
-            if state.unshared != nil { state.unshared = [] }
+            state.rings.removeAll()
         }
         return now
     }
 
     /// Entries held now.
-    public var count: Int { state.withLock { $0.ring.count } }
+    public var count: Int { state.withLock { $0.rings.count } }
 
     /// Waits pending now (tests).
     var waiting: Int { state.withLock { $0.waiters.count } }
 
     /// The sequence of the newest entry (0: none yet): a wait `after` it
     /// sees only what comes next.
-    public var lastSequence: UInt64 { state.withLock { $0.ring.lastSequence } }
+    public var lastSequence: UInt64 { state.withLock { $0.rings.lastSequence } }
+
+    /// The sequence below which nothing is kept: the oldest entry's (of
+    /// any team), or the next one's when none is.
+    var keptFrom: UInt64 { state.withLock { $0.rings.firstSequence ?? $0.rings.lastSequence + 1 } }
 }

@@ -27,11 +27,13 @@ struct InboxRecord {
     var node: String? = nil
 }
 
-/// The inbox's entries as bytes, in fixed chunks allocated once and
-/// reused: recording one copies its parts into the current chunk (no
-/// allocation, no reference kept to the notification's arrays); a chunk
-/// reused drops the entries it held, the oldest. Entries are made into
-/// `InboxEntry` values only when they are read.
+/// One team's inbox entries as bytes (`InboxRings` keeps one per team), in
+/// fixed chunks allocated as the ring first fills and reused after:
+/// recording one copies its parts into the current chunk (no allocation
+/// once the ring is full, no reference kept to the notification's arrays);
+/// a chunk reused drops the entries it held, the oldest. Entries are made
+/// into `InboxEntry` values only when they are read. Sequences are given by
+/// the caller, increasing: they are the inbox's, across every team's ring.
 struct InboxRing {
     /// One entry: where its bytes are.
     private struct Slot {
@@ -46,35 +48,37 @@ struct InboxRing {
     static let maxPayload = 16 * 1024
     static let maxHeaderBytes = 16 * 1024
 
+    /// The chunks allocated so far: one at first, `chunkLimit` at most.
     private var chunks: [ByteBuffer]
+    private let chunkLimit: Int
     private var current = 0
     private var slots = CircularBuffer<Slot>()
     /// Entries kept at most.
     let capacity: Int
-    private(set) var next: UInt64 = 1
     /// The node the entries recorded here were received by (nil: one node).
     let node: String?
 
     /// `capacity` entries at most, in about `capacity` × 512 bytes (at
-    /// least two chunks).
+    /// least two chunks), allocated a chunk at a time as they are needed.
     init(capacity: Int, node: String? = nil) {
         self.capacity = capacity
         self.node = node
-        let count = max(2, (capacity * 512 + Self.chunkSize - 1) / Self.chunkSize)
-        chunks = (0..<count).map { _ in ByteBufferAllocator().buffer(capacity: Self.chunkSize) }
-        slots.reserveCapacity(min(capacity, 1 << 16))
+        chunkLimit = max(2, (capacity * 512 + Self.chunkSize - 1) / Self.chunkSize)
+        chunks = [ByteBufferAllocator().buffer(capacity: Self.chunkSize)]
     }
 
     var count: Int { slots.count }
-    var lastSequence: UInt64 { next - 1 }
+    /// The newest entry's sequence, if there is one.
+    var lastSequence: UInt64? { slots.last?.sequence }
+    /// The oldest entry's sequence, if there is one.
+    var firstSequence: UInt64? { slots.first?.sequence }
 
-    /// Writes one entry; its sequence.
-    @discardableResult
-    mutating func write(_ record: InboxRecord) -> UInt64 {
+    /// Writes one entry under `sequence` (greater than any written before).
+    mutating func write(_ record: InboxRecord, sequence: UInt64) {
         let size = Self.size(of: record)
         let (chunk, offset) = room(for: size)
         Self.encode(record, size: size, into: &chunks[chunk])
-        return append(chunk: chunk, offset: offset, receivedAt: record.receivedAt)
+        slots.append(Slot(sequence: sequence, chunk: chunk, offset: offset, receivedAt: record.receivedAt))
     }
 
     /// The encoded form of the entries written here, for the other nodes'
@@ -96,25 +100,19 @@ struct InboxRing {
         return chunks[slot.chunk].getBytes(at: slot.offset, length: end - slot.offset)
     }
 
-    /// The entries this node received (not another's), oldest first, with
-    /// their bytes as `lastEncoded` gives them.
-    var ownEncoded: [(sequence: UInt64, bytes: [UInt8])] {
-        slots.indices.compactMap { index in
-            // Another node's entry ends with its node; this node's with none (0xFFFF).
-            guard let bytes = encoded(at: index), bytes.suffix(2) == [0xFF, 0xFF] else { return nil }
-            return (slots[index].sequence, bytes)
-        }
+    /// Whether `bytes` can be an entry another node wrote (`lastEncoded`
+    /// there), to be written here as from `node`.
+    static func isShared(_ bytes: [UInt8], from node: String) -> Bool {
+        // Ends with the node, none (written as 0xFFFF) on the node that received it.
+        bytes.count >= 10 && bytes.suffix(2) == [0xFF, 0xFF] && bytes.count + string(node) - 2 <= chunkSize
     }
 
-    /// Writes an entry another node received (`lastEncoded` there); nil
-    /// when the bytes are not an entry's.
-    @discardableResult
-    mutating func write(shared bytes: [UInt8], from node: String) -> UInt64? {
-        // Ends with the node, none (written as 0xFFFF) on the node that received it.
+    /// Writes an entry another node received (`lastEncoded` there, and
+    /// `isShared`) under `sequence`.
+    mutating func write(shared bytes: [UInt8], from node: String, sequence: UInt64) {
+        precondition(Self.isShared(bytes, from: node), "not an entry's bytes")
         let size = bytes.count + Self.string(node) - 2
-        guard let receivedAt = Self.receivedAt(of: bytes), bytes.count >= 10, bytes.suffix(2) == [0xFF, 0xFF], size <= Self.chunkSize else {
-            return nil
-        }
+        let receivedAt = Self.receivedAt(of: bytes)!
         let (chunk, offset) = room(for: size)
         chunks[chunk].writeWithUnsafeMutableBytes(minimumWritableBytes: size) { raw in
             var out = RawWriter(base: raw.baseAddress!)
@@ -122,7 +120,7 @@ struct InboxRing {
             out.string(node)
             return out.offset
         }
-        return append(chunk: chunk, offset: offset, receivedAt: receivedAt)
+        slots.append(Slot(sequence: sequence, chunk: chunk, offset: offset, receivedAt: receivedAt))
     }
 
     /// When an encoded entry was received (its first field).
@@ -131,23 +129,39 @@ struct InboxRing {
         return Date(timeIntervalSince1970: Double(bitPattern: bytes.prefix(8).reduce(0) { $0 << 8 | UInt64($1) }))
     }
 
+    /// The team of an encoded entry (`lastEncoded`); nil for none, or for
+    /// bytes too short to hold one.
+    static func teamID(of bytes: [UInt8]) -> String? {
+        var buffer = ByteBuffer(bytes: bytes)
+        // receivedAt, interface, environment; the id; the token; topic and provider.
+        guard buffer.readSlice(length: 10) != nil, let idKind = buffer.readInteger(as: UInt8.self) else { return nil }
+        if idKind == 1 {
+            guard buffer.readSlice(length: 16) != nil else { return nil }
+        } else {
+            _ = readString(&buffer)
+        }
+        if let length = buffer.readInteger(as: UInt16.self), length != .max { guard buffer.readSlice(length: Int(length)) != nil else { return nil } }
+        _ = readString(&buffer)
+        _ = readString(&buffer)
+        return readString(&buffer)
+    }
+
     /// Where an entry of `size` bytes goes: the current chunk, or the next
-    /// one (whose entries, the oldest, go) when it has no room.
+    /// one when it has no room (a new chunk while the ring may grow, else
+    /// the oldest, whose entries go).
     private mutating func room(for size: Int) -> (chunk: Int, offset: Int) {
         if slots.count == capacity { slots.removeFirst() }
         if chunks[current].writerIndex + size > Self.chunkSize {
-            current = (current + 1) % chunks.count
-            while let first = slots.first, first.chunk == current { slots.removeFirst() }
-            chunks[current].clear()
+            if current + 1 == chunks.count, chunks.count < chunkLimit {
+                chunks.append(ByteBufferAllocator().buffer(capacity: Self.chunkSize))
+                current += 1
+            } else {
+                current = (current + 1) % chunks.count
+                while let first = slots.first, first.chunk == current { slots.removeFirst() }
+                chunks[current].clear()
+            }
         }
         return (current, chunks[current].writerIndex)
-    }
-
-    private mutating func append(chunk: Int, offset: Int, receivedAt: Date) -> UInt64 {
-        let sequence = next
-        next += 1
-        slots.append(Slot(sequence: sequence, chunk: chunk, offset: offset, receivedAt: receivedAt))
-        return sequence
     }
 
     /// Drops entries received before `cutoff`.
@@ -181,12 +195,7 @@ struct InboxRing {
             }
             return
         }
-        var low = 0
-        var high = slots.count
-        while low < high {
-            let middle = (low + high) / 2
-            if slots[slots.index(slots.startIndex, offsetBy: middle)].sequence <= after { low = middle + 1 } else { high = middle }
-        }
+        let low = position(after: after)
         guard low < slots.count else { return }
         var index = slots.index(slots.startIndex, offsetBy: low)
         while index != slots.endIndex {
@@ -197,6 +206,36 @@ struct InboxRing {
 
     /// The newest entry.
     var last: InboxEntry? { slots.last.map(entry) }
+
+    /// The position (0 the oldest, `count` past the newest) of the first
+    /// entry after sequence `after`: the slots are in sequence order.
+    func position(after: UInt64) -> Int {
+        var low = 0
+        var high = slots.count
+        while low < high {
+            let middle = (low + high) / 2
+            if sequence(at: middle) <= after { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
+    /// The sequence of the entry at `position` (below `count`).
+    func sequence(at position: Int) -> UInt64 {
+        slots[slots.index(slots.startIndex, offsetBy: position)].sequence
+    }
+
+    /// The entry at `position` (below `count`).
+    func entry(at position: Int) -> InboxEntry {
+        entry(slots[slots.index(slots.startIndex, offsetBy: position)])
+    }
+
+    /// The bytes of the entry at `position` as written (`lastEncoded`),
+    /// when this node received it (not another).
+    func ownEncoded(at position: Int) -> [UInt8]? {
+        // Another node's entry ends with its node; this node's with none (0xFFFF).
+        guard let bytes = encoded(at: slots.index(slots.startIndex, offsetBy: position)), bytes.suffix(2) == [0xFF, 0xFF] else { return nil }
+        return bytes
+    }
 
     private func entry(_ slot: Slot) -> InboxEntry {
         var buffer = chunks[slot.chunk]

@@ -458,9 +458,9 @@ final class Cluster: Sendable {
             try await coordination.clearRelayed(before: now.addingTimeInterval(-Self.recentWindow))
             // Alone, this node keeps its inbox to itself (until a node joins).
             if try await coordination.liveNodes().contains(where: { $0 != node }) { inbox.startSharing() } else { inbox.stopSharing() }
-            // The store keeps what the inboxes keep: this node's newest `capacity`, none older than `maxAge`.
-            let newest = state.withLock { $0.inboxBase } + Int64(inbox.lastSequence)
-            try await coordination.pruneSharedInbox(node: node, through: newest - Int64(inbox.capacity), olderThan: inbox.maxAge)
+            // The store keeps what the inbox keeps (each team's newest `capacity`), none older than `maxAge`.
+            let kept = state.withLock { $0.inboxBase } + Int64(inbox.keptFrom)
+            try await coordination.pruneSharedInbox(node: node, through: kept - 1, olderThan: inbox.maxAge)
             let gone = try await coordination.removeNodes(silentFor: nodeTimeout)
             if !gone.isEmpty {
                 logger.warning("nodes stopped beating; their devices' presence removed", metadata: ["courier.nodes": "\(gone)"])
