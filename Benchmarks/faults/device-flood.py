@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """One device that sends KeepAlive frames as fast as it can (docs/security.md):
 connects with an identity folder (cert.pem, key.pem, ca.pem), sends Connect,
-then KeepAlives in batches while it reads what comes back; when the server
-closes it (Error tooManyFrames), it connects again at once. For SECONDS.
+then KeepAlives in batches while it reads what comes back (asyncio, one
+thread); when the server closes it (Error tooManyFrames), it connects again
+at once. For SECONDS.
 Run it beside `courier-load --mode delivery --light` to see what it does to
 another device's delivery (Benchmarks/faults/README in docs/benchmarks.md).
 
@@ -11,7 +12,7 @@ connections made. Loopback only; bounded in time.
 
 usage: Benchmarks/faults/device-flood.py IDENTITY_DIR DEVICE_PORT [SECONDS]
 """
-import os, socket, ssl, struct, sys, threading, time
+import asyncio, ssl, struct, sys, time
 
 identity, port = sys.argv[1], int(sys.argv[2])
 seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 20
@@ -23,17 +24,17 @@ batch = keepalive * 256
 
 context = ssl.create_default_context(cafile=f"{identity}/ca.pem")
 context.load_cert_chain(f"{identity}/cert.pem", f"{identity}/key.pem")
-sent = acks = errors = connections = 0
+sent = acks = errors = connections = refused = 0
 
 
-def read_answers(s):
+async def read_answers(reader):
     """Counts the KeepAliveAcks and Error frames until the server closes the connection."""
     global acks, errors
     pending = b""
     while True:
         try:
-            chunk = s.recv(65536)
-        except OSError:
+            chunk = await reader.read(65536)
+        except (OSError, ssl.SSLError):
             return
         if not chunk:
             return
@@ -47,36 +48,37 @@ def read_answers(s):
             pending = pending[5 + length:]
 
 
-# Blocking writes: the device sends as fast as the server reads, and waits when it does not.
-end = time.time() + seconds
-while time.time() < end:
-    reader, s = None, None
+async def flood_once(end):
+    """One connection: Connect, then KeepAlives as fast as the server takes them
+    (drain waits while it reads no more), until it closes or the time is up."""
+    global sent, connections, refused
     try:
-        raw = socket.create_connection(("127.0.0.1", port), timeout=5)
-        s = context.wrap_socket(raw, server_hostname="localhost")
-        s.settimeout(max(0.1, end - time.time()))
-        connections += 1
-        reader = threading.Thread(target=read_answers, args=(s,), daemon=True)
-        reader.start()
-        s.sendall(connect)
-        while time.time() < end:
-            s.sendall(batch)
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost"), timeout=5)
+    except (OSError, ssl.SSLError, asyncio.TimeoutError):
+        refused += 1
+        return
+    connections += 1
+    answers = asyncio.ensure_future(read_answers(reader))
+    try:
+        writer.write(connect)
+        while time.time() < end and not answers.done():
+            writer.write(batch)
             sent += 256
-    except OSError:
+            await asyncio.wait_for(writer.drain(), timeout=max(0.1, end - time.time()))
+    except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError):
         pass
-    # The reader ends with the connection; the socket is closed only after it (closing it under the reader aborts).
-    if s is None:
-        time.sleep(0.01)
-        continue
-    try:
-        s.shutdown(socket.SHUT_RDWR)
-    except Exception:
-        pass
-    if reader is not None:
-        reader.join(timeout=5)
-    try:
-        s.close()
-    except Exception:
-        pass
-print(f"device flood: {sent} KeepAlives sent, {acks} answered, {errors} Error frames, {connections} connections in {seconds:.0f} s", flush=True)
-os._exit(0)  # a reader thread may still sit in a closed socket's recv
+    writer.transport.abort()
+    await asyncio.wait([answers], timeout=5)
+
+
+async def main():
+    # One connection at a time, the next at once when one ends: a device that reconnects as fast as it can.
+    end = time.time() + seconds
+    while time.time() < end:
+        await flood_once(end)
+    print(f"device flood: {sent} KeepAlives sent, {acks} answered, {errors} Error frames, {connections} connections "
+          f"({refused} refused before or during the handshake) in {seconds:.0f} s", flush=True)
+
+
+asyncio.run(main())

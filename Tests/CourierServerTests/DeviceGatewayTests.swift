@@ -175,12 +175,17 @@ import Testing
     /// A device that sends KeepAlives as fast as it can is answered until
     /// its frame budget (2,000 at once, docs/device-protocol.md) is spent,
     /// then gets the Error `tooManyFrames` and is closed; another device's
-    /// notifications still arrive.
+    /// notifications still arrive. Its certificate is refused at Connect
+    /// for `DeviceFrameCooldowns.seconds` (its address counted a failed
+    /// authentication each time: past the limit, refused before the
+    /// handshake), then connects again.
     @Test func aDeviceFloodingFramesIsRefusedAndClosed() async throws {
-        try await withTestServer { server in
+        try await withTestServer(configure: { $0.connections.maxFailedAuthenticationsPerAddress = 1 }) { server in
             let other = try await server.device()
             let token = try await other.client.register("com.example.demo")
-            let connection = try await rawConnection(server)
+            let identity = server.directory + "/flooding-device"
+            _ = try await server.application.provisioner.issueDeviceIdentity(directory: identity)
+            let connection = try await rawConnection(server, directory: identity)
             let flood = DeviceFrameBudget.capacity + 500
             let (answers, error) = try await connection.executeThenClose { inbound, outbound in
                 try await outbound.write(DeviceMessage.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: nil).frame)
@@ -205,6 +210,30 @@ import Testing
             let (id, result) = await server.push(token)
             #expect(result == .accepted)
             #expect(try await other.nextAcknowledged()?.id == id)
+
+            /// Connects with the flooding device's certificate: what answers its Connect.
+            func connectAgain() async throws -> DeviceMessage? {
+                let again = try await rawConnection(server, directory: identity)
+                return try await again.executeThenClose { inbound, outbound in
+                    try await outbound.write(DeviceMessage.connect(version: DeviceMessage.version, tokens: [], keepAlive: nil, generation: nil).frame)
+                    var iterator = inbound.makeAsyncIterator()
+                    return try await iterator.next().map { try DeviceMessage(frame: $0) }
+                }
+            }
+            server.clock.advance(by: 2)  // a new second for the address's failures
+            guard case .error(.tooManyFrames, let message)? = try await connectAgain() else {
+                Issue.record("a reconnection within the cooldown was not refused at Connect")
+                return
+            }
+            #expect(message.contains("connect again in 58 s"), "\(message)")
+            // One failed authentication a second for the address: the next is refused before its handshake.
+            await #expect(throws: (any Error).self) { _ = try await connectAgain() }
+            server.clock.advance(by: DeviceFrameCooldowns.seconds)
+            guard case .connectAck(let status, _, _, _, _, _)? = try await connectAgain() else {
+                Issue.record("no ConnectAck after the cooldown")
+                return
+            }
+            #expect(status == .ok)
             await server.disconnect(other)
         }
     }

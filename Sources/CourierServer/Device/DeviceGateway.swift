@@ -24,6 +24,8 @@ final class DeviceGateway: ListenerInterface {
     fileprivate let tokenLength: Int
     /// A device silent for two keepalive intervals is gone.
     private let silence: SilenceSweeps<DeviceConnectionHandler>
+    /// Certificates refused for a while after a connection closed for `tooManyFrames`.
+    let frameCooldowns = DeviceFrameCooldowns()
 
     init(environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, dispatcher: Dispatcher, policy: ConnectionPolicy, logger: Logger) {
         basics = PortBasics(
@@ -82,10 +84,20 @@ final class DeviceGateway: ListenerInterface {
         let isAck = if case .ack = message { true } else { false }
         if !isAck, !conversation.budget.take(at: .now()) {
             link.stopReading()
+            if let certificate = conversation.certificate { frameCooldowns.start(certificate, now: dispatcher.clock.now()) }
             return .act(
                 .fail(
                     DeviceProtocolError(
                         .tooManyFrames, "more than \(DeviceFrameBudget.capacity) frames, or \(DeviceFrameBudget.perSecond) a second, beside Acks")))
+        }
+        if case .connect = message, let serial = link.peerSerial,
+            let wait = frameCooldowns.remaining(CertificateConnections.Key(serial: serial), now: dispatcher.clock.now())
+        {
+            // A device closed for too many frames, back within its cooldown: refused here, on the event
+            // loop, so that nothing it sent after its Connect is even decoded.
+            link.stopReading()
+            link.failedAuthentication()
+            return .act(.fail(DeviceProtocolError(.tooManyFrames, "this device's last connection sent too many frames; connect again in \(Int(wait.rounded(.up))) s")))
         }
         switch conversation.machine.receive(message) {
         case .keepAlive:
@@ -185,11 +197,12 @@ final class DeviceGateway: ListenerInterface {
         }
     }
 
-    /// Sends the Error frame and closes.
+    /// Sends the Error frame and closes: under TLS at once for a device
+    /// that sent too many frames (it is read no more, `stopReading`).
     fileprivate func fail(_ error: DeviceProtocolError, link: DeviceConnection) async {
         policy.peerLog.log(.info, "device protocol error", metadata: ["courier.code": "\(error.code.name)", "courier.detail": "\(error.message)"], to: logger)
         await link.sendLast(.error(code: error.code, message: error.message))
-        link.close()
+        if error.code == .tooManyFrames { link.closeBelowTLS() } else { link.close() }
     }
 
     private func now() -> UInt64 { UInt64(max(0, dispatcher.clock.now().timeIntervalSince1970 * 1000)) }
@@ -308,6 +321,13 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
         release.authenticated()
     }
 
+    /// The certificate's serial, until Connect takes the record.
+    fileprivate var peerSerial: String? { inbox.withLock { $0.peer?.record.serial } }
+
+    /// Counts the connection as a failed authentication of its address
+    /// (`ListenerGuard`), though its certificate passed: it is refused.
+    fileprivate func failedAuthentication() { release.failedAuthentication() }
+
     /// The record, forgotten here: Connect needs it once, an idle
     /// connection does not keep it.
     fileprivate func takePeerRecord() -> CertificateRecord? { inbox.withLock { $0.peer.take()?.record } }
@@ -370,6 +390,25 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
         channel.close(promise: nil)
     }
 
+    /// Closes the socket under the TLS handler, without TLS's closing
+    /// exchange: for a device told it sent too many frames, which NIOSSL
+    /// would otherwise go on reading and decrypting, while it waits for
+    /// the device's close_notify, for its whole shutdown timeout (5 s: a
+    /// flooding device kept a core busy that long per connection).
+    func closeBelowTLS() {
+        let channel = channel
+        channel.eventLoop.execute {
+            let cut = CloseBelowTLS()
+            do {
+                let operations = channel.pipeline.syncOperations
+                try operations.addHandler(cut, position: .first)
+                try operations.context(handler: cut).close(promise: nil)
+            } catch {
+                channel.close(promise: nil)
+            }
+        }
+    }
+
     /// The device's certificate was revoked (`CertificateConnections`):
     /// the connection's handler hands it on, unless the channel has ended.
     func revoke() {
@@ -381,13 +420,18 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
     /// Takes a frame or event, on the channel's event loop. A frame that
     /// finds nothing waiting is read at once, there: a KeepAlive or an Ack
     /// needs no task at all, and anything else starts the task with it.
-    func enqueue(_ item: Item) {
+    /// False when the connection reads no more (`stopReading`): the frame
+    /// is dropped, and so should be whatever the same read holds after it.
+    @discardableResult
+    func enqueue(_ item: Item) -> Bool {
         enum Start {
             case none
             case task
             case atOnce(DeviceFrame, DeviceConversation)
+            case dropped
         }
         let start = inbox.withLock { inbox -> Start in
+            if inbox.stopped, case .frame = item { return .dropped }
             if !inbox.running, inbox.items.isEmpty, case .frame(let frame) = item {
                 inbox.running = true
                 return .atOnce(frame, inbox.conversation)
@@ -398,15 +442,17 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
             return .task
         }
         switch start {
+        case .dropped:
+            return false
         case .none:
-            return
+            return true
         case .task:
             work.start { await self.handleWaiting() }
         case .atOnce(let frame, var conversation):
             if !conversation.over, let step = gateway.receive(frame, &conversation, link: self) {
                 let handed = conversation
                 work.start { await self.handleWaiting(handed, first: step) }
-                return
+                return true
             }
             let more = inbox.withLock { inbox -> Bool in
                 inbox.conversation = conversation
@@ -415,6 +461,7 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
             }
             if more { work.start { await self.handleWaiting() } }
         }
+        return true
     }
 
     /// Reads nothing more from the device (what it sent beyond its frame
@@ -522,7 +569,8 @@ final class DeviceConnectionHandler: ChannelDuplexHandler, SilenceWatched {
     var silenceLinks = SilenceLinks<DeviceConnectionHandler>()
     // The two flags come here, in the bytes the links' alignment leaves:
     // the handler then takes 136 bytes, a 144-byte block of malloc's.
-    /// The stream could not be read: everything after is discarded.
+    /// The stream could not be read, or the connection reads no more
+    /// (`DeviceConnection.stopReading`): everything after is discarded.
     private var failed = false
     /// A frame was handed on in the current read.
     private var progressed = false
@@ -573,7 +621,12 @@ final class DeviceConnectionHandler: ChannelDuplexHandler, SilenceWatched {
         do {
             while let frame = try decoder.decode(buffer: &buffer) {
                 progressed = true
-                connection.enqueue(.frame(frame))
+                guard connection.enqueue(.frame(frame)) else {
+                    // Over its frame budget: what the device sent after is not even decoded.
+                    failed = true
+                    buffer.moveReaderIndex(to: buffer.writerIndex)
+                    return
+                }
             }
         } catch {
             failed = true
@@ -612,6 +665,15 @@ final class DeviceConnectionHandler: ChannelDuplexHandler, SilenceWatched {
 
 @available(*, unavailable)
 extension DeviceConnectionHandler: Sendable {}
+
+/// Put first in a pipeline to close the socket from there, under the TLS
+/// handler (`DeviceConnection.closeBelowTLS`).
+final class CloseBelowTLS: ChannelOutboundHandler, RemovableChannelHandler {
+    typealias OutboundIn = NIOAny
+}
+
+@available(*, unavailable)
+extension CloseBelowTLS: Sendable {}
 
 /// Runs a periodic job (the dispatcher's timers, the HTTP/2 gateways'
 /// sweeps) every `interval` seconds until graceful shutdown.

@@ -48,6 +48,17 @@ final class ListenerGuard: Sendable {
         var unloggedUnread = 0
         var lastUnreadLog: NIODeadline?
 
+        /// A failure of `address` in the second of `now`.
+        mutating func countFailure(_ address: String, now: Date) {
+            // Ended windows forgotten now and then, so that the table stays small; when none has ended
+            // (as many failing addresses in one second), all are: the table never grows past its bound.
+            if failures.count >= 10_000 {
+                failures = failures.filter { !$0.value.hasEnded(at: now, length: 1) }
+                if failures.count >= 10_000 { failures.removeAll(keepingCapacity: true) }
+            }
+            _ = failures[address, default: .unopened].take(limit: .max, per: 1, now: now)
+        }
+
         mutating func leaveUnauthenticated(_ address: String) {
             unauthenticated -= 1
             let left = unauthenticatedByAddress[address, default: 1] - 1
@@ -115,6 +126,12 @@ final class ListenerGuard: Sendable {
         func authenticated() {
             guard stage.compareExchange(expected: 0, desired: 1, ordering: .relaxed).exchanged else { return }
             guardian.authenticated(address)
+        }
+
+        /// Counts a failure of the address in the current second, whatever
+        /// the connection's stage: it authenticated, and is refused all the same.
+        func failedAuthentication() {
+            guardian.countFailure(address)
         }
 
         func end() {
@@ -252,14 +269,15 @@ final class ListenerGuard: Sendable {
             guard let now else { return }
             state.leaveUnauthenticated(address)
             guard maxFailuresPerAddress < .max else { return }
-            // Ended windows forgotten now and then, so that the table stays small; when none has ended
-            // (as many failing addresses in one second), all are: the table never grows past its bound.
-            if state.failures.count >= 10_000 {
-                state.failures = state.failures.filter { !$0.value.hasEnded(at: now, length: 1) }
-                if state.failures.count >= 10_000 { state.failures.removeAll(keepingCapacity: true) }
-            }
-            _ = state.failures[address, default: .unopened].take(limit: .max, per: 1, now: now)
+            state.countFailure(address, now: now)
         }
+    }
+
+    /// A failure of `address` in the current second.
+    private func countFailure(_ address: String) {
+        guard maxFailuresPerAddress < .max else { return }
+        let now = clock.now()
+        state.withLock { $0.countFailure(address, now: now) }
     }
 
     /// Connections open now that have not authenticated.

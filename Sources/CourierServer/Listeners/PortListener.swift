@@ -157,6 +157,10 @@ struct ConnectionRelease: Sendable {
     /// knows, or its first valid provider token.
     func authenticated() { admission?.authenticated() }
 
+    /// The peer's credentials passed, but it is refused (a device in its
+    /// `DeviceFrameCooldowns`): a failed authentication of its address.
+    func failedAuthentication() { admission?.failedAuthentication() }
+
     /// `channel` has ended.
     func callAsFunction(_ channel: any Channel) {
         open.remove(channel)
