@@ -91,12 +91,8 @@ cat > "$work/binary.json" <<JSON
  "production": {"binary": 43195, "feedback": 43196, "http2": 43197, "device": 43223, "channels": 43198},
  "sandbox": {"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0}}}
 JSON
-cat > "$work/delivery.json" <<JSON
-{"logLevel": "warning", "qos": {"tokenRateLimit": 1000000000}, "network": {"adminPort": 0,
- "production": {"binary": 44195, "feedback": 44196, "http2": 44197, "device": 44223, "channels": 44198},
- "sandbox": {"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0}},
- "connections": {"maxPerAddress": 20000, "maxPerDeviceListener": 10000, "maxPerSandboxDeviceListener": 100, "maxPerListener": 50}}
-JSON
+# The delivery runs' configuration (Benchmarks/faults/device-flood.sh uses it too).
+cp Benchmarks/delivery.json "$work/delivery.json"
 
 run_binary() { # commit bins
   serve "$2" "$work/binary.json" "$work/serve.log"

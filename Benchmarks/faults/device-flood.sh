@@ -24,16 +24,9 @@ work=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$work"' EXIT
 
-cat > "$work/delivery.json" <<JSON
-{"logLevel": "warning", "qos": {"tokenRateLimit": 1000000000}, "network": {"adminPort": 0,
- "production": {"binary": 44195, "feedback": 44196, "http2": 44197, "device": 44223, "channels": 44198},
- "sandbox": {"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0}},
- "connections": {"maxPerAddress": 20000, "maxPerDeviceListener": 10000, "maxPerSandboxDeviceListener": 100, "maxPerListener": 50}}
-JSON
-
 run() { # flood: yes or no; prints the p99 in ms
   rm -rf "$work/data"
-  taskset -c 0 "$bins/courier" serve --data "$work/data" --config "$work/delivery.json" > "$work/serve.log" 2>&1 &
+  taskset -c 0 "$bins/courier" serve --data "$work/data" --config Benchmarks/delivery.json > "$work/serve.log" 2>&1 &
   pid=$!
   for _ in $(seq 600); do grep -q "Courier is running" "$work/serve.log" && break; sleep 0.1; done
   local flooder=
