@@ -266,8 +266,8 @@ struct FaultCommand: AsyncParsableCommand {
             abstract: "Add a rule: notifications that match get a refusal, a delayed answer, or the connection's end.",
             discussion: """
                 Exactly one of --reject REASON (a reason of docs/protocol.md; --timestamp for Unregistered, \
-                --binary-status for the binary API), --delay MS, --close [REASON]. Without --count or --seconds a rule \
-                stays until it is removed.
+                --binary-status for the binary API), --delay MS, --close (--close-reason REASON for another GOAWAY \
+                reason than Shutdown). Without --count or --seconds a rule stays until it is removed.
                 """)
 
         @OptionGroup var admin: AdminOptions
@@ -283,12 +283,17 @@ struct FaultCommand: AsyncParsableCommand {
         @Option(name: .customLong("binary-status"), help: "The binary API's status for the refusal.") var binaryStatus: Int?
         @Option(help: ArgumentHelp("Answer after this many milliseconds.", valueName: "ms")) var delay: Int?
         @Flag(help: "End the connection (HTTP/2 GOAWAY Shutdown, binary status 10).") var close = false
+        @Option(
+            name: .customLong("close-reason"), help: ArgumentHelp("With --close: the GOAWAY's reason instead of Shutdown.", valueName: "reason"))
+        var closeReason: String?
         @Option(help: "Act on this many notifications, then end.") var count: Int?
         @Option(help: "Stay this many seconds, then end.") var seconds: Double?
+        @Flag(help: "Print the API's JSON.") var json = false
 
         func run() async throws {
             let actions = [reject != nil, delay != nil, close].filter { $0 }.count
             guard actions == 1 else { throw ValidationError("give exactly one of --reject REASON, --delay MS, --close") }
+            if closeReason != nil, !close { throw ValidationError("--close-reason goes with --close") }
             var match: [String: String] = [:]
             for (key, value) in [
                 ("token", token), ("topic", topic), ("team", team), ("keyID", keyID), ("certificateSerial", certificateSerial),
@@ -307,6 +312,7 @@ struct FaultCommand: AsyncParsableCommand {
                 body["milliseconds"] = delay
             } else {
                 body["action"] = "close"
+                if let closeReason { body["reason"] = closeReason }
             }
             if let count { body["count"] = count }
             if let seconds { body["seconds"] = seconds }
@@ -317,6 +323,7 @@ struct FaultCommand: AsyncParsableCommand {
             } catch let failure as AdminFailure {
                 throw ValidationError(failure.message)
             }
+            if json { return printJSON(data) }
             let rule = try JSONSerialization.jsonObject(with: data) as? [String: Any] ?? [:]
             say("Added fault rule \(rule["id"] ?? "?").\n")
         }
@@ -325,9 +332,11 @@ struct FaultCommand: AsyncParsableCommand {
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List the fault rules in force.")
         @OptionGroup var admin: AdminOptions
+        @Flag(help: "Print the API's JSON.") var json = false
 
         func run() async throws {
             let data = try await admin.client().get("v1/faults")
+            if json { return printJSON(data) }
             let rules = (try JSONSerialization.jsonObject(with: data) as? [String: Any])?["faults"] as? [[String: Any]] ?? []
             if rules.isEmpty { say("No fault rules.\n") }
             for rule in rules {

@@ -527,6 +527,18 @@ private func outcome(_ entry: [String: Any]) -> [String: Any] { entry["outcome"]
             #expect(badReason.stderr == "courier: 'Nope' is not a reason of docs/protocol.md\n")
             let twoActions = try await runProgram(courier, ["fault", "add", "--reject", "BadTopic", "--close"] + admin)
             #expect(twoActions.stderr == "courier: give exactly one of --reject REASON, --delay MS, --close\n")
+            // --json prints the API's answer; --close takes its GOAWAY reason from --close-reason.
+            let closing = try await runProgram(courier, ["fault", "add", "--close", "--close-reason", "InternalServerError", "--json"] + admin)
+            #expect(closing.status == 0, "\(closing.stderr)")
+            let closingRule = try JSONSerialization.jsonObject(with: Data(closing.stdout.utf8)) as? [String: Any]
+            #expect(closingRule?["id"] as? String == "f2" && closingRule?["action"] as? String == "close", "\(closing.stdout)")
+            #expect(closingRule?["reason"] as? String == "InternalServerError", "\(closing.stdout)")
+            let listedJSON = try await runProgram(courier, ["fault", "list", "--json"] + admin)
+            let listedRules = (try JSONSerialization.jsonObject(with: Data(listedJSON.stdout.utf8)) as? [String: Any])?["faults"] as? [[String: Any]]
+            #expect(listedRules?.compactMap { $0["id"] as? String } == ["f1", "f2"], "\(listedJSON.stdout)")
+            let strayReason = try await runProgram(courier, ["fault", "add", "--reject", "BadTopic", "--close-reason", "Shutdown"] + admin)
+            #expect(strayReason.stderr == "courier: --close-reason goes with --close\n")
+            #expect(try await runProgram(courier, ["fault", "rm", "f2"] + admin).status == 0)
             let removed = try await runProgram(courier, ["fault", "rm", "f1"] + admin)
             #expect(removed.stdout == "Removed fault rule f1.\n")
             let gone = try await runProgram(courier, ["fault", "rm", "f1"] + admin)

@@ -96,6 +96,30 @@ import Testing
         }
     }
 
+    /// `courier device run` prints each notification as one JSON line, a
+    /// payload the provider sent pretty-printed too: the same keys, in their
+    /// order, and strings whose spaces stay.
+    @Test func deviceRunPrintsAPrettyPrintedPayloadOnOneLine() async throws {
+        try await withTestServer { server in
+            let port = try await server.devicePort()
+            let run = try RunningProgram(
+                courier, ["device", "run", "--identity", server.demoDirectory + "/device", "--app", "com.example.demo", "--port", "\(port)"],
+                mergeStandardError: true)
+            defer { run.signal(SIGTERM) }
+            let token = try #require(await run.waitForLine(containing: "token ")?.split(separator: " ").last.map(String.init), "\(run.output)")
+            let payload = "{\n  \"aps\" : {\n    \"alert\" : \"two  spaces, a \\\"quote\\\" and\\na line\"\n  },\n  \"b\" : [ 1, 2 ]\n}\n"
+            let client = try await server.http2Client()
+            let id = UUID()
+            let sent = try await client.send(HTTP2Push(token: try #require(Hex.decode(token)), payload: Array(payload.utf8), topic: "com.example.demo", id: id))
+            #expect(sent.status == 200)
+            let line = try #require(await run.waitForLine(containing: id.uuidString.lowercased()), "\(run.output)")
+            #expect(line.hasSuffix(#""payload":{"aps":{"alert":"two  spaces, a \"quote\" and\na line"},"b":[1,2]}}"#), "\(line)")
+            let parsed = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            #expect(((parsed?["payload"] as? [String: Any])?["aps"] as? [String: Any])?["alert"] as? String == "two  spaces, a \"quote\" and\na line")
+            await client.close()
+        }
+    }
+
     /// `courier device run` asks for the tokens and prints them, and names
     /// the token each notification was sent to.
     @Test func deviceRunPrintsLiveActivityTokens() async throws {
