@@ -312,6 +312,18 @@ import Testing
 
     /// The listeners' limits fitted to an open-file limit: in proportion,
     /// with room kept for the store and files; unchanged where they fit.
+    /// The banner says whose limits were lowered: the defaults', or those
+    /// the configuration set.
+    @Test func theBannerSaysWhoseLimitsWereLowered() {
+        let defaults = CourierConfiguration.Connections()
+        #expect(defaults.fitted(toDescriptorLimit: 1024).describe(descriptorLimit: 1024, configured: defaults).contains("Lowered from the default 21000"))
+        var set = defaults
+        set.maxPerListener = 2_000
+        let text = set.fitted(toDescriptorLimit: 1024).describe(descriptorLimit: 1024, configured: set)
+        #expect(text.contains("Lowered from the configured \(set.capacity) to fit"), "\(text)")
+        #expect(!defaults.describe(descriptorLimit: 1_000_000, configured: defaults).contains("Lowered"))
+    }
+
     @Test func limitsAreFittedToTheOpenFileLimit() {
         let configured = CourierConfiguration.Connections()
         // Two device listeners of 6,000, eight provider listeners and the admin port of 1,000 each, and 256 kept.

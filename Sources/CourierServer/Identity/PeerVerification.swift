@@ -318,7 +318,8 @@ public final class BoundPorts: Sendable {
     }
 
     private func record(_ key: String, port: Int, logger: Logger) {
-        logger.info("listening", metadata: ["courier.port": "\(port)"])
+        // The banner lists every port (docs/operations.md); the log says it at debug.
+        logger.debug("listening", metadata: ["courier.port": "\(port)"])
         let waiters = state.withLock { state in
             state.ports[key] = port
             return state.waiters.removeValue(forKey: key) ?? []

@@ -486,7 +486,9 @@ extension CourierConfiguration.Connections {
         guard let descriptorLimit else { return text + "\n" }
         text += descriptorLimit == Int.max ? " (open files: unlimited)\n" : " (open files: \(descriptorLimit))\n"
         if self != configured {
-            text += "Lowered from the configured \(configured.capacity) to fit the open-file limit; raise it (ulimit -n) for more.\n"
+            // Said as the user's own only when they set it.
+            let whose = configured == Self() ? "the default" : "the configured"
+            text += "Lowered from \(whose) \(configured.capacity) to fit the open-file limit; raise it (ulimit -n) for more.\n"
         }
         return text
     }
