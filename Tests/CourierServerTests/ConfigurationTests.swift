@@ -131,8 +131,14 @@ let everyKeyChanged = CourierConfiguration(
     @Test(arguments: [
         (#"{"dataDirectry": "x"}"#, "unknown key 'dataDirectry'"),
         (#"{"network": {"production": {"binery": 1}}}"#, "unknown key 'network.production.binery'"),
-        (#"{"network": {"adminPort": "80"}}"#, "key 'network.adminPort' has a value of the wrong type"),
-        (#"{"network": 5}"#, "key 'network' has a value of the wrong type"),
+        (#"{"network": {"adminPort": "80"}}"#, "key 'network.adminPort' has a value of the wrong type: it takes a whole number, not \"80\""),
+        (#"{"network": 5}"#, "key 'network' has a value of the wrong type: it takes an object, not 5"),
+        (#"{"logLevel": 5}"#, "key 'logLevel' has a value of the wrong type: it takes a string, not 5"),
+        (#"{"network": {"adminTLS": "yes"}}"#, "key 'network.adminTLS' has a value of the wrong type: it takes true or false, not \"yes\""),
+        (#"{"logLevel": "info",}"#, "is not valid JSON: a comma before a closing bracket at line 1, column 20"),
+        ("{\n  \"inbox\": {\"capacity\": 5,\n  }\n}", "is not valid JSON: a comma before a closing bracket at line 2, column 26"),
+        ("{\n  \"logLevel\": \"info\",,\n}", "is not valid JSON: a syntax error at line 2, column "),
+        (#"{"demo": {"teamID": "A,}"}}"#, "'demo.teamID' must be ten characters"),
         (#"{"network": {"sandbox": {"http2": 70000}}}"#, "'network.sandbox.http2' is 70000, not a port"),
         (#"{"limits": {"tokenLength": 33}}"#, "'limits.tokenLength' must be even, 32 to 254"),
         (#"{"limits": {"payload": {"http2": 0}}}"#, "'limits.payload.http2' must be 1 to 65535"),
@@ -160,7 +166,7 @@ let everyKeyChanged = CourierConfiguration(
         (#"{"cluster": {"heartbeatInterval": 0}}"#, "'cluster.heartbeatInterval' must be more than 0"),
         (#"{"cluster": {"heartbeatInterval": 5, "nodeTimeout": 9}}"#, "'cluster.nodeTimeout' must be at least twice 'cluster.heartbeatInterval'"),
         (#"[1]"#, "must hold a JSON object"),
-        (#"{"#, "is not valid JSON"),
+        (#"{"#, "is not valid JSON: it ends before its last value or bracket is complete"),
     ])
     func badFilesAreRefusedNamingTheProblem(_ text: String, _ message: String) {
         do {

@@ -415,7 +415,7 @@ extension CourierConfiguration {
     /// defaults; unknown keys and wrong types are errors naming the key.
     public static func load(contentsOf path: String) throws -> CourierConfiguration {
         guard let data = FileManager.default.contents(atPath: path) else {
-            throw ConfigurationError("cannot read configuration file \(path)")
+            throw ConfigurationError("cannot read configuration file \(path): \(ConfigurationText.unreadable(path))")
         }
         return try decode(data, source: path)
     }
@@ -426,7 +426,10 @@ extension CourierConfiguration {
         do {
             parsed = try JSONSerialization.jsonObject(with: data)
         } catch {
-            throw ConfigurationError("\(source) is not valid JSON")
+            throw ConfigurationError("\(source) is not valid JSON: \(ConfigurationText.syntaxError(error, in: data))")
+        }
+        if let comma = ConfigurationText.trailingComma(in: data) {
+            throw ConfigurationError("\(source) is not valid JSON: a comma before a closing bracket at \(comma)")
         }
         guard let object = parsed as? [String: Any] else { throw ConfigurationError("\(source) must hold a JSON object") }
         let defaults = try JSONSerialization.jsonObject(with: JSONEncoder().encode(CourierConfiguration())) as! [String: Any]
@@ -438,11 +441,14 @@ extension CourierConfiguration {
         let configuration: CourierConfiguration
         do {
             configuration = try JSONDecoder().decode(CourierConfiguration.self, from: JSONSerialization.data(withJSONObject: merged))
-        } catch let DecodingError.typeMismatch(_, context), let DecodingError.valueNotFound(_, context),
-            let DecodingError.dataCorrupted(context)
-        {
+        } catch let DecodingError.typeMismatch(type, context), let DecodingError.valueNotFound(type, context) {
             let key = context.codingPath.map(\.stringValue).joined(separator: ".")
-            throw ConfigurationError("\(source): key '\(key)' has a value of the wrong type")
+            let given = ConfigurationText.value(at: context.codingPath, in: merged).map { ", not \($0)" } ?? ""
+            throw ConfigurationError("\(source): key '\(key)' has a value of the wrong type: it takes \(ConfigurationText.expected(type))\(given)")
+        } catch let DecodingError.dataCorrupted(context) {
+            let key = context.codingPath.map(\.stringValue).joined(separator: ".")
+            let given = ConfigurationText.value(at: context.codingPath, in: merged).map { " (\($0))" } ?? ""
+            throw ConfigurationError("\(source): key '\(key)' has a value of the wrong type\(given)")
         }
         try configuration.validate(source: source)
         return configuration
@@ -456,9 +462,12 @@ extension CourierConfiguration {
             guard let defaultValue = defaults[key] else { throw ConfigurationError("\(source): unknown key '\(keyPath)'") }
             if let nested = value as? [String: Any] {
                 guard let nestedDefaults = defaultValue as? [String: Any] else {
-                    throw ConfigurationError("\(source): key '\(keyPath)' has a value of the wrong type")
+                    throw ConfigurationError("\(source): key '\(keyPath)' has a value of the wrong type: it takes no object")
                 }
                 result[key] = try merge(nested, over: nestedDefaults, path: keyPath, source: source)
+            } else if defaultValue is [String: Any] {
+                let given = ConfigurationText.value(at: [], in: value).map { ", not \($0)" } ?? ""
+                throw ConfigurationError("\(source): key '\(keyPath)' has a value of the wrong type: it takes an object\(given)")
             } else {
                 result[key] = value
             }
