@@ -24,8 +24,16 @@ public struct ProviderTLS: Sendable {
     public func configuration(maximumVersion: TLSVersion? = nil) throws -> TLSConfiguration {
         var configuration = TLSConfiguration.makeClientConfiguration()
         if let certificatePath, let keyPath {
-            configuration.certificateChain = try NIOSSLCertificate.fromPEMFile(certificatePath).map { .certificate($0) }
-            configuration.privateKey = .privateKey(try NIOSSLPrivateKey(file: keyPath, format: .pem))
+            do {
+                configuration.certificateChain = try NIOSSLCertificate.fromPEMFile(certificatePath).map { .certificate($0) }
+            } catch {
+                throw ProviderCredentialError(path: certificatePath, what: "a PEM certificate")
+            }
+            do {
+                configuration.privateKey = .privateKey(try NIOSSLPrivateKey(file: keyPath, format: .pem))
+            } catch {
+                throw ProviderCredentialError(path: keyPath, what: "a PEM private key")
+            }
         }
         if let caPath { configuration.trustRoots = .file(caPath) }
         configuration.maximumTLSVersion = maximumVersion
@@ -34,6 +42,16 @@ public struct ProviderTLS: Sendable {
 
     func context(maximumVersion: TLSVersion? = nil) throws -> NIOSSLContext {
         try NIOSSLContext(configuration: configuration(maximumVersion: maximumVersion))
+    }
+}
+
+/// A provider certificate or key file that cannot be used: which, and
+/// what it should be (the TLS library's own error is a bare code).
+public struct ProviderCredentialError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var path: String
+    public var what: String
+    public var description: String {
+        FileManager.default.fileExists(atPath: path) ? "\(path) is not \(what)" : "no file \(path)"
     }
 }
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import AsyncHTTPClient
 import CourierServer
+import CourierWire
 import Foundation
 import NIOCore
 import NIOHTTP1
@@ -99,7 +100,15 @@ struct AdminClient {
         if let error = error as? HTTPClientError, error == .connectTimeout || error == .deadlineExceeded { return "timed out" }
         if let error = error as? NIOSSLError { return "TLS: \(error)" }
         if error is NIOConnectionError { return "connection refused" }
-        return "\(error)"
+        // The libraries' own texts nest ("connection reset (error set): Connection refused (errno: 111)"): the few words they mean.
+        switch ConnectionFailure(error) {
+        case .refused: return "connection refused"
+        case .unresolved: return "host not found"
+        case .timedOut: return "timed out"
+        case .closedBeforeHandshake: return "the connection was closed at once"
+        case .untrustedServer: return "its certificate is not of this data directory's CA"
+        case .certificateRefused, nil: return "\(error)"
+        }
     }
 
     private struct ErrorBody: Decodable {

@@ -128,7 +128,13 @@ struct PushCommand: AsyncParsableCommand {
     @Option(help: "Seconds to wait for a binary error response.") var wait: Double = 1
 
     func validate() throws {
-        guard let bytes = Hex.decode(token), !bytes.isEmpty else { throw ValidationError("--token '\(token)' is not hexadecimal") }
+        guard let bytes = Hex.decode(token), !bytes.isEmpty else {
+            let digits = token.allSatisfy(\.isHexDigit)
+            throw ValidationError(
+                digits && !token.isEmpty
+                    ? "--token has \(token.count) hex digits, an odd number: a token is whole bytes, two digits each (64 for 32 bytes)"
+                    : "--token '\(token)' is not hexadecimal")
+        }
         if let priority, Priority(rawValue: priority) == nil { throw ValidationError("--priority must be 10, 5 or 1") }
         if priority == 1, binary { throw ValidationError("--priority 1 is the HTTP/2 API's: the binary API takes 5 or 10") }
         if let pushType {

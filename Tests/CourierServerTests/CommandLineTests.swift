@@ -52,6 +52,9 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         (["push", "--token", "00ff", "--payload", "{}", "--push-type", "voip", "--binary", "--cert", "c", "--key", "k"], "--push-type is the HTTP/2 API's: the binary API has none"),
         (["push", "--token", "00ff", "--payload", "{}", "--id", "12", "--p8", "k.p8"], "no file k.p8"),
         (["feedback", "--cert", "c.pem", "--key", "k.pem"], "no file c.pem"),
+        (["push", "--token", "0ff", "--payload", "{}", "--p8", "k.p8"], "--token has 3 hex digits, an odd number: a token is whole bytes"),
+        (["push", "--token", "00ff", "--payload", "{}", "--binary", "--cert", "/dev/null", "--key", "/dev/null", "--port", "1"], "/dev/null is not a PEM certificate"),
+        (["inbox", "--url", "http://127.0.0.1:1", "--admin-token", "x"], "no Courier admin API at http://127.0.0.1:1 (connection refused); is 'courier serve' running?"),
         (["device", "run", "--identity", "d", "--app", "com.example.x", "--gateway", "localhost"], "--gateway 'localhost' is not host:port"),
         (["device", "run", "--identity", "d", "--app", "com.example.x", "--gateway", "a:5223", "--port", "1"], "--gateway replaces --host and --port"),
     ])
