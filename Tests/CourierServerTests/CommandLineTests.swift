@@ -119,7 +119,17 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
             .write(toFile: directory + "/courier.json", atomically: true, encoding: .utf8)
         let result = try courierRun(["serve", "--config", directory + "/courier.json", "--data", directory + "/data"])
         #expect(result.status == 1)
-        #expect(result.stderr == "courier: cannot listen for device.production on 127.0.0.1:\(port): Address already in use\n", "\(result.stderr)")
+        #expect(
+            result.stderr == "courier: cannot listen for device.production on 127.0.0.1:\(port): Address already in use; "
+                + "set 'network.production.device' in the configuration to another port (0: any free one)\n", "\(result.stderr)")
+        // The admin port the same way.
+        try #"{"network": {"production": \#(zero), "sandbox": \#(zero), "adminPort": \#(port)}, "logLevel": "critical"}"#
+            .write(toFile: directory + "/courier.json", atomically: true, encoding: .utf8)
+        let admin = try courierRun(["serve", "--config", directory + "/courier.json", "--data", directory + "/data"])
+        #expect(admin.status == 1)
+        #expect(
+            admin.stderr == "courier: cannot listen for admin on 127.0.0.1:\(port): Address already in use; "
+                + "set 'network.adminPort' in the configuration to another port (0: any free one)\n", "\(admin.stderr)")
     }
 
     /// `threads.realtimePriority`: the running server's event loops (and

@@ -81,10 +81,18 @@ public struct AdminServer: Service {
             onServerRunning: { [ports, logger] channel in ports.listening(admin: channel, logger: logger) },
             logger: logger)
         // Hummingbird waits for requests in flight: a long poll ends first.
-        try await withGracefulShutdownHandler {
-            try await app.run()
-        } onGracefulShutdown: { [inbox] in
-            inbox.close()
+        do {
+            try await withGracefulShutdownHandler {
+                try await app.run()
+            } onGracefulShutdown: { [inbox] in
+                inbox.close()
+            }
+        } catch let error as IOError where ports.all["admin"] == nil {
+            // It never listened: said as the other listeners say it, with the key to change.
+            let network = configuration.network
+            throw ListenerBindError(
+                listener: "admin", host: network.adminHost, port: network.adminPort, reason: String(cString: strerror(error.errnoCode)),
+                key: "network.adminPort")
         }
         await consoleProvider.close()
     }

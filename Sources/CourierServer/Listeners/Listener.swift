@@ -401,8 +401,12 @@ struct ListenerBindError: Error, CustomStringConvertible {
     let host: String
     let port: Int
     let reason: String
+    /// The configuration key of the port.
+    let key: String
 
-    var description: String { "cannot listen for \(listener) on \(host):\(port): \(reason)" }
+    var description: String {
+        "cannot listen for \(listener) on \(host):\(port): \(reason); set '\(key)' in the configuration to another port (0: any free one)"
+    }
 }
 
 /// Binds the listener `listener` of `environment` at its configured
@@ -424,6 +428,8 @@ func bindListener<Server>(
         return try await bind(network.host, port)
     } catch {
         let reason = (error as? IOError).map { String(cString: strerror($0.errnoCode)) } ?? "\(error)"
-        throw ListenerBindError(listener: "\(listener.rawValue).\(environment.rawValue)", host: network.host, port: port, reason: reason)
+        throw ListenerBindError(
+            listener: "\(listener.rawValue).\(environment.rawValue)", host: network.host, port: port, reason: reason,
+            key: "network.\(environment.rawValue).\(listener.rawValue)")
     }
 }
