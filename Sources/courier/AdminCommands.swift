@@ -15,7 +15,7 @@ struct AdminOptions: ParsableArguments {
     @Option(
         name: .long,
         help: ArgumentHelp(
-            "The admin API's URL (default: from the configuration, http://127.0.0.1:8080; https is checked against the data directory's CA).",
+            "The admin API's URL (default: that of the server running on the data directory, from its ports.json, else the configuration's, http://127.0.0.1:8080; https is checked against the data directory's CA).",
             valueName: "url"))
     var url: String?
 
@@ -26,7 +26,8 @@ struct AdminOptions: ParsableArguments {
 
     func client() throws -> AdminClient {
         let configuration = try data.load()
-        let base = url ?? configuration.network.adminURL(port: configuration.network.adminPort)
+        // The server running on the data directory says where it listens (ports.json), port 0 in its configuration or not.
+        let base = url ?? PortsFile.read(dataDirectory: configuration.dataDirectory)?.admin ?? configuration.network.adminURL(port: configuration.network.adminPort)
         guard let parsed = URL(string: base), parsed.scheme == "http" || parsed.scheme == "https", parsed.host != nil else {
             throw ValidationError("--url \(base) is not an http(s) URL")
         }
@@ -88,7 +89,8 @@ struct AdminClient {
         guard (200..<300).contains(status) else {
             let message = (try? JSONDecoder().decode(ErrorBody.self, from: data))?.error.message ?? "HTTP status \(status)"
             if status == 401 {
-                throw ValidationError("the admin token was refused (\(message)); the server's token is in its data directory's admin-token file")
+                throw ValidationError(
+                    "the server at \(base.absoluteString) refused the admin token; its token is in its data directory's admin-token file (give that --data, or --admin-token)")
             }
             throw AdminFailure(status: status, message: message)
         }

@@ -43,7 +43,19 @@ struct Serve: AsyncParsableCommand {
         try await application.serviceGroup(
             logger: logger,
             onReady: { ports in
+                let data = application.configuration.dataDirectory
+                let admin = ports["admin"].map { application.configuration.network.adminURL(port: $0) }
+                do {
+                    try PortsFile(admin: admin, ports: ports, pid: getpid()).write(dataDirectory: data)
+                } catch {
+                    logger.warning("could not write the ports file", metadata: ["courier.path": "\(PortsFile.path(dataDirectory: data))", "courier.error": "\(error)"])
+                }
                 var text = banner
+                if let device = application.report.demoDeviceDirectory, let bundle = application.report.demoBundleID {
+                    // The port only when it is not the default the command takes.
+                    let port = ports["device.production"].flatMap { $0 == 5223 ? nil : " --port \($0)" } ?? ""
+                    text += "Run the demo device:\n  swift run courier device run --identity \(device) --app \(bundle)\(port)\n"
+                }
                 if let port = ports["http2.production"], let demo = DemoCommands.demo(application, port: port) {
                     text += "Push to the demo device with courier (HTTP/2, token trust):\n" + DemoCommands.courierPush(demo) + "\n"
                     text += "or with curl and a JWT made by openssl, as Apple documents it (bash):\n" + DemoCommands.curl(demo) + "\n"
@@ -54,6 +66,7 @@ struct Serve: AsyncParsableCommand {
                 say(text + Self.describe(ports: ports))
             }
         ).run()
+        PortsFile.remove(dataDirectory: application.configuration.dataDirectory)
         say("Courier stopped.\n")
     }
 
@@ -70,9 +83,6 @@ struct Serve: AsyncParsableCommand {
             text += "Demo: team \(team), app \(bundle)"
             if let key = report.demoKeyID { text += ", auth key \(key)" }
             text += "\n"
-        }
-        if let device = report.demoDeviceDirectory, let bundle = report.demoBundleID {
-            text += "Run the demo device:\n  swift run courier device run --identity \(device) --app \(bundle)\n"
         }
         return text
     }

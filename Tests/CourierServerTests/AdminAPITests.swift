@@ -548,7 +548,7 @@ private func outcome(_ entry: [String: Any]) -> [String: Any] { entry["outcome"]
             // A wrong token and a server that is not there: one line each, naming what to check.
             let refused = try await runProgram(courier, ["status", "--admin-token", String(repeating: "a", count: 64)] + admin)
             #expect(refused.status != 0)
-            #expect(refused.stderr.hasPrefix("courier: the admin token was refused"))
+            #expect(refused.stderr.hasPrefix("courier: the server at http://127.0.0.1:\(try await server.adminPort()) refused the admin token;"), "\(refused.stderr)")
             #expect(refused.stderr.split(separator: "\n").count == 1)
             let away = try await runProgram(courier, ["status", "--data", server.directory, "--url", "http://127.0.0.1:1"])
             #expect(away.status != 0)

@@ -354,9 +354,20 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         ] {
             #expect(output.contains("  \(listener) "), "\(listener) is listening")
         }
+        // Port 0: the banner's device command and the admin commands given --data use the ports it has.
+        let portsFile = try #require(FileManager.default.contents(atPath: data + "/ports.json"), "ports.json written")
+        let ports = try #require(try JSONSerialization.jsonObject(with: portsFile) as? [String: Any])
+        let bound = try #require(ports["ports"] as? [String: Int])
+        let devicePort = try #require(bound["device.production"])
+        #expect(output.contains("courier device run --identity \(data)/demo/device --app com.example.demo --port \(devicePort)"), "\(output)")
+        #expect(ports["admin"] as? String == "http://127.0.0.1:\(try #require(bound["admin"]))")
+        let status = try courierRun(["status", "--data", data])
+        #expect(status.status == 0, "\(status.stderr)")
+        #expect(status.stdout.contains("devices online"), "\(status.stdout)")
         first.signal(SIGTERM)
         #expect(first.waitForExit() == 0)
         #expect(first.output.last == "Courier stopped.")
+        #expect(!FileManager.default.fileExists(atPath: data + "/ports.json"), "removed when it stopped")
 
         let second = try RunningProgram(courier, ["serve", "--data", data, "--config", config])
         #expect(second.waitForLine(containing: "Courier is running") != nil, "\(second.output)")
