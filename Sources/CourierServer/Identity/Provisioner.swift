@@ -45,11 +45,22 @@ public final class Provisioner: Sendable {
         logger: Logger
     ) async throws -> Provisioner {
         let directory = configuration.dataDirectory
+        var isFolder: ObjCBool = false
+        let exists = FileManager.default.fileExists(atPath: directory, isDirectory: &isFolder)
+        if exists, !isFolder.boolValue { throw PKIError(.badFile, "the data directory \(directory) is a file, not a folder: give --data another path") }
         do {
             try Files.createDirectory(directory)
             try Files.createDirectory(configuration.resolve(configuration.paths.pki))
         } catch {
-            throw PKIError(.badFile, "cannot create data directory \(directory): \(error.localizedDescription)")
+            // The system's reason in a few words ("Permission denied"), not Foundation's sentence.
+            let reason = ((error as NSError).userInfo[NSUnderlyingErrorKey] as? NSError).flatMap { underlying in
+                underlying.domain == NSPOSIXErrorDomain ? String(cString: strerror(Int32(underlying.code))) : nil
+            } ?? error.localizedDescription
+            throw PKIError(
+                .badFile,
+                exists
+                    ? "cannot use the data directory \(directory): \(reason) (it must be this user's to read and write)"
+                    : "cannot create the data directory \(directory): \(reason)")
         }
         switch configuration.store.kind {
         case .sqlite:
