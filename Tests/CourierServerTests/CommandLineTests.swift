@@ -36,7 +36,7 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         (["serve", "--config", "missing.json"], "cannot read configuration file missing.json: no such file"),
         (["serve", "--config", "/"], "cannot read configuration file /: it is a folder"),
         (["serve", "--data", "/dev/null"], "the data directory /dev/null is a file, not a folder: give --data another path"),
-        (["serve", "--data", "/proc/version/data"], "cannot create the data directory /proc/version/data: "),
+        (["serve", "--data", "/proc/version/data"], "cannot create the data directory /proc/version/data: Not a directory"),
         (["frobnicate"], "Unexpected argument 'frobnicate'"),
         (["push", "--token", "xyz", "--payload", "{}", "--p8", "k.p8"], "--token 'xyz' is not hexadecimal"),
         (["push", "--token", "00ff", "--payload", "{not json"], "the payload is not valid JSON: "),

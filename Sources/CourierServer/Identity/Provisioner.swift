@@ -53,9 +53,7 @@ public final class Provisioner: Sendable {
             try Files.createDirectory(configuration.resolve(configuration.paths.pki))
         } catch {
             // The system's reason in a few words ("Permission denied"), not Foundation's sentence.
-            let reason = ((error as NSError).userInfo[NSUnderlyingErrorKey] as? NSError).flatMap { underlying in
-                underlying.domain == NSPOSIXErrorDomain ? String(cString: strerror(Int32(underlying.code))) : nil
-            } ?? error.localizedDescription
+            let reason = Files.whyNotCreated(configuration.resolve(configuration.paths.pki)) ?? error.localizedDescription
             throw PKIError(
                 .badFile,
                 exists
@@ -427,6 +425,24 @@ enum Files {
     /// its owner may enter: the data directory holds keys and payloads.
     static func createDirectory(_ path: String) throws {
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    }
+
+    /// Why `path` could not be made, as the system says it ("Permission
+    /// denied", "Not a directory"): the first folder of it that is missing,
+    /// made again with mkdir for its errno (and removed if it is made).
+    static func whyNotCreated(_ path: String) -> String? {
+        var missing = (path as NSString).standardizingPath
+        while true {
+            let parent = (missing as NSString).deletingLastPathComponent
+            if parent.isEmpty || parent == missing || FileManager.default.fileExists(atPath: parent) { break }
+            missing = parent
+        }
+        guard !FileManager.default.fileExists(atPath: missing) else { return nil }
+        if mkdir(missing, 0o700) == 0 {
+            rmdir(missing)
+            return nil
+        }
+        return String(cString: strerror(errno))
     }
 
     /// Writes `text`; a secret (a private key) is readable by its owner
