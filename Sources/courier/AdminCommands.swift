@@ -144,9 +144,15 @@ private func describe(_ entry: [String: Any]) -> String {
     let accepted = outcome?["accepted"] as? Bool ?? false
     var answer = accepted ? "accepted" : (outcome?["reason"] as? String ?? "refused")
     if !accepted, let status = outcome?["status"] as? Int { answer += " (\(status))" }
+    // A notification names its token; a broadcast or a channel management request its method and path instead.
+    let kind = entry["kind"] as? String ?? "notification"
+    let headers = (entry["headers"] as? [[String: Any]] ?? []).reduce(into: [String: String]()) { found, header in
+        if let name = header["name"] as? String, found[name] == nil { found[name] = header["value"] as? String }
+    }
+    let target = kind == "notification" ? "token \(entry["token"] as? String ?? "-")" : "\(kind) \(headers[":method"] ?? "") \(headers[":path"] ?? "")"
     let fields: [String] = [
         "#\(entry["sequence"] ?? "?")", entry["receivedAt"] as? String ?? "", "\(entry["interface"] ?? "")/\(entry["environment"] ?? "")",
-        entry["apnsID"] as? String ?? "", "token \(entry["token"] as? String ?? "-")", "topic \(entry["topic"] as? String ?? "-")", answer,
+        entry["apnsID"] as? String ?? "", target, "topic \(entry["topic"] as? String ?? "-")", answer,
     ]
     return fields.joined(separator: "  ") + "\n    " + (entry["payload"] as? String ?? "(\(entry["payloadSize"] ?? 0) bytes, not UTF-8)")
 }
@@ -167,6 +173,7 @@ struct InboxCommand: AsyncParsableCommand {
     @Option(name: .customLong("apns-id"), help: "Only this apns-id.") var apnsID: String?
     @Option(help: ArgumentHelp("Only this provider team.", valueName: "team-id")) var team: String?
     @Option(help: "Only http2 or binary.") var interface: String?
+    @Option(help: "Only notification, broadcast, channel (channel management) or other.") var kind: String?
     @Option(help: "Only production or sandbox.") var environment: String?
     @Option(help: "accepted, refused, or a reason (BadDeviceToken, ...).") var outcome: String?
     @Option(help: "Only entries after this sequence number.") var after: UInt64?
@@ -179,8 +186,8 @@ struct InboxCommand: AsyncParsableCommand {
         let client = try admin.client()
         var query: [(String, String)] = []
         for (name, value) in [
-            ("topic", topic), ("token", token), ("apns-id", apnsID), ("team", team), ("interface", interface), ("environment", environment),
-            ("outcome", outcome), ("after", after.map(String.init)),
+            ("topic", topic), ("token", token), ("apns-id", apnsID), ("team", team), ("interface", interface), ("kind", kind),
+            ("environment", environment), ("outcome", outcome), ("after", after.map(String.init)),
         ] {
             if let value { query.append((name, value)) }
         }

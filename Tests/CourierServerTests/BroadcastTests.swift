@@ -133,6 +133,31 @@ extension TestServer {
 
     /// A channel of policy 0 keeps nothing and takes only expiration 0; a
     /// certificate that carries the app may manage and broadcast too.
+    /// The inbox says what each request was: a channel management request
+    /// (no token), a broadcast, a notification; `kind=` selects them.
+    @Test func theInboxSaysWhatEachRequestWas() async throws {
+        try await withTestServer { server in
+            let channels = try await server.channelClient()
+            let push = try await server.http2Client()
+            let created = try await channels.createChannel(bundleID: bundleID, policy: .noStorage)
+            let channelID = try #require(created.channelID)
+            #expect(try await push.broadcast(broadcast(channelID)).status == 200)
+            let device = try await server.device()
+            let token = try await device.client.register(bundleID)
+            #expect(try await push.send(HTTP2Push(token: token, payload: update, topic: bundleID)).status == 200)
+            let entries = try await server.inboxEntries()
+            #expect(entries.compactMap { $0["kind"] as? String } == ["channel", "broadcast", "notification"], "\(entries)")
+            #expect(entries.first?["token"] == nil)
+            #expect(entries.first?["apnsID"] as? String == created.requestID, "a channel request is named by its apns-request-id")
+            let managed = try await server.inboxEntries("?kind=channel")
+            #expect(managed.count == 1)
+            #expect(try await server.admin("GET", "/v1/inbox?kind=push").status == 400)
+            await channels.close()
+            await push.close()
+            await server.disconnect(device)
+        }
+    }
+
     @Test func aChannelWithoutStorageKeepsNothingAndCertificatesMayBroadcast() async throws {
         try await withTestServer { server in
             let channels = try await server.channelClient(credentials: server.demoCertificate)

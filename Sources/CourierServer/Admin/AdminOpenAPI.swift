@@ -20,6 +20,7 @@ enum AdminOpenAPI {
               "apnsID": {"name": "apns-id", "in": "query", "schema": {"type": "string"}},
               "team": {"name": "team", "in": "query", "schema": {"type": "string"}, "description": "the provider's team id"},
               "interface": {"name": "interface", "in": "query", "schema": {"type": "string", "enum": ["http2", "binary"]}},
+              "kind": {"name": "kind", "in": "query", "schema": {"type": "string", "enum": ["notification", "broadcast", "channel", "other"]}, "description": "notification (a device token), broadcast (a channel's), channel (channel management), other"},
               "environment": {"name": "environment", "in": "query", "schema": {"type": "string", "enum": ["production", "sandbox"]}},
               "outcome": {"name": "outcome", "in": "query", "schema": {"type": "string"}, "description": "accepted, refused, or a reason (BadDeviceToken, ...); empty: no filter"},
               "since": {"name": "since", "in": "query", "schema": {"type": "number", "minimum": 0, "maximum": 253402300799}, "description": "seconds since 1970 (an ISO 8601 time is taken too)"},
@@ -75,9 +76,10 @@ enum AdminOpenAPI {
               "Revoked": {"type": "object", "required": ["revoked"], "properties": {"revoked": {"type": "string"}}},
               "InboxEntry": {
                 "type": "object",
-                "required": ["sequence", "receivedAt", "interface", "environment", "apnsID", "headers", "payloadSize", "outcome"],
+                "required": ["sequence", "receivedAt", "kind", "interface", "environment", "apnsID", "headers", "payloadSize", "outcome"],
                 "properties": {
                   "sequence": {"type": "integer", "minimum": 1},
+                  "kind": {"type": "string", "enum": ["notification", "broadcast", "channel", "other"], "description": "what the request was: a notification to a device token, a broadcast on a channel, a channel management request, another request"},
                   "receivedAt": {"type": "string", "format": "date-time"},
                   "interface": {"type": "string", "enum": ["http2", "binary"]},
                   "environment": {"type": "string", "enum": ["production", "sandbox"]},
@@ -240,7 +242,7 @@ enum AdminOpenAPI {
                 "summary": "The notifications received that match, oldest first",
                 "parameters": [
                   {"$ref": "#/components/parameters/topic"}, {"$ref": "#/components/parameters/token"}, {"$ref": "#/components/parameters/apnsID"},
-                  {"$ref": "#/components/parameters/team"}, {"$ref": "#/components/parameters/interface"}, {"$ref": "#/components/parameters/environment"},
+                  {"$ref": "#/components/parameters/team"}, {"$ref": "#/components/parameters/interface"}, {"$ref": "#/components/parameters/kind"}, {"$ref": "#/components/parameters/environment"},
                   {"$ref": "#/components/parameters/outcome"}, {"$ref": "#/components/parameters/since"}, {"$ref": "#/components/parameters/until"},
                   {"$ref": "#/components/parameters/after"}, {"$ref": "#/components/parameters/limit"}
                 ],
@@ -266,7 +268,7 @@ enum AdminOpenAPI {
                 "summary": "The first entry after 'after' that matches: one received already, or the next one (long poll)",
                 "parameters": [
                   {"$ref": "#/components/parameters/topic"}, {"$ref": "#/components/parameters/token"}, {"$ref": "#/components/parameters/apnsID"},
-                  {"$ref": "#/components/parameters/team"}, {"$ref": "#/components/parameters/interface"}, {"$ref": "#/components/parameters/environment"},
+                  {"$ref": "#/components/parameters/team"}, {"$ref": "#/components/parameters/interface"}, {"$ref": "#/components/parameters/kind"}, {"$ref": "#/components/parameters/environment"},
                   {"$ref": "#/components/parameters/outcome"}, {"$ref": "#/components/parameters/since"}, {"$ref": "#/components/parameters/until"},
                   {"$ref": "#/components/parameters/after"},
                   {"name": "timeout", "in": "query", "schema": {"type": "integer", "minimum": 0, "maximum": 300, "default": 30}, "description": "seconds"}
@@ -597,7 +599,7 @@ enum AdminOpenAPI {
                 "summary": "The inbox as server-sent events: each matching entry after 'after' (or Last-Event-ID), then each new one (the console's live tail)",
                 "parameters": [
                   {"$ref": "#/components/parameters/topic"}, {"$ref": "#/components/parameters/token"}, {"$ref": "#/components/parameters/apnsID"},
-                  {"$ref": "#/components/parameters/team"}, {"$ref": "#/components/parameters/interface"}, {"$ref": "#/components/parameters/environment"},
+                  {"$ref": "#/components/parameters/team"}, {"$ref": "#/components/parameters/interface"}, {"$ref": "#/components/parameters/kind"}, {"$ref": "#/components/parameters/environment"},
                   {"$ref": "#/components/parameters/outcome"}, {"$ref": "#/components/parameters/since"}, {"$ref": "#/components/parameters/until"},
                   {"$ref": "#/components/parameters/after"}
                 ],

@@ -354,7 +354,7 @@ struct InboxQuery {
     var timeout = 30
 
     static let known: Set<String> = [
-        "topic", "token", "apns-id", "team", "interface", "environment", "outcome", "since", "until", "after", "limit", "timeout",
+        "topic", "token", "apns-id", "team", "interface", "environment", "outcome", "since", "until", "after", "limit", "timeout", "kind",
     ]
 
     init(_ parameters: [String: String]) throws {
@@ -370,6 +370,12 @@ struct InboxQuery {
         }
         filter.apnsID = text("apns-id")
         filter.teamID = text("team")
+        if let kind = parameters["kind"] {
+            guard let value = InboxKind(rawValue: kind) else {
+                throw HTTPError(.badRequest, message: "'kind' must be one of \(InboxKind.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            filter.kind = value
+        }
         if let interface = parameters["interface"] {
             guard let value = ProviderInterface(rawValue: interface) else {
                 throw HTTPError(.badRequest, message: "'interface' must be http2 or binary")
@@ -447,6 +453,8 @@ struct InboxEntryJSON: ResponseCodable {
 
     var sequence: UInt64
     var receivedAt: String
+    /// notification, broadcast, channel (a channel management request) or other.
+    var kind: String
     var interface: String
     var environment: String
     var apnsID: String
@@ -475,6 +483,7 @@ struct InboxEntryJSON: ResponseCodable {
         node = entry.node
         device = entry.token.flatMap { dispatcher.device(of: $0, in: entry.environment) }.map { String($0, radix: 16) }
         sequence = entry.sequence
+        kind = entry.kind.rawValue
         receivedAt = adminTime(entry.receivedAt)
         interface = entry.interface.rawValue
         environment = entry.environment.rawValue

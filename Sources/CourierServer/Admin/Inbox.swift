@@ -79,6 +79,27 @@ public struct InboxEntry: Sendable {
     public var fault: String? { details.record.fault }
     /// The node that received it (several nodes); nil with one node.
     public var node: String? { details.record.node }
+    /// What the request was, from its interface and path.
+    public var kind: InboxKind {
+        guard case .http2(let headers) = details.record.received else { return .notification }
+        let path = headers.first(name: ":path") ?? ""
+        if path.hasPrefix("/3/device/") { return .notification }
+        if path.hasPrefix("/4/broadcasts/") { return .broadcast }
+        if path.hasPrefix("/1/apps/") { return .channel }
+        return .other
+    }
+}
+
+/// What a request recorded in the inbox was: a notification to a device
+/// token (HTTP/2 `/3/device/`, or a binary frame), a broadcast on a
+/// channel (`/4/broadcasts/`), a channel management request (`/1/apps/`,
+/// the channel port: create, read, delete, list), or another request (a
+/// path the API does not have).
+public enum InboxKind: String, Sendable, Hashable, CaseIterable {
+    case notification
+    case broadcast
+    case channel
+    case other
 }
 
 /// An inbox entry's apns-id: kept as it came, made into text when read.
@@ -122,6 +143,8 @@ public struct InboxFilter: Sendable, Hashable {
     public var teamID: String?
     public var interface: ProviderInterface?
     public var environment: Environment?
+    /// notification, broadcast, channel (management) or other.
+    public var kind: InboxKind?
     /// "accepted", "refused", or a reason (`BadDeviceToken`, `Unregistered`...).
     public var outcome: String?
     public var since: Date?
@@ -129,8 +152,9 @@ public struct InboxFilter: Sendable, Hashable {
 
     public init(
         topic: String? = nil, token: [UInt8]? = nil, apnsID: String? = nil, teamID: String? = nil, interface: ProviderInterface? = nil,
-        environment: Environment? = nil, outcome: String? = nil, since: Date? = nil, until: Date? = nil
+        environment: Environment? = nil, outcome: String? = nil, since: Date? = nil, until: Date? = nil, kind: InboxKind? = nil
     ) {
+        self.kind = kind
         self.topic = topic
         self.token = token
         self.apnsID = apnsID
@@ -150,6 +174,7 @@ public struct InboxFilter: Sendable, Hashable {
         if let teamID, entry.teamID != teamID { return false }
         if let interface, entry.interface != interface { return false }
         if let environment, entry.environment != environment { return false }
+        if let kind, entry.kind != kind { return false }
         if let since, entry.receivedAt < since { return false }
         if let until, entry.receivedAt > until { return false }
         switch outcome {

@@ -429,13 +429,20 @@ function renderEntry(entry) {
     h("span", { class: "bad" }, [entry.outcome.status, entry.outcome.reason].filter((x) => x !== undefined && x !== null).join(" "));
   return h("tr", {},
     h("td", { class: "mono" }, entry.sequence), h("td", {}, shortTime(entry.receivedAt)), h("td", {}, entry.interface + " " + entry.environment),
-    h("td", { class: "wrap" }, entry.topic || ""), h("td", { class: "mono wrap" }, entry.token ? h("a", { href: "#lookup?token=" + entry.token }, entry.token.slice(0, 16) + "…") : ""),
+    h("td", { class: "wrap" }, entry.topic || ""), h("td", { class: "mono wrap" }, entry.token ? h("a", { href: "#lookup?token=" + entry.token }, entry.token.slice(0, 16) + "…") : entryTarget(entry)),
     h("td", {}, outcome, entry.fault ? " (fault " + entry.fault + ")" : ""),
     h("td", { class: "mono" }, h("a", { href: "#lookup?id=" + entry.apnsID }, entry.apnsID)),
     h("td", { class: "payload" }, entry.payload !== undefined && entry.payload !== null ? entry.payload : "(" + entry.payloadSize + " bytes, not UTF-8)"));
 }
 
 const entryHeaders = ["#", "received", "interface", "topic", "token", "outcome", "apns-id", "payload"];
+
+// Not a notification to a token: a broadcast or a channel management request, named with its method and path.
+function entryTarget(entry) {
+  if (!entry.kind || entry.kind === "notification") return "";
+  const header = (name) => (entry.headers.find((x) => x.name === name) || {}).value || "";
+  return h("span", { class: "muted" }, entry.kind + " " + header(":method") + " " + header(":path"));
+}
 
 function renderTimeline(timeline) {
   return h("div", { class: "card timeline-card" },
