@@ -218,10 +218,11 @@ class ConsoleTests(unittest.TestCase):
         self.open("#send")
         token = self.courier.demo_token
         self.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "select[name=team] option[value=DEMOTEAM01]"))
-        Select(self.element("select[name=environment]")).select_by_value("production")
         Select(self.element("select[name=team]")).select_by_value("DEMOTEAM01")
         Select(self.element("select[name=app]")).select_by_value("com.example.demo")
+        # Not chosen: the environment of the devices online (the demo device's, production).
         self.wait(lambda d: any(o.get_attribute("value") == token for o in d.find_elements(By.CSS_SELECTOR, "select[name=device] option")))
+        self.assertEqual(Select(self.element("select[name=environment]")).first_selected_option.get_attribute("value"), "production")
         Select(self.element("select[name=device]")).select_by_value(token)
         self.assertEqual(self.element("input[name=token]").get_attribute("value"), token)
         if payload is not None:
@@ -290,6 +291,7 @@ class ConsoleTests(unittest.TestCase):
         self.element("#answer-link").click()
         self.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "li.event-delivered"))
         self.assertIn(apns_id, self.element("#lookup-result").text)
+        self.assertIn(" UTC", self.element("#lookup-result").text, "times say their zone")
         self.screenshot("timeline")
         # The device printed it.
         wait_for(lambda: (self.courier.device_out.seek(0), "From the Courier console" in self.courier.device_out.read())[1], what="the device's line")

@@ -50,7 +50,8 @@ function table(headers, rows) {
     h("table", {}, h("thead", {}, h("tr", {}, headers.map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, rows)));
 }
 
-function shortTime(iso) { return iso ? iso.replace("T", " ").replace("Z", "") : ""; }
+// "2026-11-28 19:52:39 UTC"; milliseconds only when there are some ("…:39.250").
+function shortTime(iso) { return iso ? iso.replace("T", " ").replace(".000Z", "Z").replace("Z", " UTC") : ""; }
 
 function download(fileName, content, type) {
   const url = URL.createObjectURL(new Blob([content], { type: type || "application/octet-stream" }));
@@ -286,7 +287,8 @@ async function loadTeams() {
 }
 
 function send(main) {
-  const environment = h("select", { name: "environment" }, options(["production", "sandbox"], "sandbox"));
+  // Production, as the banner's commands; the environment of the devices online once they are known.
+  const environment = h("select", { name: "environment" }, options(["production", "sandbox"], "production"));
   const team = h("select", { name: "team" });
   const app = h("select", { name: "app" });
   const topic = h("select", { name: "topic" });
@@ -416,6 +418,8 @@ function send(main) {
       team.replaceChildren(...options(state.teams.map((t) => [t.id, t.id + " — " + t.name])));
       fillApps();
       devices = (await api("GET", "/v1/devices")).devices;
+      const online = [...new Set(devices.map((d) => d.environment))];
+      if (online.length === 1) environment.value = online[0];
       fillDevices();
     } catch (error) { failed(error); }
   })();
