@@ -372,7 +372,17 @@ class ConsoleTests(unittest.TestCase):
         self.element("input[name=team-name]").send_keys("Made in the console")
         self.element("input[name=team-id]").find_element(By.XPATH, "ancestor::form").submit()
         self.wait(lambda d: "CONSOLE001" in d.find_element(By.ID, "teams").text)
+        self.assertNotIn("error", self.element("#status").get_attribute("class") or "", "a success is not styled as an error")
         self.screenshot("provisioning", height=1600)
+        # The same team again: the API's refusal is shown as an error, which stays until dismissed.
+        self.element("input[name=team-id]").send_keys("CONSOLE001")
+        self.element("input[name=team-name]").send_keys("Again")
+        self.element("input[name=team-id]").find_element(By.XPATH, "ancestor::form").submit()
+        self.wait(lambda d: "error" in (d.find_element(By.ID, "status").get_attribute("class") or ""))
+        self.assertEqual(self.element("#status").get_attribute("role"), "alert")
+        self.assertIn("CONSOLE001", self.element("#status").text)
+        self.element("#status button.dismiss").click()
+        self.wait(lambda d: d.find_element(By.ID, "status").text == "")
 
         # A new auth key: its .p8 downloaded once, a P-256 key; then revoked from the list.
         before = {k["keyID"] for t in self.courier.api("GET", "/v1/teams")["teams"] for k in t["authKeys"]}

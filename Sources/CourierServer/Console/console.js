@@ -38,11 +38,18 @@ function options(values, selected) {
   });
 }
 
-function say(message) {
+/** A short message at the bottom; an error (`failed`) is styled as one and stays until the next message or dismissal. */
+function say(message, isError) {
   const status = document.getElementById("status");
   status.textContent = message;
+  status.className = isError ? "error" : "";
+  status.setAttribute("role", isError ? "alert" : "status");
   clearTimeout(say.timer);
-  say.timer = setTimeout(() => { status.textContent = ""; }, 6000);
+  if (isError) {
+    status.append(" ", h("button", { type: "button", class: "dismiss", "aria-label": "Dismiss", onclick: () => say("") }, "×"));
+  } else {
+    say.timer = setTimeout(() => { status.textContent = ""; }, 6000);
+  }
 }
 
 function table(headers, rows) {
@@ -86,7 +93,7 @@ async function api(method, path, body) {
   return json;
 }
 
-function failed(error) { say(error.message || String(error)); }
+function failed(error) { say(error.message || String(error), true); }
 
 // MARK: Pages
 
