@@ -372,6 +372,15 @@ class ConsoleTests(unittest.TestCase):
         self.element("input[name=team-name]").send_keys("Made in the console")
         self.element("input[name=team-id]").find_element(By.XPATH, "ancestor::form").submit()
         self.wait(lambda d: "CONSOLE001" in d.find_element(By.ID, "teams").text)
+        # The new team is in the app form's pick list; an app made with it is in the certificate form's.
+        self.wait(lambda d: any(o.get_attribute("value") == "CONSOLE001" for o in d.find_elements(By.CSS_SELECTOR, "select[name=app-team] option")))
+        Select(self.element("select[name=app-team]")).select_by_value("CONSOLE001")
+        self.element("input[name=bundle-id]").send_keys("com.example.console")
+        self.element("input[name=bundle-id]").find_element(By.XPATH, "ancestor::form").submit()
+        self.wait(lambda d: any(o.get_attribute("value") == "com.example.console" for o in d.find_elements(By.CSS_SELECTOR, "select[name=cert-app] option")))
+        self.assertIn("com.example.console", json.dumps(self.courier.api("GET", "/v1/teams")))
+        # The key the console made for its test pushes (tests 3 to 6) is named as such.
+        self.wait(lambda d: "(the console's, for Send)" in d.find_element(By.ID, "teams").text)
         self.assertNotIn("error", self.element("#status").get_attribute("class") or "", "a success is not styled as an error")
         self.screenshot("provisioning", height=1600)
         # The same team again: the API's refusal is shown as an error, which stays until dismissed.
@@ -398,9 +407,9 @@ class ConsoleTests(unittest.TestCase):
         self.wait(lambda d: any(k["keyID"] == key_id and k.get("revokedAt") for t in self.courier.api("GET", "/v1/teams")["teams"] for k in t["authKeys"]))
 
         # A provider certificate issued and downloaded with its key: curl pushes with them.
-        self.element("input[name=cert-app]").send_keys("com.example.demo")
+        Select(self.element("select[name=cert-app]")).select_by_value("com.example.demo")
         Select(self.element("select[name=cert-environments]")).select_by_value("production")
-        self.element("input[name=cert-app]").find_element(By.XPATH, "ancestor::form").submit()
+        self.element("select[name=cert-app]").find_element(By.XPATH, "ancestor::form").submit()
         certificate = self.downloaded(r"com\.example\.demo\.pem")
         key = self.downloaded(r"com\.example\.demo-key\.pem")
         wait_for(lambda: os.path.getsize(key) > 0, what="the key's download")

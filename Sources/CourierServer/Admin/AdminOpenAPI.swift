@@ -58,7 +58,8 @@ enum AdminOpenAPI {
                       "keyID": {"type": "string"}, "createdAt": {"type": "string", "format": "date-time"},
                       "revokedAt": {"type": "string", "format": "date-time"},
                       "environments": {"type": "array", "items": {"type": "string", "enum": ["production", "sandbox"]}},
-                      "bundleIDs": {"type": "array", "items": {"type": "string"}, "description": "a topic-specific key's apps; absent for a team-scoped key"}
+                      "bundleIDs": {"type": "array", "items": {"type": "string"}, "description": "a topic-specific key's apps; absent for a team-scoped key"},
+                      "usedByConsole": {"type": "boolean", "description": "true for the key the web console made to send its test pushes for the team"}
                     }
                   }}
                 }

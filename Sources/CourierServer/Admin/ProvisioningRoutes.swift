@@ -15,7 +15,12 @@ struct ProvisioningRoutes {
 
     func add(to api: RouterGroup<BasicRequestContext>) {
         api.get("teams") { [provisioner] _, _ in
-            TeamList(teams: try await provisioner.inventory().map(TeamJSON.init))
+            // The console's own key of a team is kept under console/<team>/ (ConsolePush): marked, so that the list explains it.
+            let console = provisioner.configuration.resolve("console")
+            return TeamList(
+                teams: try await provisioner.inventory().map { entry in
+                    TeamJSON(entry) { FileManager.default.fileExists(atPath: "\(console)/\(entry.team.id)/AuthKey_\($0).p8") }
+                })
         }
         api.post("teams") { [provisioner] request, context in
             let body = try await request.decode(as: NewTeam.self, context: context)
@@ -163,12 +168,17 @@ struct TeamJSON: ResponseCodable {
     var apps: [AppJSON]
     var authKeys: [AuthKeyJSON]
 
-    init(_ entry: (team: Team, apps: [App], keys: [AuthKeyRecord])) {
+    /// `isConsoleKey`: whether a key id is the console's own for the team.
+    init(_ entry: (team: Team, apps: [App], keys: [AuthKeyRecord]), isConsoleKey: (String) -> Bool = { _ in false }) {
         id = entry.team.id
         name = entry.team.name
         createdAt = adminTime(entry.team.createdAt)
         apps = entry.apps.map(AppJSON.init)
-        authKeys = entry.keys.map(AuthKeyJSON.init)
+        authKeys = entry.keys.map { key in
+            var json = AuthKeyJSON(key)
+            if isConsoleKey(key.keyID) { json.usedByConsole = true }
+            return json
+        }
     }
 }
 
@@ -193,6 +203,8 @@ struct AuthKeyJSON: Codable {
     var environments: [String]
     /// A topic-specific key's apps; nil for a team-scoped key.
     var bundleIDs: [String]?
+    /// True for the key the web console made to send its test pushes for the team.
+    var usedByConsole: Bool?
 
     init(_ key: AuthKeyRecord) {
         keyID = key.keyID

@@ -637,10 +637,13 @@ function provisioning(main) {
   async function refresh() {
     try {
       await loadTeams();
+      fillPicks();
       show(teams, JSON.stringify(state.teams), () => state.teams.length ? table(["team", "apps", "auth keys", ""], state.teams.map((team) => h("tr", {},
         h("td", {}, h("span", { class: "mono" }, team.id), " ", team.name),
         h("td", { class: "wrap" }, team.apps.map((a) => a.bundleID).join(", ") || "—"),
-        h("td", {}, team.authKeys.length ? team.authKeys.map((k) => h("div", {}, h("span", { class: "mono" }, k.keyID), k.revokedAt ? h("span", { class: "bad" }, " revoked") :
+        h("td", {}, team.authKeys.length ? team.authKeys.map((k) => h("div", {}, h("span", { class: "mono" }, k.keyID),
+          k.usedByConsole ? h("span", { class: "muted", title: "made by this console to send its test pushes for the team; kept in the data directory's console/ folder" }, " (the console's, for Send)") : "",
+          k.revokedAt ? h("span", { class: "bad" }, " revoked") :
           h("button", { type: "button", class: "danger", "aria-label": "Revoke key " + k.keyID, onclick: async () => {
             if (!confirm("Revoke auth key " + k.keyID + "? Its tokens stop working at once.")) return;
             try { await api("POST", "/v1/keys/" + encodeURIComponent(k.keyID) + "/revoke"); say("Revoked " + k.keyID + "."); refresh(); } catch (error) { failed(error); }
@@ -675,8 +678,19 @@ function provisioning(main) {
   const teamID = h("input", { name: "team-id", maxlength: "10", class: "mono", autocomplete: "off", placeholder: "ABCDE12345" });
   const teamName = h("input", { name: "team-name", autocomplete: "off" });
   const bundleID = h("input", { name: "bundle-id", autocomplete: "off", placeholder: "com.example.app" });
-  const appTeam = h("input", { name: "app-team", class: "mono", maxlength: "10", autocomplete: "off" });
-  const certApp = h("input", { name: "cert-app", autocomplete: "off", placeholder: "com.example.app" });
+  const appTeam = h("select", { name: "app-team" });
+  const certApp = h("select", { name: "cert-app" });
+  // The teams and apps there are, as pick lists; rebuilt only when they change (an open list stays open).
+  let picked = "";
+  function fillPicks() {
+    const teamsList = state.teams.map((t) => [t.id, t.id + " — " + t.name]);
+    const appsList = state.teams.flatMap((t) => t.apps.map((a) => a.bundleID));
+    const now = JSON.stringify([teamsList, appsList]);
+    if (now === picked) return;
+    picked = now;
+    appTeam.replaceChildren(...options(teamsList, appTeam.value));
+    certApp.replaceChildren(...options(appsList, certApp.value));
+  }
   const certEnvironments = h("select", { name: "cert-environments" }, options([["both", "production and sandbox"], "production", "sandbox"], "both"));
   main.append(h("h2", {}, "Provisioning"),
     h("section", {}, h("h3", {}, "Teams, apps and auth keys"), teams,
