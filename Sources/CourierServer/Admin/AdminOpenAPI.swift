@@ -203,7 +203,8 @@ enum AdminOpenAPI {
                 "type": "object", "required": ["status", "apnsID"],
                 "properties": {
                   "status": {"type": "integer"}, "apnsID": {"type": "string"}, "apnsUniqueID": {"type": "string"}, "reason": {"type": "string"},
-                  "timestamp": {"type": "string", "format": "date-time"}
+                  "timestamp": {"type": "string", "format": "date-time"},
+                  "fault": {"type": "string", "description": "the fault rule that answered it, when one did"}
                 }
               },
               "ConsoleSession": {

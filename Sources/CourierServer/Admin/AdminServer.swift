@@ -145,11 +145,19 @@ public struct AdminServer: Service {
         api.get("inbox/stream") { [inbox, dispatcher] request, _ in
             try InboxStream.response(request, inbox: inbox, dispatcher: dispatcher)
         }
-        api.post("push") { [consoleProvider] request, context in
+        api.post("push") { [consoleProvider, inbox] request, context in
             let body = try await request.decode(as: ConsolePushBody.self, context: context)
             let (push, environment) = try body.push()
             do {
-                return ConsolePushAnswer(try await consoleProvider.send(push, teamID: body.team, environment: environment))
+                let before = inbox.lastSequence
+                let result = try await consoleProvider.send(push, teamID: body.team, environment: environment)
+                // The rule that answered, if one did: the push's inbox entry names it (recorded with the answer).
+                var fault: String?
+                if inbox.isRecording {
+                    let entry = await inbox.wait(for: InboxFilter(apnsID: result.apnsID, teamID: body.team), after: before, timeout: .seconds(2))
+                    fault = entry?.fault
+                }
+                return ConsolePushAnswer(result, fault: fault)
             } catch let error where !(error is HTTPError) && !(error is PKIError) {
                 // The connection to the HTTP/2 port failed (no team or key problem: those keep their own answer).
                 throw HTTPError(.badGateway, message: "the push could not be sent to the HTTP/2 port: \(error)")

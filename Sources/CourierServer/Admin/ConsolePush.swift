@@ -157,8 +157,11 @@ struct ConsolePushAnswer: ResponseCodable {
     var apnsUniqueID: String?
     var reason: String?
     var timestamp: String?
+    /// The fault rule that answered it (from its inbox entry), when one did.
+    var fault: String?
 
-    init(_ result: HTTP2PushResult) {
+    init(_ result: HTTP2PushResult, fault: String? = nil) {
+        self.fault = fault
         status = result.status
         apnsID = result.apnsID
         apnsUniqueID = result.uniqueID?.lowercasedString

@@ -393,7 +393,7 @@ function send(main) {
       const result = await api("POST", "/v1/push", body());
       const link = h("a", { href: "#lookup?id=" + result.apnsID, id: "answer-link" }, result.apnsID);
       answer.replaceChildren(h("p", { class: "answer " + (result.status === 200 ? "ok" : "bad"), id: "answer-status" },
-        String(result.status), result.reason ? " " + result.reason : " accepted", " — apns-id ", link,
+        String(result.status), result.reason ? " " + result.reason : " accepted", result.fault ? " (fault rule " + result.fault + ")" : "", " — apns-id ", link,
         result.apnsUniqueID ? " (apns-unique-id " + result.apnsUniqueID + ")" : ""));
     } catch (error) {
       answer.replaceChildren(h("p", { class: "answer bad", id: "answer-status" }, error.message));
