@@ -297,6 +297,13 @@ class ConsoleTests(unittest.TestCase):
         self.wait(lambda d: d.find_elements(By.CSS_SELECTOR, "li.event-delivered"))
         self.assertIn(apns_id, self.element("#lookup-result").text)
         self.assertIn(" UTC", self.element("#lookup-result").text, "times say their zone")
+        # The topic breaks after its dots, not inside a word (its cell's lines are whole parts of it).
+        topic_lines = self.element("#lookup-result td.words").text.split("\n")
+        self.assertEqual("".join(topic_lines), "com.example.demo")
+        self.assertTrue(all(part in ("com.", "example.", "demo", "com.example.", "example.demo", "com.example.demo") for part in topic_lines), topic_lines)
+        # Each step after the first says how long it took, and from the second on how long since the first.
+        delivered = self.element("li.event-delivered").text
+        self.assertRegex(delivered, r"\+\d+(\.\d)? (ms|s)", delivered)
         self.screenshot("timeline")
         # The device printed it.
         wait_for(lambda: (self.courier.device_out.seek(0), "From the Courier console" in self.courier.device_out.read())[1], what="the device's line")

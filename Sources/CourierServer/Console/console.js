@@ -57,6 +57,19 @@ function table(headers, rows) {
     h("table", {}, h("thead", {}, h("tr", {}, headers.map((t) => h("th", { scope: "col" }, t)))), h("tbody", {}, rows)));
 }
 
+/** A topic or bundle id that breaks across lines after its dots, not inside its words. */
+function breakable(text) {
+  return String(text).split(/(?<=\.)/).flatMap((part, i) => (i ? [h("wbr", {}), part] : [part]));
+}
+
+/** The time from one ISO 8601 instant to another: "12 ms", "1.5 s", "3 min 20 s". */
+function elapsed(from, to) {
+  const ms = Math.max(0, Date.parse(to) - Date.parse(from));
+  if (ms < 1000) return ms + " ms";
+  if (ms < 60000) return (ms / 1000).toFixed(ms < 10000 ? 1 : 0) + " s";
+  return Math.floor(ms / 60000) + " min " + Math.round((ms % 60000) / 1000) + " s";
+}
+
 // "2026-11-28 19:52:39 UTC"; milliseconds only when there are some ("…:39.250").
 function shortTime(iso) { return iso ? iso.replace("T", " ").replace(".000Z", "Z").replace("Z", " UTC") : ""; }
 
@@ -440,7 +453,7 @@ function renderEntry(entry) {
     h("span", { class: "bad" }, [entry.outcome.status, entry.outcome.reason].filter((x) => x !== undefined && x !== null).join(" "));
   return h("tr", {},
     h("td", { class: "mono" }, entry.sequence), h("td", {}, shortTime(entry.receivedAt)), h("td", {}, entry.interface + " " + entry.environment),
-    h("td", { class: "wrap" }, entry.topic || ""), h("td", { class: "mono wrap" }, entry.token ? h("a", { href: "#lookup?token=" + entry.token }, entry.token.slice(0, 16) + "…") : entryTarget(entry)),
+    h("td", { class: "words" }, breakable(entry.topic || "")), h("td", { class: "mono wrap" }, entry.token ? h("a", { href: "#lookup?token=" + entry.token }, entry.token.slice(0, 16) + "…") : entryTarget(entry)),
     h("td", {}, outcome, entry.fault ? " (fault " + entry.fault + ")" : ""),
     h("td", { class: "mono" }, h("a", { href: "#lookup?id=" + entry.apnsID }, entry.apnsID)),
     h("td", { class: "payload" }, entry.payload !== undefined && entry.payload !== null ? entry.payload : "(" + entry.payloadSize + " bytes, not UTF-8)"));
@@ -460,7 +473,10 @@ function renderTimeline(timeline) {
     h("h3", {}, "apns-id ", h("span", { class: "mono" }, timeline.apnsID)),
     timeline.received.length ? table(entryHeaders, timeline.received.map(renderEntry)) : h("p", { class: "muted" }, "Not in the inbox."),
     timeline.events.length
-      ? h("ol", { class: "timeline" }, timeline.events.map((e) => h("li", { class: "event-" + e.event }, h("strong", {}, e.event), " ", h("span", { class: "muted" }, shortTime(e.at)), e.detail ? " — " + e.detail : "")))
+      ? h("ol", { class: "timeline" }, timeline.events.map((e, i) => h("li", { class: "event-" + e.event }, h("strong", {}, e.event), " ", h("span", { class: "muted" }, shortTime(e.at)),
+        // Each step's duration: the time since the step before (and, from the second on, since the first).
+        i > 0 ? h("span", { class: "step" }, " +" + elapsed(timeline.events[i - 1].at, e.at) + (i > 1 ? " (" + elapsed(timeline.events[0].at, e.at) + " in all)" : "")) : "",
+        e.detail ? " — " + e.detail : "")))
       : h("p", { class: "muted" }, "No delivery events yet."));
 }
 
