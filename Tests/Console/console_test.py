@@ -264,6 +264,11 @@ class ConsoleTests(unittest.TestCase):
         self.driver.get(self.courier.url + "/")
         self.sign_in()
         self.element("canvas")
+        # The charts are drawn at once (axes, time axis, "collecting…"), before the first second's values.
+        drawn = self.driver.execute_script(
+            "const c = document.querySelector('canvas'); const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+            "let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i]) n++; return n;")
+        self.assertGreater(drawn, 100, "the chart is not empty when the page opens")
         # Listeners with their ports, and the demo device online.
         self.wait(lambda d: str(self.courier.http2_port) in d.find_element(By.TAG_NAME, "main").text)
         self.wait(lambda d: d.find_elements(By.CSS_SELECTOR, ".figure .value")[2].text == "1")

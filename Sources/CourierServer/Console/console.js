@@ -187,6 +187,11 @@ function parseMetrics(text) {
   return sums;
 }
 
+/**
+ * The last minute of one or more series, a value a second, the newest at the right ("now"), with
+ * a time axis under it and the legend above. Drawn from the first second, before there is a value.
+ * A later series is drawn thinner over an earlier one, so that equal lines both show.
+ */
 function drawChart(canvas, series, unit) {
   const ratio = window.devicePixelRatio || 1;
   const width = canvas.clientWidth, height = canvas.clientHeight;
@@ -194,26 +199,39 @@ function drawChart(canvas, series, unit) {
   const g = canvas.getContext("2d");
   g.scale(ratio, ratio);
   g.clearRect(0, 0, width, height);
+  const left = 44, right = width - 6, top = 20, bottom = height - 18;
   const values = series.flatMap((s) => s.values);
-  const top = (Math.max(0, ...values) || 1) * 1.15;
+  const highest = (Math.max(0, ...values) || 1) * 1.15;
   g.font = "11px system-ui, sans-serif";
   g.fillStyle = "#5b6470";
   g.strokeStyle = "#d6dbe1";
+  g.lineWidth = 1;
   for (let i = 0; i <= 2; i++) {
-    const y = 8 + (height - 24) * i / 2;
-    g.beginPath(); g.moveTo(40, y); g.lineTo(width - 4, y); g.stroke();
-    g.fillText(formatNumber(top * (1 - i / 2)) + unit, 0, y + 4);
+    const y = top + (bottom - top) * i / 2;
+    g.beginPath(); g.moveTo(left, y); g.lineTo(right, y); g.stroke();
+    g.fillText(formatNumber(highest * (1 - i / 2)) + unit, 0, y + 4);
   }
+  // The time axis: a minute ago to now.
+  for (const [seconds, label] of [[60, "−60 s"], [30, "−30 s"], [0, "now"]]) {
+    const x = left + (right - left) * (60 - seconds) / 60;
+    g.beginPath(); g.moveTo(x, bottom); g.lineTo(x, bottom + 4); g.stroke();
+    g.textAlign = seconds === 60 ? "left" : seconds === 0 ? "right" : "center";
+    g.fillText(label, x, height - 2);
+  }
+  g.textAlign = "left";
+  if (!values.length) g.fillText("collecting…", left + 6, top + (bottom - top) / 2);
   series.forEach((s, index) => {
-    g.strokeStyle = s.color; g.lineWidth = 2; g.beginPath();
+    g.strokeStyle = s.color; g.lineWidth = index === 0 ? 4 : 2; g.beginPath();
+    const n = s.values.length;
     s.values.forEach((v, i) => {
-      const x = 40 + (width - 44) * i / Math.max(1, 59);
-      const y = 8 + (height - 24) * (1 - v / top);
+      const x = left + (right - left) * (60 - (n - 1 - i)) / 60;
+      const y = top + (bottom - top) * (1 - v / highest);
       if (i === 0) g.moveTo(x, y); else g.lineTo(x, y);
     });
     g.stroke();
     g.fillStyle = s.color;
-    g.fillText(s.name, 44 + index * 110, height - 3);
+    g.fillRect(left + index * 110, 6, 10, 4);
+    g.fillText(s.name, left + 14 + index * 110, 12);
   });
 }
 
@@ -242,6 +260,11 @@ function overview(main) {
     h("section", {}, h("h3", {}, "Refusals in the last 10 minutes, by reason"), refusals));
 
   const history = { received: [], delivered: [], latency: [] };
+  const draw = () => {
+    drawChart(rateCanvas, [{ name: "received", color: "#0b5cad", values: history.received }, { name: "delivered", color: "#17733a", values: history.delivered }], "/s");
+    drawChart(latencyCanvas, [{ name: "latency", color: "#b45309", values: history.latency }], " ms");
+  };
+  draw();
   let previous = null;
   every(1000, async () => {
     try {
@@ -259,8 +282,7 @@ function overview(main) {
         push(history.latency, count > 0 ? 1000 * sum / count : 0);
         figures.rate.textContent = formatNumber(history.received[history.received.length - 1]);
         figures.delivered.textContent = formatNumber(history.delivered[history.delivered.length - 1]);
-        drawChart(rateCanvas, [{ name: "received", color: "#0b5cad", values: history.received }, { name: "delivered", color: "#17733a", values: history.delivered }], "/s");
-        drawChart(latencyCanvas, [{ name: "latency", color: "#b45309", values: history.latency }], " ms");
+        draw();
       }
       previous = now;
     } catch (error) { failed(error); }
