@@ -350,6 +350,13 @@ class ConsoleTests(unittest.TestCase):
         self.assertIn(apns_id, row.text)
         self.assertIn("Hello from curl", row.text)
         self.screenshot("inbox")
+        # What each entry was: broadcasts alone show none of these notifications; notifications show it again.
+        Select(self.element("select[name=kind]")).select_by_value("broadcast")
+        self.click("Apply")
+        self.wait(lambda d: "kind=broadcast" in d.execute_script("return location.hash") and apns_id not in d.find_element(By.ID, "tail").text)
+        Select(self.element("select[name=kind]")).select_by_value("notification")
+        self.click("Apply")
+        self.wait(lambda d: apns_id in d.find_element(By.ID, "tail").text)
 
     def test_6_a_payload_with_script_and_html_shows_as_text_everywhere(self):
         self.open("#inbox")

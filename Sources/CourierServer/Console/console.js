@@ -475,7 +475,7 @@ function renderEntry(entry) {
     h("span", { class: "bad" }, [entry.outcome.status, entry.outcome.reason].filter((x) => x !== undefined && x !== null).join(" "));
   return h("tr", {},
     h("td", { class: "mono" }, entry.sequence), h("td", {}, shortTime(entry.receivedAt)), h("td", {}, entry.interface + " " + entry.environment),
-    h("td", { class: "words" }, breakable(entry.topic || "")), h("td", { class: "mono wrap" }, entry.token ? h("a", { href: "#lookup?token=" + entry.token }, entry.token.slice(0, 16) + "…") : entryTarget(entry)),
+    h("td", { class: "words" }, breakable(entry.topic || "")), h("td", { class: "mono words" }, entry.token ? h("a", { href: "#lookup?token=" + entry.token }, entry.token.slice(0, 16) + "…") : entryTarget(entry)),
     h("td", {}, outcome, entry.fault ? " (fault " + entry.fault + ")" : ""),
     h("td", { class: "mono" }, h("a", { href: "#lookup?id=" + entry.apnsID }, entry.apnsID)),
     h("td", { class: "payload" }, entry.payload !== undefined && entry.payload !== null ? entry.payload : "(" + entry.payloadSize + " bytes, not UTF-8)"));
@@ -533,13 +533,14 @@ function lookup(main, query) {
 
 // MARK: Inbox
 
-const inboxFilters = ["topic", "token", "apns-id", "team", "interface", "environment", "outcome"];
+const inboxFilters = ["topic", "token", "apns-id", "team", "interface", "kind", "environment", "outcome"];
 
 function inbox(main, query) {
   const inputs = {};
   for (const name of inboxFilters) {
     inputs[name] = name === "interface" ? h("select", { name }, options([["", "any"], "http2", "binary"], query.get(name) || ""))
       : name === "environment" ? h("select", { name }, options([["", "any"], "production", "sandbox"], query.get(name) || ""))
+      : name === "kind" ? h("select", { name }, options([["", "any"], "notification", "broadcast", ["channel", "channel management"], "other"], query.get(name) || ""))
       : h("input", { name, value: query.get(name) || "", autocomplete: "off", placeholder: name === "outcome" ? "accepted, refused or a reason" : "" });
   }
   const body = h("tbody", { id: "tail" });
