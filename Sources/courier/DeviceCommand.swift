@@ -155,7 +155,7 @@ extension DeviceCommand {
         /// (`pushType` when sent, `channel` for a broadcast)
         static func jsonLine(_ notification: DeviceNotification) -> String {
             let payload = String(validating: notification.payload, as: UTF8.self).flatMap { text in
-                (try? JSONSerialization.jsonObject(with: Data(text.utf8))) != nil ? compact(text) : nil
+                (try? JSONSerialization.jsonObject(with: Data(text.utf8))) != nil ? JSONText.compact(text) : nil
             }
             let topic = String(decoding: (try? JSONSerialization.data(withJSONObject: [notification.topic])) ?? Data("[\"\"]".utf8), as: UTF8.self)
                 .dropFirst().dropLast()
@@ -165,33 +165,6 @@ extension DeviceCommand {
             // A channel id the server sent is base64: nothing to escape; any other value is left out.
             let channel = notification.channelID.flatMap { BroadcastChannel.isWellFormedID($0) ? #","channel":"\#($0)""# : nil } ?? ""
             return #"{"id":"\#(notification.id.lowercasedString)","topic":\#(topic),"priority":\#(notification.priority),"token":"\#(Hex.encode(notification.token))"\#(pushType)\#(channel),"payload":\#(body)}"#
-        }
-
-        /// Valid JSON without the whitespace between its tokens, so that a
-        /// payload the provider sent pretty-printed stays on its line;
-        /// strings (which hold no raw line break) are kept as they are, and
-        /// so is the order of the keys.
-        static func compact(_ json: String) -> String {
-            var out: [UInt8] = []
-            out.reserveCapacity(json.utf8.count)
-            var inString = false
-            var escaped = false
-            for byte in json.utf8 {
-                if inString {
-                    out.append(byte)
-                    if escaped {
-                        escaped = false
-                    } else if byte == UInt8(ascii: "\\") {
-                        escaped = true
-                    } else if byte == UInt8(ascii: "\"") {
-                        inString = false
-                    }
-                } else if byte != 0x20, byte != 0x09, byte != 0x0A, byte != 0x0D {
-                    out.append(byte)
-                    if byte == UInt8(ascii: "\"") { inString = true }
-                }
-            }
-            return String(decoding: out, as: UTF8.self)
         }
     }
 

@@ -82,44 +82,6 @@ func foundation(_ bytes: [UInt8]) -> Summary? {
         hasContentAvailable: aps["content-available"] != nil)
 }
 
-/// Calls `visit` with each byte and whether it belongs to a string (its
-/// quotes included); true as soon as `visit` returns true.
-func anyByte(_ bytes: [UInt8], where visit: (_ byte: UInt8, _ inString: Bool) -> Bool) -> Bool {
-    var inString = false
-    var escaped = false
-    for byte in bytes {
-        let partOfString: Bool
-        if inString {
-            partOfString = true
-            if escaped {
-                escaped = false
-            } else if byte == UInt8(ascii: "\\") {
-                escaped = true
-            } else if byte == UInt8(ascii: "\"") {
-                inString = false
-            }
-        } else {
-            partOfString = byte == UInt8(ascii: "\"")
-            inString = partOfString
-        }
-        if visit(byte, partOfString) { return true }
-    }
-    return false
-}
-
-/// A comma before a closing brace or bracket, spaces between allowed.
-func hasTrailingComma(_ bytes: [UInt8]) -> Bool {
-    var lastSignificant: UInt8?
-    return anyByte(bytes) { byte, inString in
-        if !inString {
-            if [0x20, 0x09, 0x0A, 0x0D].contains(byte) { return false }
-            if byte == UInt8(ascii: "}") || byte == UInt8(ascii: "]"), lastSignificant == UInt8(ascii: ",") { return true }
-        }
-        lastSignificant = byte
-        return false
-    }
-}
-
 /// What Foundation reads as other than UTF-8, or with a byte order mark.
 func isOtherEncoding(_ bytes: [UInt8]) -> Bool {
     bytes.prefix(4).contains(0) || bytes.starts(with: [0xEF, 0xBB, 0xBF]) || bytes.starts(with: [0xFE, 0xFF])
@@ -156,7 +118,7 @@ func hasNumberBeyondDouble(_ bytes: [UInt8]) -> Bool {
         return value.isInfinite
     }
     let numeral = Set("0123456789-+.eE".utf8)
-    return anyByte(bytes) { byte, inString in
+    return JSONText.visit(bytes) { _, byte, inString in
         if !inString, numeral.contains(byte) {
             number.append(byte)
             return false
@@ -170,7 +132,7 @@ func check(_ input: UnsafeRawBufferPointer) {
     let scanned = PayloadScanner.scan(bytes).map(Summary.init)
     let escaped = escapingByteOrderMarks(bytes)
     let reference = foundation(escaped.bytes)
-    if scanned == nil, reference != nil, hasTrailingComma(bytes) || isOtherEncoding(bytes) {
+    if scanned == nil, reference != nil, JSONText.trailingComma(in: bytes) != nil || isOtherEncoding(bytes) {
         // A difference allowed (above).
     } else if escaped.afterBackslash {
         // Allowed too (above).

@@ -1,3 +1,4 @@
+import CourierCore
 import Foundation
 
 /// What is wrong with a configuration file's text, in words a user acts
@@ -29,31 +30,7 @@ enum ConfigurationText {
     /// A comma just before a `}` or `]` (JSON has none there; the parser
     /// takes it): where it is, or nil.
     static func trailingComma(in data: Data) -> String? {
-        var inString = false
-        var escaped = false
-        var comma: Int?
-        for (offset, byte) in data.enumerated() {
-            if inString {
-                if escaped {
-                    escaped = false
-                } else if byte == UInt8(ascii: "\\") {
-                    escaped = true
-                } else if byte == UInt8(ascii: "\"") {
-                    inString = false
-                }
-                continue
-            }
-            switch byte {
-            case 0x20, 0x09, 0x0A, 0x0D: continue
-            case UInt8(ascii: "}"), UInt8(ascii: "]"):
-                if let comma { return position(of: comma, in: data) }
-            case UInt8(ascii: ","): comma = offset; continue
-            case UInt8(ascii: "\""): inString = true
-            default: break
-            }
-            comma = nil
-        }
-        return nil
+        JSONText.trailingComma(in: data).map { position(of: $0, in: data) }
     }
 
     /// "line L, column C" (from 1) of a byte offset (from 0).
