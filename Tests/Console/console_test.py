@@ -414,6 +414,7 @@ class ConsoleTests(unittest.TestCase):
         self.wait(lambda d: "error" in (d.find_element(By.ID, "status").get_attribute("class") or ""))
         self.assertEqual(self.element("#status").get_attribute("role"), "alert")
         self.assertIn("CONSOLE001", self.element("#status").text)
+        self.assertIn("exists", self.element("#status").text, "the same id again: the API's 409, the form emptied after the first")
         self.element("#status button.dismiss").click()
         self.wait(lambda d: d.find_element(By.ID, "status").text == "")
 

@@ -735,11 +735,21 @@ function provisioning(main) {
     h("section", {}, h("h3", {}, "Teams, apps and auth keys"), teams,
       h("form", { class: "fields", onsubmit: async (event) => {
         event.preventDefault();
-        try { await api("POST", "/v1/teams", { id: teamID.value.trim(), name: teamName.value.trim() }); say("Team " + teamID.value + " created."); refresh(); } catch (error) { failed(error); }
+        try {
+          await api("POST", "/v1/teams", { id: teamID.value.trim(), name: teamName.value.trim() });
+          say("Team " + teamID.value + " created.");
+          teamID.value = ""; teamName.value = "";
+          refresh();
+        } catch (error) { failed(error); }
       } }, field("New team id", teamID), field("Name", teamName), h("div", {}, h("button", { type: "submit" }, "Create the team"))),
       h("form", { class: "fields", onsubmit: async (event) => {
         event.preventDefault();
-        try { await api("POST", "/v1/apps", { bundleID: bundleID.value.trim(), teamID: appTeam.value.trim() }); say("App " + bundleID.value + " created."); refresh(); } catch (error) { failed(error); }
+        try {
+          await api("POST", "/v1/apps", { bundleID: bundleID.value.trim(), teamID: appTeam.value.trim() });
+          say("App " + bundleID.value + " created.");
+          bundleID.value = "";
+          refresh();
+        } catch (error) { failed(error); }
       } }, field("New app's bundle id", bundleID), field("Its team", appTeam), h("div", {}, h("button", { type: "submit" }, "Create the app")))),
     h("section", {}, h("h3", {}, "Certificates"), certificates,
       h("form", { class: "fields", onsubmit: async (event) => {
