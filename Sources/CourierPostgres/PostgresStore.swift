@@ -226,7 +226,16 @@ public final class PostgresStore: Store {
         if let message = error.serverInfo?[.message] {
             return message + (error.serverInfo?[.sqlState].map { " (SQLSTATE \($0))" } ?? "")
         }
-        if let underlying = error.underlying { return "\(underlying)" }
+        if let underlying = error.underlying {
+            // NIO's own text nests ("Connection errors: SingleConnectionFailure(… (errno: 111))"): the few words it means.
+            switch ConnectionFailure(underlying) {
+            case .refused: return "connection refused (is PostgreSQL running there, on this port?)"
+            case .unresolved: return "host not found"
+            case .timedOut: return "timed out"
+            case .closedBeforeHandshake: return "the server closed the connection"
+            case .untrustedServer, .certificateRefused, nil: return "\(underlying)"
+            }
+        }
         return "\(error.code)"
     }
 

@@ -1,7 +1,7 @@
 import ArgumentParser
 import AsyncHTTPClient
+import CourierCore
 import CourierServer
-import CourierWire
 import Foundation
 import NIOCore
 import NIOHTTP1

@@ -1,4 +1,4 @@
-import CourierWire
+import CourierCore
 import Foundation
 
 /// A network failure of a client command as one line that names the host,

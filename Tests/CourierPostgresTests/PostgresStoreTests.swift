@@ -110,7 +110,9 @@ struct PostgresStoreTests {
         let settings = PostgresSettings(host: "127.0.0.1", port: port, database: "courier", user: "courier", password: "secret")
         let error = await #expect(throws: StoreError.self) { try await PostgresStore.open(settings, logger: Logger(label: "test")) }
         #expect(error?.code == .unavailable)
-        #expect(error?.message.hasPrefix("cannot connect to postgresql://courier@127.0.0.1:\(port)/courier: ") == true, "\(String(describing: error))")
+        #expect(
+            error?.message == "cannot connect to postgresql://courier@127.0.0.1:\(port)/courier: connection refused (is PostgreSQL running there, on this port?)",
+            "\(String(describing: error))")
         #expect(error?.message.contains("\n") == false)
         #expect(error?.message.contains("secret") == false)
     }

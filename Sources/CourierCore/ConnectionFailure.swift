@@ -31,7 +31,7 @@ public enum ConnectionFailure: Sendable, Equatable {
             self = .unresolved
         } else if has("timeout", "timedOut", "Timeout") {
             self = .timedOut
-        } else if has("refusedBeforeHandshake", "closed the connection before its TLS handshake", "uncleanShutdown", "Connection reset by peer", "errno: 104", "ECONNRESET", "eofDuringHandshake", "unexpected EOF") {
+        } else if has("refusedBeforeHandshake", "closed the connection before its TLS handshake", "uncleanShutdown", "Connection reset by peer", "errno: 104", "ECONNRESET", "eofDuringHandshake", "EOF during handshake", "unexpected EOF") {
             self = .closedBeforeHandshake
         } else {
             return nil
