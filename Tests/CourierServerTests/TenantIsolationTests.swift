@@ -400,32 +400,4 @@ import Testing
             await server.disconnect(device)
         }
     }
-
-    /// Another team that reuses this team's apns-id for a push to its own
-    /// app must not put its events into this team's delivery log. Today the
-    /// log is keyed by the apns-id alone (docs/security.md, "What is not
-    /// defended here"): this records the known issue, and fails once the log
-    /// is keyed by app, for the test to be made a plain one then.
-    @Test func anotherTeamsEventsUnderThisTeamsAPNsIDStayOutOfItsLog() async throws {
-        try await withTestServer { server in
-            _ = try await server.otherTeam()
-            let device = try await server.device()
-            let token = try await device.client.register("com.example.demo")
-            let foreignToken = try await device.client.register("com.example.foreign")
-            let shared = UUID()
-            let (_, own) = await server.push(token, id: shared)
-            #expect(own == .accepted)
-            _ = try await device.nextAcknowledged()
-            let (_, foreign) = await server.push(foreignToken, topic: "com.example.foreign", id: shared, from: Self.foreignProvider)
-            #expect(foreign == .accepted)
-            _ = try await device.nextAcknowledged()
-            await withKnownIssue("the delivery log is keyed by the apns-id alone: the other team's events are in this one's log") {
-                // One notification of this team's under the id: one acceptance, one delivery (today: two of each).
-                let events = try await server.events(shared)
-                #expect(events.filter { $0 == .accepted }.count == 1, "\(events)")
-                #expect(events.filter { $0 == .delivered }.count == 1, "\(events)")
-            }
-            await server.disconnect(device)
-        }
-    }
 }
