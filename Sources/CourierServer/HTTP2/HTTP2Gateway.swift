@@ -639,7 +639,16 @@ final class HTTP2ConnectionSetup: ChannelInboundHandler, RemovableChannelHandler
         do {
             let operations = context.pipeline.syncOperations
             try operations.addHandler(HTTP2ProviderHandler(gateway: gateway, connection: handle, work: work, release: release), position: .after(self))
-            try operations.addHandler(NIOHTTP2Handler(mode: .server, initialSettings: settings), position: .after(self))
+            var http2 = NIOHTTP2Handler.ConnectionConfiguration()
+            http2.initialSettings = settings
+            // Every stream the server resets in a window is remembered, so
+            // that DATA the client sent before it read the reset (held by
+            // flow control, say) is dropped, not taken for DATA on a long
+            // closed stream: NIO's 32 made that a connection error
+            // (GOAWAY STREAM_CLOSED) once a connection had more resets
+            // outstanding than that, before the server's own limit.
+            http2.maximumRecentlyResetStreams = HTTP2ProviderHandler.serverResetLimit + 1
+            try operations.addHandler(NIOHTTP2Handler(mode: .server, connectionConfiguration: http2), position: .after(self))
             operations.removeHandler(context: context, promise: nil)
         } catch {
             context.close(promise: nil)
