@@ -7,24 +7,29 @@ import Foundation
 /// log's cost); a lookup by id reads every batch's filter and unpacks only
 /// the batches that may hold the id.
 ///
-/// Events, version 2 (written since 2026-11-22): a version byte; the first
+/// Events, version 3 (written since 2026-11-28): a version byte; the first
 /// event's time in milliseconds (Int64, big-endian); the number of events
 /// (so that a cut batch is found out at any length); the batch's distinct
 /// details, each once (a count, then per detail its length and UTF-8,
-/// lengths and counts as LEB128 varints); then per event the id (16
-/// bytes), its time as the zigzag varint of the milliseconds since the
-/// event before it (the first: since the time above), the kind's code (one
-/// byte, `DeliveryEvent.Kind.code`), and its detail's number (varint: 0 none, n the n-th
-/// detail). An event takes 19 bytes or so where version 1 took 35 to 65:
-/// most events of a batch share a handful of details ("device offline and
-/// expiration 0", a rejection's reason), and the log's cost is mostly the
-/// bytes SQLite writes twice (its write-ahead log, then the checkpoint).
+/// lengths and counts as LEB128 varints); the batch's distinct apps (bundle
+/// ids), each once, the same way; then per event the id (16 bytes), its
+/// time as the zigzag varint of the milliseconds since the event before it
+/// (the first: since the time above), the kind's code (one byte,
+/// `DeliveryEvent.Kind.code`), its detail's number and its app's number
+/// (varints: 0 none, n the n-th). An event takes 20 bytes or so where
+/// version 1 took 35 to 65: most events of a batch share a handful of
+/// details ("device offline and expiration 0", a rejection's reason) and
+/// apps, and the log's cost is mostly the bytes SQLite writes twice (its
+/// write-ahead log, then the checkpoint).
+///
+/// Version 2 (still read; its events have no app): version 3 without the
+/// apps and the app numbers.
 ///
 /// Version 1 (still read): a version byte, then per event the id (16
 /// bytes), the time in milliseconds (Int64, big-endian), the kind (length
 /// byte + UTF-8) and the detail (UInt16 length, 0xFFFF for none, + UTF-8).
 public struct DeliveryLogBatch: Sendable, Hashable {
-    public static let version: UInt8 = 2
+    public static let version: UInt8 = 3
     /// Filter bits per event at least (the filter's size is rounded up to a
     /// power of two): with 7 probes at most about 1 % false positives.
     static let bitsPerEvent = 10
@@ -55,12 +60,11 @@ public struct DeliveryLogBatch: Sendable, Hashable {
                 Self.probe(event.notificationID, bits: bits) { filter[$0 >> 3] |= 1 << UInt8($0 & 7) }
             }
         }
-        // Each distinct detail once, numbered; an event's detail is
-        // usually its predecessor's (the same string), else looked up.
-        var details: [String] = []
-        var numbers: [String: Int] = [:]
+        // Each distinct detail and app once, numbered.
+        var details = StringTable()
+        var apps = StringTable()
         var detailNumbers = [Int](repeating: 0, count: events.count)
-        var last: (detail: String, number: Int)?
+        var appNumbers = [Int](repeating: 0, count: events.count)
         // Each event's time as written: the difference from the one before.
         var steps = [UInt64](repeating: 0, count: events.count)
         let base = events.first.map { Self.millis($0.at) } ?? 0
@@ -71,43 +75,25 @@ public struct DeliveryLogBatch: Sendable, Hashable {
             let millis = Self.millis(events[index].at)
             steps[index] = Self.zigzag(millis &- previous)
             previous = millis
+            detailNumbers[index] = details.number(of: events[index].detail)
+            appNumbers[index] = apps.number(of: events[index].bundleID)
             size += 16 + Self.varintLength(steps[index]) + 1
-            guard let detail = events[index].detail else { size += 1; continue }
-            let number: Int
-            if let last, last.detail == detail {
-                number = last.number
-            } else if let known = numbers[detail] {
-                number = known
-            } else {
-                details.append(detail)
-                number = details.count
-                numbers[detail] = number
-            }
-            last = (detail, number)
-            detailNumbers[index] = number
-            size += Self.varintLength(UInt64(number))
+            size += Self.varintLength(UInt64(detailNumbers[index])) + Self.varintLength(UInt64(appNumbers[index]))
         }
-        size += Self.varintLength(UInt64(details.count))
-        for detail in details {
-            let length = Self.detailLength(detail)
-            size += Self.varintLength(UInt64(length)) + length
-        }
+        size += details.packedSize + apps.packedSize
         let packed = [UInt8](unsafeUninitializedCapacity: size) { buffer, count in
             var out = Writer(rest: UnsafeMutableRawBufferPointer(buffer))
             out.write(Self.version)
             out.write(base)
             out.write(varint: UInt64(events.count))
-            out.write(varint: UInt64(details.count))
-            for detail in details {
-                let length = Self.detailLength(detail)
-                out.write(varint: UInt64(length))
-                out.write(utf8: detail, prefix: length)
-            }
+            details.write(to: &out)
+            apps.write(to: &out)
             for index in events.indices {
                 withUnsafeBytes(of: events[index].notificationID.uuid) { out.write($0) }
                 out.write(varint: steps[index])
                 out.write(events[index].kind.code)
                 out.write(varint: UInt64(detailNumbers[index]))
+                out.write(varint: UInt64(appNumbers[index]))
             }
             precondition(out.rest.isEmpty, "delivery log batch sized wrongly")
             count = size
@@ -115,7 +101,48 @@ public struct DeliveryLogBatch: Sendable, Hashable {
         self.init(filter: filter, events: packed)
     }
 
-    /// The kinds by their code in version 2 (`DeliveryEvent.Kind.code`).
+    /// A batch's distinct strings (details, apps), numbered from 1 in the
+    /// order first met (0: none). An event's string is usually its
+    /// predecessor's (the same string), else looked up.
+    private struct StringTable {
+        private(set) var strings: [String] = []
+        private var numbers: [String: Int] = [:]
+        private var last: (string: String, number: Int)?
+
+        mutating func number(of string: String?) -> Int {
+            guard let string else { return 0 }
+            if let last, last.string == string { return last.number }
+            let number: Int
+            if let known = numbers[string] {
+                number = known
+            } else {
+                strings.append(string)
+                number = strings.count
+                numbers[string] = number
+            }
+            last = (string, number)
+            return number
+        }
+
+        /// Its bytes in a batch: the count, then each string's length and UTF-8.
+        var packedSize: Int {
+            strings.reduce(DeliveryLogBatch.varintLength(UInt64(strings.count))) {
+                let length = DeliveryLogBatch.detailLength($1)
+                return $0 + DeliveryLogBatch.varintLength(UInt64(length)) + length
+            }
+        }
+
+        func write(to out: inout Writer) {
+            out.write(varint: UInt64(strings.count))
+            for string in strings {
+                let length = DeliveryLogBatch.detailLength(string)
+                out.write(varint: UInt64(length))
+                out.write(utf8: string, prefix: length)
+            }
+        }
+    }
+
+    /// The kinds by their code since version 2 (`DeliveryEvent.Kind.code`).
     private static let kindCodes: [DeliveryEvent.Kind] = {
         let table = DeliveryEvent.Kind.allCases.sorted { $0.code < $1.code }
         precondition(table.indices.allSatisfy { Int(table[$0].code) == $0 }, "kind codes must be 0, 1, 2, ... with no gap")
@@ -195,26 +222,20 @@ public struct DeliveryLogBatch: Sendable, Hashable {
         var reader = Reader(bytes: events)
         switch try reader.byte() {
         case 1: return try Self.decodedVersion1(&reader)
-        case 2: return try Self.decodedVersion2(&reader)
+        case 2: return try Self.decoded(&reader, withApps: false)
+        case 3: return try Self.decoded(&reader, withApps: true)
         default: throw StoreError(.corrupt, "delivery log batch of an unknown version")
         }
     }
 
-    private static func decodedVersion2(_ reader: inout Reader) throws -> [DeliveryEvent] {
+    /// Versions 2 and 3 (`withApps`).
+    private static func decoded(_ reader: inout Reader, withApps: Bool) throws -> [DeliveryEvent] {
         var millis = Int64(bitPattern: try reader.integer(8))
         let eventCount = try reader.varint()
-        let detailCount = try reader.varint()
-        // Each detail takes a byte at least: a count beyond the bytes left is damage.
-        guard detailCount <= UInt64(reader.remaining) else { throw StoreError(.corrupt, "delivery log batch is truncated") }
-        var details: [String] = []
-        details.reserveCapacity(Int(detailCount))
-        for _ in 0..<detailCount {
-            let length = try reader.varint()
-            guard length <= UInt64(reader.remaining) else { throw StoreError(.corrupt, "delivery log batch is truncated") }
-            details.append(String(decoding: try reader.bytes(Int(length)), as: UTF8.self))
-        }
-        // Each event takes 19 bytes at least.
-        guard eventCount <= UInt64(reader.remaining / 19) else { throw StoreError(.corrupt, "delivery log batch is truncated") }
+        let details = try strings(&reader)
+        let apps = withApps ? try strings(&reader) : []
+        // Each event takes 19 bytes at least (20 with its app).
+        guard eventCount <= UInt64(reader.remaining / (withApps ? 20 : 19)) else { throw StoreError(.corrupt, "delivery log batch is truncated") }
         var result: [DeliveryEvent] = []
         result.reserveCapacity(Int(eventCount))
         for _ in 0..<eventCount {
@@ -222,15 +243,32 @@ public struct DeliveryLogBatch: Sendable, Hashable {
             millis &+= unzigzag(try reader.varint())
             let code = Int(try reader.byte())
             guard code < kindCodes.count else { throw StoreError(.corrupt, "delivery log event of unknown kind \(code)") }
-            let number = try reader.varint()
-            guard number <= UInt64(details.count) else { throw StoreError(.corrupt, "delivery log event names detail \(number) of \(details.count)") }
+            let detail = try reader.varint()
+            guard detail <= UInt64(details.count) else { throw StoreError(.corrupt, "delivery log event names detail \(detail) of \(details.count)") }
+            let app = withApps ? try reader.varint() : 0
+            guard app <= UInt64(apps.count) else { throw StoreError(.corrupt, "delivery log event names app \(app) of \(apps.count)") }
             result.append(
                 DeliveryEvent(
-                    notificationID: id, kind: kindCodes[code], at: Date(timeIntervalSince1970: Double(millis) / 1000),
-                    detail: number == 0 ? nil : details[Int(number) - 1]))
+                    notificationID: id, bundleID: app == 0 ? nil : apps[Int(app) - 1], kind: kindCodes[code],
+                    at: Date(timeIntervalSince1970: Double(millis) / 1000), detail: detail == 0 ? nil : details[Int(detail) - 1]))
         }
         guard reader.atEnd else { throw StoreError(.corrupt, "delivery log batch has bytes after its last event") }
         return result
+    }
+
+    /// A table of strings (`StringTable`), read.
+    private static func strings(_ reader: inout Reader) throws -> [String] {
+        let count = try reader.varint()
+        // Each string takes a byte at least: a count beyond the bytes left is damage.
+        guard count <= UInt64(reader.remaining) else { throw StoreError(.corrupt, "delivery log batch is truncated") }
+        var strings: [String] = []
+        strings.reserveCapacity(Int(count))
+        for _ in 0..<count {
+            let length = try reader.varint()
+            guard length <= UInt64(reader.remaining) else { throw StoreError(.corrupt, "delivery log batch is truncated") }
+            strings.append(String(decoding: try reader.bytes(Int(length)), as: UTF8.self))
+        }
+        return strings
     }
 
     private static func decodedVersion1(_ reader: inout Reader) throws -> [DeliveryEvent] {
@@ -244,7 +282,7 @@ public struct DeliveryLogBatch: Sendable, Hashable {
             }
             let detailLength = UInt16(try reader.integer(2))
             let detail = detailLength == noDetail ? nil : String(decoding: try reader.bytes(Int(detailLength)), as: UTF8.self)
-            result.append(DeliveryEvent(notificationID: id, kind: kind, at: Date(timeIntervalSince1970: Double(millis) / 1000), detail: detail))
+            result.append(DeliveryEvent(notificationID: id, bundleID: nil, kind: kind, at: Date(timeIntervalSince1970: Double(millis) / 1000), detail: detail))
         }
         return result
     }

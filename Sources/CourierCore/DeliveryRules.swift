@@ -91,8 +91,12 @@ public struct DeliveryRules: Sendable {
 
         public var result: AcceptResult { .rejected(reason, timestamp: timestamp) }
 
-        public func event(for notification: PushNotification, at now: Date) -> DeliveryEvent {
-            DeliveryEvent(notification, .rejected, at: now, detail: reason.rawValue)
+        /// Its event in the delivery log, under the app the provider
+        /// pushed to (`bundleID`); nil for `TopicDisallowed`: the topic is
+        /// not the provider's, so the refusal is no app's to log (the
+        /// inbox keeps it, under the provider's team).
+        public func event(for notification: PushNotification, of bundleID: String, at now: Date) -> DeliveryEvent? {
+            reason == .topicDisallowed ? nil : DeliveryEvent(notification, of: bundleID, .rejected, at: now, detail: reason.rawValue)
         }
     }
 
@@ -145,11 +149,11 @@ public struct DeliveryRules: Sendable {
     /// store, deliver or queue. The events (accepted first) are appended
     /// to `events`.
     public func admit(
-        _ notification: PushNotification, presence: DevicePresence, silentWindow: inout RateWindow?, now: Date, events: inout [DeliveryEvent]
+        _ notification: PushNotification, of bundleID: String, presence: DevicePresence, silentWindow: inout RateWindow?, now: Date, events: inout [DeliveryEvent]
     ) -> Admission {
-        events.append(DeliveryEvent(notification, .accepted, at: now))
+        events.append(DeliveryEvent(notification, of: bundleID, .accepted, at: now))
         if let expiration = notification.expiration, notification.mayBeStored, expiration <= now {
-            events.append(DeliveryEvent(notification, .expired, at: now, detail: "expired before it was accepted"))
+            events.append(DeliveryEvent(notification, of: bundleID, .expired, at: now, detail: "expired before it was accepted"))
             return .dropped
         }
         if notification.isSilent {
@@ -157,15 +161,15 @@ public struct DeliveryRules: Sendable {
             let taken = window.take(limit: qos.silentBudgetPerHour, per: Self.silentWindow, now: now)
             silentWindow = window
             guard taken else {
-                events.append(DeliveryEvent(notification, .throttled, at: now, detail: "silent budget of \(qos.silentBudgetPerHour) per hour used up"))
+                events.append(DeliveryEvent(notification, of: bundleID, .throttled, at: now, detail: "silent budget of \(qos.silentBudgetPerHour) per hour used up"))
                 return .dropped
             }
         }
         let stored = notification.mayBeStored
-        if stored { events.append(DeliveryEvent(notification, .stored, at: now)) }
+        if stored { events.append(DeliveryEvent(notification, of: bundleID, .stored, at: now)) }
         guard presence == .online else {
             guard stored else {
-                events.append(DeliveryEvent(notification, .expired, at: now, detail: "device offline and expiration 0"))
+                events.append(DeliveryEvent(notification, of: bundleID, .expired, at: now, detail: "device offline and expiration 0"))
                 return .dropped
             }
             return .kept(stored: true, sending: .later)
@@ -182,30 +186,30 @@ public struct DeliveryRules: Sendable {
     }
 
     public func decide(
-        _ notification: PushNotification, topicAllowed: Bool, tokenProblem: TokenProblem?, tokenWindow: inout RateWindow,
+        _ notification: PushNotification, of bundleID: String, topicAllowed: Bool, tokenProblem: TokenProblem?, tokenWindow: inout RateWindow,
         presence: DevicePresence, silentWindow: inout RateWindow?, now: Date, events: inout [DeliveryEvent]
     ) -> Decision {
         if let refusal = refusal(topicAllowed: topicAllowed) ?? tokenProblem.map(refusal) ?? refusal(takingFrom: &tokenWindow, now: now) {
-            events.append(refusal.event(for: notification, at: now))
+            if let event = refusal.event(for: notification, of: bundleID, at: now) { events.append(event) }
             return .refused(refusal)
         }
-        return .accepted(admit(notification, presence: presence, silentWindow: &silentWindow, now: now, events: &events))
+        return .accepted(admit(notification, of: bundleID, presence: presence, silentWindow: &silentWindow, now: now, events: &events))
     }
 
     // MARK: What is held and queued
 
     /// A held notification replaced by a newer one for the same device and
     /// app: `coalesced` when both carry the same collapse id.
-    public func replacement(of old: PushNotification, by new: PushNotification, at now: Date) -> DeliveryEvent {
+    public func replacement(of old: PushNotification, by new: PushNotification, of bundleID: String, at now: Date) -> DeliveryEvent {
         let coalesced = old.collapseID != nil && old.collapseID == new.collapseID
-        return DeliveryEvent(old, coalesced ? .coalesced : .replaced, at: now, detail: "by \(new.id.lowercasedString)")
+        return DeliveryEvent(old, of: bundleID, coalesced ? .coalesced : .replaced, at: now, detail: "by \(new.id.lowercasedString)")
     }
 
     /// A held notification, when its device connects: sent, or dropped as
     /// expired (with its event).
-    public func onConnect(held notification: PushNotification, now: Date) -> DeliveryEvent? {
+    public func onConnect(held notification: PushNotification, of bundleID: String, now: Date) -> DeliveryEvent? {
         guard let expiration = notification.expiration, expiration < now else { return nil }
-        return DeliveryEvent(notification, .expired, at: now)
+        return DeliveryEvent(notification, of: bundleID, .expired, at: now)
     }
 
     /// Held notifications accepted before this time are dropped by the
@@ -215,8 +219,8 @@ public struct DeliveryRules: Sendable {
     }
 
     /// The sweep's event for a held notification that expired, or (`overRetention`) was held too long.
-    public func swept(_ notification: PushNotification, overRetention: Bool, at now: Date) -> DeliveryEvent {
-        DeliveryEvent(notification, .expired, at: now, detail: overRetention ? "held longer than the retention limit" : nil)
+    public func swept(_ notification: PushNotification, of bundleID: String, overRetention: Bool, at now: Date) -> DeliveryEvent {
+        DeliveryEvent(notification, of: bundleID, .expired, at: now, detail: overRetention ? "held longer than the retention limit" : nil)
     }
 
     /// A burst whose window passed goes out.
@@ -227,23 +231,23 @@ public struct DeliveryRules: Sendable {
     /// A queued notification lost because its device went offline before
     /// its burst: one that may be stored is held and goes out on the next
     /// connection (nil); one with expiration 0 expires.
-    public func wentOffline(queued notification: PushNotification, at now: Date) -> DeliveryEvent? {
-        notification.mayBeStored ? nil : DeliveryEvent(notification, .expired, at: now, detail: "device went offline and expiration 0")
+    public func wentOffline(queued notification: PushNotification, of bundleID: String, at now: Date) -> DeliveryEvent? {
+        notification.mayBeStored ? nil : DeliveryEvent(notification, of: bundleID, .expired, at: now, detail: "device went offline and expiration 0")
     }
 
     /// The device's acknowledgement (or refusal, `unreadable`) of a
     /// delivered notification: it is no longer held either way.
     /// `alias`: its unique id, if it has one.
-    public func acknowledgement(of id: UUID, alias: UUID?, unreadable: Bool, at now: Date) -> DeliveryEvent {
+    public func acknowledgement(of key: NotificationKey, alias: UUID?, unreadable: Bool, at now: Date) -> DeliveryEvent {
         unreadable
-            ? DeliveryEvent(notificationID: id, kind: .discarded, at: now, detail: "the device could not read it", alias: alias)
-            : DeliveryEvent(notificationID: id, kind: .acknowledged, at: now, alias: alias)
+            ? DeliveryEvent(notificationID: key.id, bundleID: key.bundleID, kind: .discarded, at: now, detail: "the device could not read it", alias: alias)
+            : DeliveryEvent(notificationID: key.id, bundleID: key.bundleID, kind: .acknowledged, at: now, alias: alias)
     }
 
     /// One the server found a device could not read (`problem`), before
     /// sending it: never sent, no longer held.
-    public func unreadable(_ notification: PushNotification, problem: String, at now: Date) -> DeliveryEvent {
-        DeliveryEvent(notification, .discarded, at: now, detail: "a device could not read it: \(problem)")
+    public func unreadable(_ notification: PushNotification, of bundleID: String, problem: String, at now: Date) -> DeliveryEvent {
+        DeliveryEvent(notification, of: bundleID, .discarded, at: now, detail: "a device could not read it: \(problem)")
     }
 }
 
@@ -275,7 +279,7 @@ public struct BurstQueue<Element>: Sendable where Element: Sendable {
             let index = entries.firstIndex(where: { $0.bundleID == bundleID && $0.collapseID == collapseID })
         {
             coalesced = DeliveryEvent(
-                notificationID: entries[index].notificationID, kind: .coalesced, at: now, detail: "by \(notification.id.lowercasedString)",
+                notificationID: entries[index].notificationID, bundleID: bundleID, kind: .coalesced, at: now, detail: "by \(notification.id.lowercasedString)",
                 alias: entries[index].uniqueID)
             entries.remove(at: index)
         }

@@ -309,7 +309,7 @@ public struct DeliveryEvent: Sendable, Hashable, Codable {
     }
 
     // In this order, the alias takes the padding between the kind and the
-    // time: an event is 64 bytes with it (48 without).
+    // time: an event is 80 bytes with it and the app (64 without).
     public var notificationID: UUID
     public var kind: Kind
     /// The notification's unique id, under which the event is logged as
@@ -318,23 +318,50 @@ public struct DeliveryEvent: Sendable, Hashable, Codable {
     public var at: Date
     /// A reason or note, e.g. the rejection reason.
     public var detail: String?
+    /// Whose notification it is: the bundle id of the app it was accepted
+    /// (or refused) for, once the request was found to be that app's
+    /// provider's. An apns-id is the provider's choice, so the log is
+    /// keyed by the two (`NotificationKey`): another team reusing this
+    /// apns-id writes under its own app. Nil only in events written
+    /// before the log kept the app (`DeliveryLogBatch` version 2).
+    public var bundleID: String?
 
-    public init(notificationID: UUID, kind: Kind, at: Date, detail: String? = nil, alias: UUID? = nil) {
+    public init(notificationID: UUID, bundleID: String?, kind: Kind, at: Date, detail: String? = nil, alias: UUID? = nil) {
         self.notificationID = notificationID
+        self.bundleID = bundleID
         self.kind = kind
         self.at = at
         self.detail = detail
         self.alias = alias
     }
 
-    /// An event of `notification`: logged under its apns-id, and under its
-    /// unique id when it has one.
-    public init(_ notification: PushNotification, _ kind: Kind, at: Date, detail: String? = nil) {
-        self.init(notificationID: notification.id, kind: kind, at: at, detail: detail, alias: notification.uniqueID)
+    /// An event of `notification`, an app's (`bundleID`): logged under its
+    /// apns-id, and under its unique id when it has one.
+    public init(_ notification: PushNotification, of bundleID: String, _ kind: Kind, at: Date, detail: String? = nil) {
+        self.init(notificationID: notification.id, bundleID: bundleID, kind: kind, at: at, detail: detail, alias: notification.uniqueID)
+    }
+
+    /// Whether the event is of the notification `key` names: its id, and
+    /// its app (or an app not kept, in an event written before apps were).
+    public func isOf(_ key: NotificationKey) -> Bool {
+        notificationID == key.id && (bundleID == nil || bundleID == key.bundleID)
     }
 
     /// The same event under its alias (none when it has none).
     public var underAlias: DeliveryEvent? {
-        alias.map { DeliveryEvent(notificationID: $0, kind: kind, at: at, detail: detail) }
+        alias.map { DeliveryEvent(notificationID: $0, bundleID: bundleID, kind: kind, at: at, detail: detail) }
+    }
+}
+
+/// A notification in the delivery log: its app and its apns-id (or
+/// apns-unique-id). The apns-id alone names nothing: providers choose it,
+/// and two teams may choose the same.
+public struct NotificationKey: Sendable, Hashable {
+    public var bundleID: String
+    public var id: UUID
+
+    public init(bundleID: String, id: UUID) {
+        self.bundleID = bundleID
+        self.id = id
     }
 }

@@ -67,7 +67,7 @@ extension DeliveryEvent {
         let rawKind = try row.text("event")
         guard let kind = Kind(rawValue: rawKind) else { throw StoreError(.corrupt, "unknown event \(rawKind)") }
         self.init(
-            notificationID: try row.uuidBytes("notification_id"), kind: kind, at: try row.date("at"),
+            notificationID: try row.uuidBytes("notification_id"), bundleID: nil, kind: kind, at: try row.date("at"),
             detail: try row.optionalText("detail"))
     }
 }

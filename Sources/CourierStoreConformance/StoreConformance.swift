@@ -373,16 +373,18 @@ public enum StoreConformance {
             report.equal(try await store.feedback(environment: .production, topic: "com.example.two"), [otherTopic], "other topic")
             report.equal(try await store.feedback(environment: .sandbox, topic: "com.example.one"), [otherEnvironment], "other environment")
         },
-        StoreConformanceCase(name: "delivery log keeps events in order") { store, report in
+        StoreConformanceCase(name: "delivery log keeps events in order, each with its app") { store, report in
             let id = UUID()
             let events = [
-                DeliveryEvent(notificationID: id, kind: .accepted, at: at(1)),
-                DeliveryEvent(notificationID: id, kind: .stored, at: at(1)),
-                DeliveryEvent(notificationID: id, kind: .delivered, at: at(2)),
-                DeliveryEvent(notificationID: id, kind: .rejected, at: at(3), detail: "BadDeviceToken"),
+                DeliveryEvent(notificationID: id, bundleID: "com.example.one", kind: .accepted, at: at(1)),
+                DeliveryEvent(notificationID: id, bundleID: "com.example.one", kind: .stored, at: at(1)),
+                // Another team's push that reused the apns-id: kept under its own app.
+                DeliveryEvent(notificationID: id, bundleID: "com.example.two", kind: .rejected, at: at(1), detail: "BadDeviceToken"),
+                DeliveryEvent(notificationID: id, bundleID: "com.example.one", kind: .delivered, at: at(2)),
+                DeliveryEvent(notificationID: id, bundleID: "com.example.one", kind: .rejected, at: at(3), detail: "BadDeviceToken"),
             ]
-            try await store.appendDeliveryEvents(Array(events.prefix(2)))
-            try await store.appendDeliveryEvents([DeliveryEvent(notificationID: UUID(), kind: .accepted, at: at(1))])
+            try await store.appendDeliveryEvents(Array(events.prefix(3)))
+            try await store.appendDeliveryEvents([DeliveryEvent(notificationID: UUID(), bundleID: "com.example.one", kind: .accepted, at: at(1))])
             try await store.appendDeliveryEvents(Array(events.suffix(2)))
             report.equal(try await store.deliveryEvents(notificationID: id), events, "events")
         },

@@ -222,19 +222,25 @@ struct LogCommand: AsyncParsableCommand {
 
     @OptionGroup var admin: AdminOptions
     @Argument(help: "The apns-id, or the sandbox's apns-unique-id.") var apnsID: String
+    @Option(
+        help: ArgumentHelp(
+            "The app whose notification it is, when apps of two teams used the apns-id (each has its own log).", valueName: "bundle-id"))
+    var app: String?
     @Flag(help: "Print the API's JSON.") var json = false
 
     func run() async throws {
         let client = try admin.client()
         let data: Data
+        var path = "v1/notifications/\(apnsID)"
+        if let app { path += "?app=" + (app.addingPercentEncoding(withAllowedCharacters: .urlQueryAllowed.subtracting(["&", "=", "+"])) ?? app) }
         do {
-            data = try await client.get("v1/notifications/\(apnsID)")
+            data = try await client.get(path)
         } catch let failure as AdminFailure {
             throw ValidationError(failure.message)
         }
         if json { return printJSON(data) }
         guard let timeline = try JSONSerialization.jsonObject(with: data) as? [String: Any] else { return }
-        say("Notification \(timeline["apnsID"] ?? apnsID)\n")
+        say("Notification \(timeline["apnsID"] ?? apnsID)" + ((timeline["app"] as? String).map { " of \($0)" } ?? "") + "\n")
         for entry in timeline["received"] as? [[String: Any]] ?? [] { say("received " + describe(entry) + "\n") }
         let events = timeline["events"] as? [[String: Any]] ?? []
         if events.isEmpty { say("No delivery-log events.\n") }

@@ -6,6 +6,7 @@ import Testing
 /// no store, no event loop.
 @Suite struct DeliveryRulesTests {
     static let now = Date(timeIntervalSince1970: 1_800_000_000)
+    static let app = "com.example.app"
     static let rules = DeliveryRules(QoSConfiguration(burstWindow: 10, silentBudgetPerHour: 2, retention: 86_400, tokenRateLimit: 3, tokenRateWindow: 60))
 
     static func notification(
@@ -48,7 +49,7 @@ import Testing
         var events: [DeliveryEvent] = []
         let n = Self.notification()
         let decision = Self.rules.decide(
-            n, topicAllowed: check.topicAllowed, tokenProblem: check.problem, tokenWindow: &window, presence: .offline, silentWindow: &silent, now: Self.now,
+            n, of: Self.app, topicAllowed: check.topicAllowed, tokenProblem: check.problem, tokenWindow: &window, presence: .offline, silentWindow: &silent, now: Self.now,
             events: &events)
         guard let reason = check.reason else {
             #expect(decision == .accepted(.kept(stored: true, sending: .later)))
@@ -63,7 +64,9 @@ import Testing
         #expect(refusal.result == .rejected(reason, timestamp: check.timestamp))
         // Only an app removed from the device leaves a feedback entry.
         #expect(refusal.addsFeedback == (reason == .unregistered))
-        #expect(events == [DeliveryEvent(notificationID: n.id, kind: .rejected, at: Self.now, detail: reason.rawValue)])
+        // Logged under the app; a topic that is not the provider's is no app's to log (the inbox keeps it).
+        let logged = reason == .topicDisallowed ? [] : [DeliveryEvent(notificationID: n.id, bundleID: Self.app, kind: .rejected, at: Self.now, detail: reason.rawValue)]
+        #expect(events == logged)
         // A refused push does not count against the token's rate.
         #expect(window == .unopened)
     }
@@ -84,7 +87,7 @@ import Testing
         var silent: RateWindow?
         var events: [DeliveryEvent] = []
         let decision = Self.rules.decide(
-            Self.notification(), topicAllowed: true, tokenProblem: nil, tokenWindow: &window, presence: .online, silentWindow: &silent, now: Self.now,
+            Self.notification(), of: Self.app, topicAllowed: true, tokenProblem: nil, tokenWindow: &window, presence: .online, silentWindow: &silent, now: Self.now,
             events: &events)
         #expect(decision == .refused(DeliveryRules.Refusal(.tooManyRequests)))
         #expect(Self.kinds(events) == [.rejected])
@@ -156,7 +159,7 @@ import Testing
     @Test(arguments: admissions) func afterAcceptance(_ row: AdmissionCase) {
         var silent = row.silentWindow
         var events: [DeliveryEvent] = []
-        let admission = Self.rules.admit(row.notification, presence: row.presence, silentWindow: &silent, now: Self.now, events: &events)
+        let admission = Self.rules.admit(row.notification, of: Self.app, presence: row.presence, silentWindow: &silent, now: Self.now, events: &events)
         #expect(admission == row.admission)
         #expect(Self.kinds(events) == row.kinds)
         #expect(events.allSatisfy { $0.notificationID == row.notification.id && $0.at == Self.now })
@@ -198,10 +201,10 @@ import Testing
         var silent: RateWindow?
         var events: [DeliveryEvent] = []
         for _ in 0..<2 {
-            #expect(Self.rules.admit(Self.notification(silent: true), presence: .offline, silentWindow: &silent, now: Self.now, events: &events) != .dropped)
+            #expect(Self.rules.admit(Self.notification(silent: true), of: Self.app, presence: .offline, silentWindow: &silent, now: Self.now, events: &events) != .dropped)
         }
         #expect(silent == RateWindow(start: Self.now, count: 2))
-        #expect(Self.rules.admit(Self.notification(silent: true), presence: .offline, silentWindow: &silent, now: Self.now, events: &events) == .dropped)
+        #expect(Self.rules.admit(Self.notification(silent: true), of: Self.app, presence: .offline, silentWindow: &silent, now: Self.now, events: &events) == .dropped)
         #expect(events.last?.detail == "silent budget of 2 per hour used up")
     }
 
@@ -212,10 +215,10 @@ import Testing
         let same = Self.notification(collapseID: "score")
         let other = Self.notification(collapseID: "news")
         let none = Self.notification()
-        #expect(Self.rules.replacement(of: old, by: same, at: Self.now).kind == .coalesced)
-        #expect(Self.rules.replacement(of: old, by: other, at: Self.now).kind == .replaced)
-        #expect(Self.rules.replacement(of: none, by: Self.notification(), at: Self.now).kind == .replaced)
-        let event = Self.rules.replacement(of: old, by: same, at: Self.now)
+        #expect(Self.rules.replacement(of: old, by: same, of: Self.app, at: Self.now).kind == .coalesced)
+        #expect(Self.rules.replacement(of: old, by: other, of: Self.app, at: Self.now).kind == .replaced)
+        #expect(Self.rules.replacement(of: none, by: Self.notification(), of: Self.app, at: Self.now).kind == .replaced)
+        let event = Self.rules.replacement(of: old, by: same, of: Self.app, at: Self.now)
         #expect(event.notificationID == old.id)
         #expect(event.detail == "by \(same.id.lowercasedString)")
     }
@@ -243,17 +246,17 @@ import Testing
     }
 
     @Test func heldForAnOfflineDeviceSentOnReconnectUnlessExpired() {
-        #expect(Self.rules.onConnect(held: Self.notification(expiration: Self.tomorrow), now: Self.now) == nil)
-        #expect(Self.rules.onConnect(held: Self.notification(), now: Self.now) == nil)
+        #expect(Self.rules.onConnect(held: Self.notification(expiration: Self.tomorrow), of: Self.app, now: Self.now) == nil)
+        #expect(Self.rules.onConnect(held: Self.notification(), of: Self.app, now: Self.now) == nil)
         let expired = Self.notification(expiration: Self.past)
-        #expect(Self.rules.onConnect(held: expired, now: Self.now) == DeliveryEvent(notificationID: expired.id, kind: .expired, at: Self.now))
+        #expect(Self.rules.onConnect(held: expired, of: Self.app, now: Self.now) == DeliveryEvent(notificationID: expired.id, bundleID: Self.app, kind: .expired, at: Self.now))
     }
 
     @Test func heldLongerThanTheRetentionIsSwept() {
         #expect(Self.rules.retentionCutoff(at: Self.now) == Self.now.addingTimeInterval(-86_400))
         let held = Self.notification()
-        #expect(Self.rules.swept(held, overRetention: true, at: Self.now).detail == "held longer than the retention limit")
-        #expect(Self.rules.swept(held, overRetention: false, at: Self.now) == DeliveryEvent(notificationID: held.id, kind: .expired, at: Self.now))
+        #expect(Self.rules.swept(held, of: Self.app, overRetention: true, at: Self.now).detail == "held longer than the retention limit")
+        #expect(Self.rules.swept(held, of: Self.app, overRetention: false, at: Self.now) == DeliveryEvent(notificationID: held.id, bundleID: Self.app, kind: .expired, at: Self.now))
     }
 
     /// A sandbox notification's events carry its unique id, to be logged
@@ -263,13 +266,13 @@ import Testing
         sandbox.identify(in: .sandbox)
         let unique = try! #require(sandbox.uniqueID)
         #expect(unique == sandbox.deliveryID)
-        let swept = Self.rules.swept(sandbox, overRetention: false, at: Self.now)
+        let swept = Self.rules.swept(sandbox, of: Self.app, overRetention: false, at: Self.now)
         #expect(swept.alias == unique)
-        #expect(swept.underAlias == DeliveryEvent(notificationID: unique, kind: .expired, at: Self.now))
+        #expect(swept.underAlias == DeliveryEvent(notificationID: unique, bundleID: Self.app, kind: .expired, at: Self.now))
         var production = Self.notification()
         production.identify(in: .production)
         #expect(production.uniqueID == nil)
-        #expect(Self.rules.swept(production, overRetention: false, at: Self.now).underAlias == nil)
+        #expect(Self.rules.swept(production, of: Self.app, overRetention: false, at: Self.now).underAlias == nil)
         // A held notification read back: its unique id follows from its environment.
         #expect(PendingNotification(deviceID: 1, bundleID: "com.a.b", environment: .sandbox, notification: production, acceptedAt: Self.now).notification.uniqueID
             == production.deliveryID)
@@ -278,18 +281,18 @@ import Testing
 
     @Test func queuedForABurstWhenTheDeviceWentOffline() {
         // One that may be stored is held, and goes out on the next connection.
-        #expect(Self.rules.wentOffline(queued: Self.notification(priority: .conservePower), at: Self.now) == nil)
+        #expect(Self.rules.wentOffline(queued: Self.notification(priority: .conservePower), of: Self.app, at: Self.now) == nil)
         let once = Self.notification(expiration: Self.never, priority: .conservePower)
-        #expect(Self.rules.wentOffline(queued: once, at: Self.now)?.kind == .expired)
+        #expect(Self.rules.wentOffline(queued: once, of: Self.app, at: Self.now)?.kind == .expired)
     }
 
     @Test func acknowledgedOrRefusedByTheDevice() {
         let id = UUID()
-        #expect(Self.rules.acknowledgement(of: id, alias: nil, unreadable: false, at: Self.now) == DeliveryEvent(notificationID: id, kind: .acknowledged, at: Self.now))
-        let refused = Self.rules.acknowledgement(of: id, alias: nil, unreadable: true, at: Self.now)
+        #expect(Self.rules.acknowledgement(of: NotificationKey(bundleID: Self.app, id: id), alias: nil, unreadable: false, at: Self.now) == DeliveryEvent(notificationID: id, bundleID: Self.app, kind: .acknowledged, at: Self.now))
+        let refused = Self.rules.acknowledgement(of: NotificationKey(bundleID: Self.app, id: id), alias: nil, unreadable: true, at: Self.now)
         #expect(refused.kind == .discarded)
         #expect(refused.detail == "the device could not read it")
-        let checked = Self.rules.unreadable(Self.notification(), problem: "collapse id longer than 64 bytes", at: Self.now)
+        let checked = Self.rules.unreadable(Self.notification(), of: Self.app, problem: "collapse id longer than 64 bytes", at: Self.now)
         #expect(checked.kind == .discarded)
         #expect(checked.detail == "a device could not read it: collapse id longer than 64 bytes")
     }

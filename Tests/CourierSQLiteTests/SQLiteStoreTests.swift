@@ -71,9 +71,9 @@ import Testing
             let modes = try await first.synchronousModes()
             #expect(modes.store == 2)
             #expect(modes.log == 1)
-            try await first.appendDeliveryEvents([DeliveryEvent(notificationID: id, kind: .accepted, at: Date(timeIntervalSince1970: 1))])
+            try await first.appendDeliveryEvents([DeliveryEvent(notificationID: id, bundleID: "com.example.one", kind: .accepted, at: Date(timeIntervalSince1970: 1))])
             try await first.createTeam(Team(id: "TEAM000001", name: "One", createdAt: Date(timeIntervalSince1970: 1_000)))
-            try await first.appendDeliveryEvents([DeliveryEvent(notificationID: id, kind: .stored, at: Date(timeIntervalSince1970: 2))])
+            try await first.appendDeliveryEvents([DeliveryEvent(notificationID: id, bundleID: "com.example.one", kind: .stored, at: Date(timeIntervalSince1970: 2))])
             #expect(try await first.deliveryEvents(notificationID: id).map(\.kind) == [.accepted, .stored])
             try await first.close()
 
@@ -133,8 +133,8 @@ import Testing
             let store = try await SQLiteStore.open(path: path, logger: Logger(label: "test"))
             #expect(try await store.schemaVersion() == SQLiteMigrations.all.last?.version)
             try await store.appendDeliveryEvents([
-                DeliveryEvent(notificationID: UUID(), kind: .accepted, at: Date(timeIntervalSince1970: 3)),
-                DeliveryEvent(notificationID: id, kind: .acknowledged, at: Date(timeIntervalSince1970: 3)),
+                DeliveryEvent(notificationID: UUID(), bundleID: "com.example.one", kind: .accepted, at: Date(timeIntervalSince1970: 3)),
+                DeliveryEvent(notificationID: id, bundleID: "com.example.one", kind: .acknowledged, at: Date(timeIntervalSince1970: 3)),
             ])
             let events = try await store.deliveryEvents(notificationID: id)
             #expect(events.map(\.kind) == [.accepted, .delivered, .acknowledged])

@@ -15,7 +15,7 @@ import Testing
         let running = Task { try await writer.run() }
         let id = UUID()
         func events(_ count: Int) -> [DeliveryEvent] {
-            (0..<count).map { _ in DeliveryEvent(notificationID: id, kind: .accepted, at: Date(timeIntervalSince1970: 1)) }
+            (0..<count).map { _ in DeliveryEvent(notificationID: id, bundleID: "com.example.app", kind: .accepted, at: Date(timeIntervalSince1970: 1)) }
         }
         store.logGate.close()
         writer.append(events(3))
@@ -41,7 +41,7 @@ import Testing
     @Test func eventsGatherForAMomentUnlessABatchIsWaiting() async throws {
         let id = UUID()
         func events(_ count: Int) -> [DeliveryEvent] {
-            (0..<count).map { _ in DeliveryEvent(notificationID: id, kind: .accepted, at: Date(timeIntervalSince1970: 1)) }
+            (0..<count).map { _ in DeliveryEvent(notificationID: id, bundleID: "com.example.app", kind: .accepted, at: Date(timeIntervalSince1970: 1)) }
         }
         /// A writer whose gathering waits at `gathering`, and the times it asked for.
         func writer(_ store: FaultyStore, _ gathering: Gate) -> (DeliveryLogWriter, SleepLog) {

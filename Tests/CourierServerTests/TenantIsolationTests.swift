@@ -400,4 +400,61 @@ import Testing
             await server.disconnect(device)
         }
     }
+
+    /// The delivery log and the timelines are keyed by app and apns-id:
+    /// another team that reuses this team's apns-id — pushing its own
+    /// app, this team's token under its own topic, and this team's topic —
+    /// puts none of its events or entries in this team's timeline. Without
+    /// `app=` an id two apps used is a 409 naming both; a token's
+    /// timelines show each entry with its own app's events.
+    @Test func anotherTeamsReuseOfAnAPNsIDStaysOutOfThisTeamsTimeline() async throws {
+        try await withTestServer { server in
+            let otherKey = try await server.otherTeam()
+            let device = try await server.device()
+            let token = try await device.client.register("com.example.demo")
+            let foreignToken = try await device.client.register("com.example.foreign")
+            let id = UUID()
+            let victim = try await server.http2Client()
+            #expect(try await victim.send(HTTP2Push(token: token, payload: victimPayload, topic: "com.example.demo", id: id)).status == 200)
+            _ = try await device.nextAcknowledged()
+            let attacker = try await server.http2Client(credentials: .token(otherKey, teamID: "OTHERTEAM1"))
+            let own = try await attacker.send(HTTP2Push(token: foreignToken, payload: attackerPayload, topic: "com.example.foreign", id: id))
+            #expect(own.status == 200)
+            _ = try await device.nextAcknowledged()
+            let notForTopic = try await attacker.send(HTTP2Push(token: token, payload: attackerPayload, topic: "com.example.foreign", id: id))
+            #expect(notForTopic.reason == .deviceTokenNotForTopic)
+            let disallowed = try await attacker.send(HTTP2Push(token: token, payload: attackerPayload, topic: "com.example.demo", id: id))
+            #expect(disallowed.reason == .topicDisallowed)
+            let path = "/v1/notifications/\(id.lowercasedString)"
+            func events(_ answer: AdminAnswer) -> [String] { (answer.object["events"] as? [[String: Any]] ?? []).compactMap { $0["event"] as? String } }
+            func teams(_ answer: AdminAnswer) -> [String] { (answer.object["received"] as? [[String: Any]] ?? []).compactMap { $0["teamID"] as? String } }
+            // The acknowledgement is logged once the server read it.
+            var demo = try await server.admin("GET", path + "?app=com.example.demo")
+            for _ in 0..<500 where !events(demo).contains("acknowledged") {
+                try await Task.sleep(for: .milliseconds(10))
+                demo = try await server.admin("GET", path + "?app=com.example.demo")
+            }
+            #expect(demo.status == 200)
+            #expect(demo.object["app"] as? String == "com.example.demo")
+            #expect(events(demo) == ["accepted", "stored", "delivered", "acknowledged"], "another team's events in this team's timeline")
+            #expect(teams(demo) == ["DEMOTEAM01"], "another team's requests in this team's timeline")
+            let foreign = try await server.admin("GET", path + "?app=com.example.foreign")
+            // Its own push and its refusal share its key (its app, the id); its acknowledgement may come before or after.
+            #expect(events(foreign).filter { $0 != "acknowledged" } == ["accepted", "stored", "delivered", "rejected"])
+            #expect(teams(foreign) == ["OTHERTEAM1", "OTHERTEAM1"])
+            let either = try await server.admin("GET", path)
+            #expect(either.status == 409)
+            #expect(either.message?.contains("com.example.demo, com.example.foreign") == true, "\(either.message ?? "")")
+            // By token: each entry with its own app's events; the push to a topic that was not the provider's has none.
+            let byToken = try await server.admin("GET", "/v1/tokens/\(Hex.encode(token))/notifications")
+            let timelines = byToken.object["notifications"] as? [[String: Any]] ?? []
+            let apps = timelines.map { $0["app"] as? String ?? "none" }
+            #expect(apps == ["none", "com.example.foreign", "com.example.demo"])
+            let eventsByApp = timelines.map { ($0["events"] as? [[String: Any]] ?? []).compactMap { $0["event"] as? String }.filter { $0 != "acknowledged" } }
+            #expect(eventsByApp == [[], ["accepted", "stored", "delivered", "rejected"], ["accepted", "stored", "delivered"]])
+            await attacker.close()
+            await victim.close()
+            await server.disconnect(device)
+        }
+    }
 }

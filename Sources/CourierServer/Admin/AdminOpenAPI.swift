@@ -127,6 +127,7 @@ enum AdminOpenAPI {
                 "properties": {
                   "apnsID": {"type": "string"},
                   "apnsUniqueID": {"type": "string", "description": "when looked up by its apns-unique-id"},
+                  "app": {"type": "string", "description": "the app (bundle id) whose notification it is; absent when the id names no app's (requests no team was authenticated for, or to a topic that was not the provider's)"},
                   "received": {"type": "array", "items": {"$ref": "#/components/schemas/InboxEntry"}},
                   "events": {"type": "array", "items": {"$ref": "#/components/schemas/Event"}}
                 }
@@ -285,13 +286,18 @@ enum AdminOpenAPI {
             },
             "/v1/notifications/{apnsID}": {
               "get": {
-                "summary": "A notification's delivery log, and how it came in, by its apns-id or its apns-unique-id",
-                "parameters": [{"name": "apnsID", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid", "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}}],
+                "summary": "A notification's delivery log, and how it came in, by its apns-id or its apns-unique-id, of one app",
+                "description": "Providers choose apns-ids, so apps of two teams may use the same one: each app's notification has its own timeline. Without app, the one app the id names; 409 when it names several.",
+                "parameters": [
+                  {"name": "apnsID", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid", "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}},
+                  {"name": "app", "in": "query", "description": "the app (bundle id) whose notification it is", "schema": {"type": "string"}}
+                ],
                 "responses": {
                   "200": {"description": "its timeline", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Timeline"}}}},
                   "400": {"$ref": "#/components/responses/Error"},
                   "401": {"$ref": "#/components/responses/Error"},
-                  "404": {"$ref": "#/components/responses/Error"}
+                  "404": {"$ref": "#/components/responses/Error"},
+                  "409": {"$ref": "#/components/responses/Error"}
                 }
               }
             },

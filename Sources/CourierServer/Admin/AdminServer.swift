@@ -169,31 +169,18 @@ public struct AdminServer: Service {
             if let cluster = dispatcher.cluster { try await cluster.clearInbox() } else { inbox.clear() }
             return Cleared(cleared: cleared)
         }
-        api.get("notifications/:apnsID") { [inbox, dispatcher] _, context in
-            let text = try context.parameters.require("apnsID")
-            guard let id = UUID(uuidString: text) else { throw HTTPError(.badRequest, message: "'\(text)' is not an apns-id (a UUID)") }
-            let received = inbox.list(InboxFilter(apnsID: text), limit: 100).entries
-            let events = try await dispatcher.deliveryLog(of: id)
-            guard !received.isEmpty || !events.isEmpty else {
-                throw HTTPError(.notFound, message: "no notification \(text.lowercased()) in the inbox or the delivery log")
-            }
-            // Looked up by its apns-unique-id: its apns-id is the inbox entry's.
-            let unique = received.first { $0.uniqueID == id }
-            return Timeline(
-                apnsID: unique?.apnsID ?? id.lowercasedString, apnsUniqueID: unique == nil ? nil : id.lowercasedString,
-                received: received.map { InboxEntryJSON($0, dispatcher) }, events: events.map(EventJSON.init))
+        api.get("notifications/:apnsID") { [inbox, dispatcher] request, context in
+            var timelines = NotificationTimelines(inbox: inbox, dispatcher: dispatcher)
+            return try await timelines.timeline(try context.parameters.require("apnsID"), app: query(request)["app"])
         }
         api.get("tokens/:token/notifications") { [inbox, dispatcher] request, context in
             let text = try context.parameters.require("token")
             guard let token = Hex.decode(text), !token.isEmpty else { throw HTTPError(.badRequest, message: "'\(text)' is not a device token in hex") }
             let limit = try InboxQuery.integer(query(request), "limit", default: 20, range: 1...100)
-            var timelines: [Timeline] = []
-            for entry in inbox.recent(token: token, limit: limit) {
-                var events: [DeliveryEvent] = []
-                if let id = UUID(uuidString: entry.apnsID) { events = try await dispatcher.deliveryLog(of: id) }
-                timelines.append(Timeline(apnsID: entry.apnsID, received: [InboxEntryJSON(entry, dispatcher)], events: events.map(EventJSON.init)))
-            }
-            return TokenTimelines(token: Hex.encode(token), notifications: timelines)
+            var timelines = NotificationTimelines(inbox: inbox, dispatcher: dispatcher)
+            var notifications: [Timeline] = []
+            for entry in inbox.recent(token: token, limit: limit) { notifications.append(try await timelines.timeline(of: entry)) }
+            return TokenTimelines(token: Hex.encode(token), notifications: notifications)
         }
         // With several nodes the rules are every node's, kept in the store (`Cluster`).
         api.get("faults") { [faults, dispatcher] _, _ in
@@ -536,6 +523,10 @@ struct Timeline: ResponseCodable {
     var apnsID: String
     /// Looked up by its `apns-unique-id`: that id.
     var apnsUniqueID: String?
+    /// The app (bundle id) whose notification it is; nil when the id
+    /// names no app's (requests no team was authenticated for, or to a
+    /// topic that was not the provider's).
+    var app: String?
     /// How the notification came in (the inbox's entries with its apns-id).
     var received: [InboxEntryJSON]
     /// The delivery log, oldest first.

@@ -196,7 +196,7 @@ final class BinaryGateway: ListenerInterface {
         if faults.isActive, let owned = dispatcher.owned(notification, environment: environment, grant: grant, now: now),
             let rule = faults.take(FaultRequest(owned, interface: .binary, identity: sender?.identity), now: now)
         {
-            return fault(rule, frame: frame, notification: notification, sender: sender, now: now, read: &read)
+            return fault(rule, frame: frame, notification: notification, owned: owned, sender: sender, now: now, read: &read)
         }
         switch dispatcher.admit(notification, environment: environment, grant: grant, now: now) {
         case .waits(let decide):
@@ -213,10 +213,10 @@ final class BinaryGateway: ListenerInterface {
     /// status; none, as for `Unregistered`, drops it unanswered), a delayed
     /// decision, or the connection's end.
     private func fault(
-        _ rule: FaultRule, frame: BinaryNotificationFrame, notification: PushNotification, sender: BinaryProviderConnection?, now: Date,
+        _ rule: FaultRule, frame: BinaryNotificationFrame, notification: PushNotification, owned: Dispatcher.Owned, sender: BinaryProviderConnection?, now: Date,
         read: inout ReadOutcomes
     ) -> Admission {
-        dispatcher.logFault(rule, notification: notification)
+        dispatcher.logFault(rule, notification: notification, owned: owned)
         let fields = BinaryFrameFields(frame)
         func record(_ outcome: InboxOutcome) {
             received(outcome, into: &read) {

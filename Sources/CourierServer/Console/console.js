@@ -492,7 +492,7 @@ function entryTarget(entry) {
 
 function renderTimeline(timeline) {
   return h("div", { class: "card timeline-card" },
-    h("h3", {}, "apns-id ", h("span", { class: "mono" }, timeline.apnsID)),
+    h("h3", {}, "apns-id ", h("span", { class: "mono" }, timeline.apnsID), timeline.app ? " of " + timeline.app : ""),
     timeline.received.length ? table(entryHeaders, timeline.received.map(renderEntry)) : h("p", { class: "muted" }, "Not in the inbox."),
     timeline.events.length
       ? h("ol", { class: "timeline" }, timeline.events.map((e, i) => h("li", { class: "event-" + e.event }, h("strong", {}, e.event), " ", h("span", { class: "muted" }, shortTime(e.at)),
@@ -504,12 +504,16 @@ function renderTimeline(timeline) {
 
 function lookup(main, query) {
   const id = h("input", { name: "apns-id", class: "mono", value: query.get("id") || "", placeholder: "apns-id or apns-unique-id", autocomplete: "off" });
+  const app = h("input", { name: "app", value: query.get("app") || "", placeholder: "when two apps used the apns-id", autocomplete: "off" });
   const token = h("input", { name: "token", class: "mono", value: query.get("token") || "", placeholder: "hex", autocomplete: "off" });
   const result = h("div", { id: "lookup-result" });
   main.append(h("h2", {}, "Look up"),
     h("section", {},
-      h("form", { class: "fields", onsubmit: (event) => { event.preventDefault(); location.hash = "#lookup?id=" + encodeURIComponent(id.value.trim()); } },
-        field("Notification (apns-id)", id), h("div", {}, h("button", { type: "submit" }, "Show its timeline"))),
+      h("form", { class: "fields", onsubmit: (event) => {
+        event.preventDefault();
+        location.hash = "#lookup?id=" + encodeURIComponent(id.value.trim()) + (app.value.trim() ? "&app=" + encodeURIComponent(app.value.trim()) : "");
+      } },
+        field("Notification (apns-id)", id), field("App (bundle id, optional)", app), h("div", {}, h("button", { type: "submit" }, "Show its timeline"))),
       h("form", { class: "fields", onsubmit: (event) => { event.preventDefault(); location.hash = "#lookup?token=" + encodeURIComponent(token.value.trim()); } },
         field("Device token", token), h("div", {}, h("button", { type: "submit" }, "Show its notifications")))),
     result);
@@ -517,7 +521,8 @@ function lookup(main, query) {
     // Watched: the timeline refreshes while the page is open.
     every(1000, async () => {
       try {
-        const timeline = await api("GET", "/v1/notifications/" + encodeURIComponent(query.get("id")));
+        const of = query.get("app") ? "?app=" + encodeURIComponent(query.get("app")) : "";
+        const timeline = await api("GET", "/v1/notifications/" + encodeURIComponent(query.get("id")) + of);
         show(result, JSON.stringify(timeline), () => renderTimeline(timeline));
       } catch (error) { show(result, error.message, () => h("p", { class: "bad" }, error.message)); }
     });

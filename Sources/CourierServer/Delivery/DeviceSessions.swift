@@ -204,7 +204,7 @@ final class DeviceSessions: Sendable {
             let presence: DevicePresence = session.map { $0.accepts(bundleID: key.bundleID) ? .online : .appDisabled } ?? (elsewhere ? .online : .offline)
             // Only a silent push counts against (and makes) the app's budget on the device.
             var silentWindow = notification.isSilent ? state.silent[key] : nil
-            let admission = rules.admit(notification, presence: presence, silentWindow: &silentWindow, now: now, events: &events)
+            let admission = rules.admit(notification, of: key.bundleID, presence: presence, silentWindow: &silentWindow, now: now, events: &events)
             if notification.isSilent { state.silent[key] = silentWindow }
             return (admission, session)
         }

@@ -81,13 +81,13 @@ public final class Dispatcher: Sendable {
                 let replaced = try await store.storePending(batch)
                 log.append(
                     zip(batch, replaced).compactMap { new, old in
-                        old.map { rules.replacement(of: $0.notification, by: new.notification, at: new.acceptedAt) }
+                        old.map { rules.replacement(of: $0.notification, by: new.notification, of: new.bundleID, at: new.acceptedAt) }
                     })
                 return batch.map { _ in () }
             } catch {
                 logger.error("store failed holding notifications", metadata: ["courier.error": "\(error)"])
                 log.append(batch.map {
-                    DeliveryEvent($0.notification, .rejected, at: $0.acceptedAt, detail: Reason.internalServerError.rawValue)
+                    DeliveryEvent($0.notification, of: $0.bundleID, .rejected, at: $0.acceptedAt, detail: Reason.internalServerError.rawValue)
                 })
                 throw error
             }
@@ -163,11 +163,14 @@ public final class Dispatcher: Sendable {
         let environment: Environment
         let token: [UInt8]
         let topic: String
+        /// The topic's app.
+        let bundleID: String
 
-        fileprivate init(environment: Environment, token: [UInt8], topic: String) {
+        fileprivate init(environment: Environment, token: [UInt8], topic: String, bundleID: String) {
             self.environment = environment
             self.token = token
             self.topic = topic
+            self.bundleID = bundleID
         }
     }
 
@@ -178,7 +181,7 @@ public final class Dispatcher: Sendable {
         guard rules.refusal(topicAllowed: grant.allowed) == nil else { return nil }
         let key = TokenKey(environment: environment, bytes: notification.token)
         guard case .success = registrations.check(key, bundleID: grant.bundleID, liveActivity: grant.kind == .liveactivity, now: now) else { return nil }
-        return Owned(environment: environment, token: notification.token, topic: grant.topic)
+        return Owned(environment: environment, token: notification.token, topic: grant.topic, bundleID: grant.bundleID)
     }
 
     /// `admit`, waiting for what it has to and for the commit: returns once
@@ -211,25 +214,25 @@ public final class Dispatcher: Sendable {
     {
         assert(grant.topic == notification.topic, "a grant for another topic")
         guard log.hasRoom else { return nil }
-        if let refusal = rules.refusal(topicAllowed: grant.allowed) { return reject(notification, refusal, now: now) }
+        if let refusal = rules.refusal(topicAllowed: grant.allowed) { return reject(notification, of: grant.bundleID, refusal, now: now) }
         let liveActivity = grant.kind == .liveactivity
         // A device token already found to be its app's active registration: one
         // lookup of its entry, which takes the rate window too.
         let key = TokenKey(environment: environment, bytes: notification.token)
         if !liveActivity, let (token, refusal) = registrations.takeKnown(key, bundleID: grant.bundleID, now: now) {
-            if let refusal { return reject(notification, refusal, now: now) }
+            if let refusal { return reject(notification, of: grant.bundleID, refusal, now: now) }
             return carryOut(notification, token, now: now)
         }
         let token: CheckedToken
         switch registrations.check(key, bundleID: grant.bundleID, liveActivity: liveActivity, now: now) {
         case .success(let checked): token = checked
-        case .failure(let failure): return reject(notification, rules.refusal(failure.problem), now: now)
+        case .failure(let failure): return reject(notification, of: grant.bundleID, rules.refusal(failure.problem), now: now)
         }
         // Not known (the registration, or a Live Activity's end): decided after waiting.
         guard let (problem, epoch) = registrations.cached(token, now: now) else { return nil }
         // Not held any more (an older generation), removed, or its activity ended.
-        if let problem { return refuse(notification, problem, environment: environment, now: now) }
-        if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, refusal, now: now) }
+        if let problem { return refuse(notification, of: grant.bundleID, problem, environment: environment, now: now) }
+        if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, of: grant.bundleID, refusal, now: now) }
         return carryOut(notification, token, now: now)
     }
 
@@ -242,12 +245,12 @@ public final class Dispatcher: Sendable {
         // A delivery log that cannot keep up holds the providers back.
         await log.waitForRoom()
         let now = clock.now()
-        if let refusal = rules.refusal(topicAllowed: grant.allowed) { return reject(notification, refusal, now: now) }
+        if let refusal = rules.refusal(topicAllowed: grant.allowed) { return reject(notification, of: grant.bundleID, refusal, now: now) }
         let token: CheckedToken
         let liveActivity = grant.kind == .liveactivity
         switch registrations.check(TokenKey(environment: environment, bytes: notification.token), bundleID: grant.bundleID, liveActivity: liveActivity, now: now) {
         case .success(let checked): token = checked
-        case .failure(let failure): return reject(notification, rules.refusal(failure.problem), now: now)
+        case .failure(let failure): return reject(notification, of: grant.bundleID, rules.refusal(failure.problem), now: now)
         }
         // Read before the registration: a change while it is loaded makes the token's mark stale.
         let epoch = registrations.epoch
@@ -256,10 +259,10 @@ public final class Dispatcher: Sendable {
             problem = try await registrations.problem(of: token, now: now)
         } catch {
             logger.error("store failed reading a registration", metadata: ["courier.error": "\(error)"])
-            return reject(notification, DeliveryRules.Refusal(.serviceUnavailable), now: now)
+            return reject(notification, of: grant.bundleID, DeliveryRules.Refusal(.serviceUnavailable), now: now)
         }
-        if let problem { return refuse(notification, problem, environment: environment, now: now) }
-        if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, refusal, now: now) }
+        if let problem { return refuse(notification, of: grant.bundleID, problem, environment: environment, now: now) }
+        if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, of: grant.bundleID, refusal, now: now) }
         return carryOut(notification, token, now: now)
     }
 
@@ -267,17 +270,17 @@ public final class Dispatcher: Sendable {
     /// feedback entry (an app removed: Unregistered) queues the entry, and
     /// is answered once it is written (`durable`, which does not fail: a
     /// failed write is logged and the refusal stands).
-    private func refuse(_ notification: PushNotification, _ problem: TokenProblem, environment: Environment, now: Date) -> (AcceptResult, Pending<Void>?) {
+    private func refuse(_ notification: PushNotification, of bundleID: String, _ problem: TokenProblem, environment: Environment, now: Date) -> (AcceptResult, Pending<Void>?) {
         let refusal = rules.refusal(problem)
-        let (result, _) = reject(notification, refusal, now: now)
+        let (result, _) = reject(notification, of: bundleID, refusal, now: now)
         guard refusal.addsFeedback else { return (result, nil) }
         let entry = FeedbackEntry(environment: environment, topic: notification.topic, token: notification.token, timestamp: refusal.timestamp ?? now)
         return (result, feedback.written(entry))
     }
 
     /// Logs a refusal.
-    private func reject(_ notification: PushNotification, _ refusal: DeliveryRules.Refusal, now: Date) -> (AcceptResult, Pending<Void>?) {
-        log.append(refusal.event(for: notification, at: now))
+    private func reject(_ notification: PushNotification, of bundleID: String, _ refusal: DeliveryRules.Refusal, now: Date) -> (AcceptResult, Pending<Void>?) {
+        if let event = refusal.event(for: notification, of: bundleID, at: now) { log.append(event) }
         return (refusal.result, nil)
     }
 
@@ -338,13 +341,13 @@ public final class Dispatcher: Sendable {
         // In flight before it is sent: the acknowledgement may come back at once.
         session.track(n.deliveryID, DeviceSession.InFlight(notificationID: n.id, bundleID: queued.bundleID, stored: n.mayBeStored, durable: queued.durable))
         guard let problem = session.link.deliver(n) else {
-            events.append(DeliveryEvent(n, .delivered, at: now))
+            events.append(DeliveryEvent(n, of: queued.bundleID, .delivered, at: now))
             metrics.delivered(after: now.timeIntervalSince(queued.acceptedAt))
             return nil
         }
         // One the device could not read (held by an older version, say) is dropped.
         _ = session.untrack(n.deliveryID)
-        events.append(rules.unreadable(n, problem: problem, at: now))
+        events.append(rules.unreadable(n, of: queued.bundleID, problem: problem, at: now))
         guard n.mayBeStored else { return nil }
         return PendingReference(deviceID: session.deviceID, bundleID: queued.bundleID, environment: session.environment, deliveryID: n.deliveryID)
     }
@@ -436,8 +439,8 @@ public final class Dispatcher: Sendable {
         let queued = sessions.removeBursts(ofDevice: deviceID)
         let now = clock.now()
         // A queued notification that may be stored is among the held ones too.
-        let ended = held.map(\.notification) + queued.filter { !$0.notification.mayBeStored }.map(\.notification)
-        log.append(ended.map { DeliveryEvent($0, .discarded, at: now, detail: "the device was reset; its tokens ended") })
+        let ended = held.map { ($0.notification, $0.bundleID) } + queued.filter { !$0.notification.mayBeStored }.map { ($0.notification, $0.bundleID) }
+        log.append(ended.map { DeliveryEvent($0, of: $1, .discarded, at: now, detail: "the device was reset; its tokens ended") })
     }
 
     /// A device connected: it replaces an older connection of the same
@@ -468,9 +471,9 @@ public final class Dispatcher: Sendable {
             let n = pending.notification
             let key = DeviceKey(environment: pending.environment, deviceID: pending.deviceID)
             // Expired while it waited in the queue: not sent (the store's sweep drops and logs it).
-            if n.mayBeStored, rules.onConnect(held: n, now: now) != nil { continue }
+            if n.mayBeStored, rules.onConnect(held: n, of: pending.bundleID, now: now) != nil { continue }
             guard let session = sessions.session(key), session.accepts(bundleID: pending.bundleID) else {
-                if let offline = rules.wentOffline(queued: n, at: now) { events.append(offline) }
+                if let offline = rules.wentOffline(queued: n, of: pending.bundleID, at: now) { events.append(offline) }
                 continue
             }
             // Sent already (what is held goes out when the device connects).
@@ -512,7 +515,7 @@ public final class Dispatcher: Sendable {
             // Expired, or unreadable by the device.
             var dropped: [PendingReference] = []
             for pending in held where session.accepts(bundleID: pending.bundleID) && !session.isInFlight(pending.notification.deliveryID) {
-                if let expired = rules.onConnect(held: pending.notification, now: now) {
+                if let expired = rules.onConnect(held: pending.notification, of: pending.bundleID, now: now) {
                     dropped.append(PendingReference(pending))
                     events.append(expired)
                     continue
@@ -535,7 +538,7 @@ public final class Dispatcher: Sendable {
         broadcasts.disconnected(session)
         cluster?.disconnected(session)
         let now = clock.now()
-        log.append(dropped.compactMap { rules.wentOffline(queued: $0.notification, at: now) })
+        log.append(dropped.compactMap { rules.wentOffline(queued: $0.notification, of: $0.bundleID, at: now) })
     }
 
     /// A stored notification the device acknowledged (or refused): its
@@ -558,7 +561,7 @@ public final class Dispatcher: Sendable {
         guard let inFlight = session.untrack(deliveryID) else { return nil }
         // A sandbox notification's unique id is its delivery id.
         let alias = session.environment == .sandbox ? deliveryID : nil
-        let event = rules.acknowledgement(of: inFlight.notificationID, alias: alias, unreadable: unreadable, at: clock.now())
+        let event = rules.acknowledgement(of: NotificationKey(bundleID: inFlight.bundleID, id: inFlight.notificationID), alias: alias, unreadable: unreadable, at: clock.now())
         // A notification that was never stored (expiration 0) has nothing to remove.
         guard inFlight.stored else {
             log.append(event)
@@ -617,10 +620,10 @@ public final class Dispatcher: Sendable {
         }
         do {
             for pending in try await store.removeExpiredPending(before: now) {
-                events.append(rules.swept(pending.notification, overRetention: false, at: now))
+                events.append(rules.swept(pending.notification, of: pending.bundleID, overRetention: false, at: now))
             }
             for pending in try await store.removePending(acceptedBefore: rules.retentionCutoff(at: now)) {
-                events.append(rules.swept(pending.notification, overRetention: true, at: now))
+                events.append(rules.swept(pending.notification, of: pending.bundleID, overRetention: true, at: now))
             }
         } catch {
             logger.error("store failed sweeping held notifications", metadata: ["courier.error": "\(error)"])
@@ -629,14 +632,14 @@ public final class Dispatcher: Sendable {
     }
 
     /// A fault rule acted on a notification: its delivery log says which and how.
-    func logFault(_ rule: FaultRule, notification: PushNotification) {
+    func logFault(_ rule: FaultRule, notification: PushNotification, owned: Owned) {
         let what: String
         switch rule.action {
         case .reject(let reason, _, let status): what = "refused with \(reason)" + (status.map { " (binary status \($0.rawValue))" } ?? "")
         case .delay(let milliseconds): what = "answer delayed \(milliseconds) ms"
         case .close(let reason): what = "connection closed (\(reason))"
         }
-        log.append(DeliveryEvent(notification, .faultInjected, at: clock.now(), detail: "fault \(rule.id): \(what)"))
+        log.append(DeliveryEvent(notification, of: owned.bundleID, .faultInjected, at: clock.now(), detail: "fault \(rule.id): \(what)"))
     }
 
     /// Notifications held in the store now.
@@ -649,15 +652,46 @@ public final class Dispatcher: Sendable {
         try await store.registrations(deviceID: deviceID)
     }
 
-    /// A notification's delivery log (by apns-id), oldest first, with
-    /// what was appended until now (written first).
-    func deliveryLog(of notificationID: UUID) async throws -> [DeliveryEvent] {
+    /// What the delivery log has under an apns-id (or apns-unique-id),
+    /// with what was appended until now (written first): read by app.
+    func deliveryLog(of notificationID: UUID) async throws -> NotificationLog {
         await log.flush()
-        return try await store.deliveryEvents(notificationID: notificationID)
+        return NotificationLog(id: notificationID, events: try await store.deliveryEvents(notificationID: notificationID))
+    }
+
+    /// The team an app belongs to; nil for an app there is none of.
+    func team(ofApp bundleID: String) async throws -> String? {
+        try await store.app(bundleID: bundleID)?.teamID
     }
 
     /// Writes the delivery log's buffered events.
     public func flushLog() async {
         await log.flush()
+    }
+}
+
+/// The delivery log's events under one apns-id (or apns-unique-id), as
+/// read: an apns-id is the provider's choice and two teams may choose the
+/// same, so the events are handed out only by app (`NotificationKey`),
+/// never all together.
+struct NotificationLog: Sendable {
+    let id: UUID
+    private let events: [DeliveryEvent]
+
+    init(id: UUID, events: [DeliveryEvent]) {
+        self.id = id
+        self.events = events
+    }
+
+    /// The apps with events under the id.
+    var apps: Set<String> { Set(events.lazy.compactMap(\.bundleID)) }
+
+    /// The events of one app's notification, oldest first, and those
+    /// written before the log kept apps (which may be any app's); nil:
+    /// those alone.
+    func events(of bundleID: String?) -> [DeliveryEvent] {
+        guard let bundleID else { return events.filter { $0.bundleID == nil } }
+        let key = NotificationKey(bundleID: bundleID, id: id)
+        return events.filter { $0.isOf(key) }
     }
 }

@@ -447,7 +447,7 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
             let rule = faults.take(FaultRequest(owned, interface: .http2, identity: seen.identity), now: clock.now())
         else { return .none }
         seen.fault = rule.id
-        dispatcher.logFault(rule, notification: notification)
+        dispatcher.logFault(rule, notification: notification, owned: owned)
         var answer: HTTP2Answer
         switch rule.action {
         case .reject(let reason, let timestamp, _):
