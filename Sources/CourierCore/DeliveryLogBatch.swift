@@ -61,8 +61,8 @@ public struct DeliveryLogBatch: Sendable, Hashable {
             }
         }
         // Each distinct detail and app once, numbered.
-        var details = StringTable()
-        var apps = StringTable()
+        var details = Numbering<String>()
+        var apps = Numbering<AppNumber>()
         var detailNumbers = [Int](repeating: 0, count: events.count)
         var appNumbers = [Int](repeating: 0, count: events.count)
         // Each event's time as written: the difference from the one before.
@@ -76,18 +76,20 @@ public struct DeliveryLogBatch: Sendable, Hashable {
             steps[index] = Self.zigzag(millis &- previous)
             previous = millis
             detailNumbers[index] = details.number(of: events[index].detail)
-            appNumbers[index] = apps.number(of: events[index].bundleID)
+            appNumbers[index] = apps.number(of: events[index].app)
             size += 16 + Self.varintLength(steps[index]) + 1
             size += Self.varintLength(UInt64(detailNumbers[index])) + Self.varintLength(UInt64(appNumbers[index]))
         }
-        size += details.packedSize + apps.packedSize
+        // The apps' names, once per batch.
+        let appNames = apps.keys.map(\.bundleID)
+        size += Self.packedSize(details.keys) + Self.packedSize(appNames)
         let packed = [UInt8](unsafeUninitializedCapacity: size) { buffer, count in
             var out = Writer(rest: UnsafeMutableRawBufferPointer(buffer))
             out.write(Self.version)
             out.write(base)
             out.write(varint: UInt64(events.count))
-            details.write(to: &out)
-            apps.write(to: &out)
+            Self.write(details.keys, to: &out)
+            Self.write(appNames, to: &out)
             for index in events.indices {
                 withUnsafeBytes(of: events[index].notificationID.uuid) { out.write($0) }
                 out.write(varint: steps[index])
@@ -101,44 +103,44 @@ public struct DeliveryLogBatch: Sendable, Hashable {
         self.init(filter: filter, events: packed)
     }
 
-    /// A batch's distinct strings (details, apps), numbered from 1 in the
-    /// order first met (0: none). An event's string is usually its
-    /// predecessor's (the same string), else looked up.
-    private struct StringTable {
-        private(set) var strings: [String] = []
-        private var numbers: [String: Int] = [:]
-        private var last: (string: String, number: Int)?
+    /// A batch's distinct details (or apps), numbered from 1 in the order
+    /// first met (0: none). An event's is usually its predecessor's, else
+    /// looked up.
+    private struct Numbering<Key: Hashable> {
+        private(set) var keys: [Key] = []
+        private var numbers: [Key: Int] = [:]
+        private var last: (key: Key, number: Int)?
 
-        mutating func number(of string: String?) -> Int {
-            guard let string else { return 0 }
-            if let last, last.string == string { return last.number }
+        mutating func number(of key: Key?) -> Int {
+            guard let key else { return 0 }
+            if let last, last.key == key { return last.number }
             let number: Int
-            if let known = numbers[string] {
+            if let known = numbers[key] {
                 number = known
             } else {
-                strings.append(string)
-                number = strings.count
-                numbers[string] = number
+                keys.append(key)
+                number = keys.count
+                numbers[key] = number
             }
-            last = (string, number)
+            last = (key, number)
             return number
         }
+    }
 
-        /// Its bytes in a batch: the count, then each string's length and UTF-8.
-        var packedSize: Int {
-            strings.reduce(DeliveryLogBatch.varintLength(UInt64(strings.count))) {
-                let length = DeliveryLogBatch.detailLength($1)
-                return $0 + DeliveryLogBatch.varintLength(UInt64(length)) + length
-            }
+    /// A table of strings in a batch: the count, then each string's length and UTF-8.
+    private static func packedSize(_ strings: [String]) -> Int {
+        strings.reduce(varintLength(UInt64(strings.count))) {
+            let length = detailLength($1)
+            return $0 + varintLength(UInt64(length)) + length
         }
+    }
 
-        func write(to out: inout Writer) {
-            out.write(varint: UInt64(strings.count))
-            for string in strings {
-                let length = DeliveryLogBatch.detailLength(string)
-                out.write(varint: UInt64(length))
-                out.write(utf8: string, prefix: length)
-            }
+    private static func write(_ strings: [String], to out: inout Writer) {
+        out.write(varint: UInt64(strings.count))
+        for string in strings {
+            let length = detailLength(string)
+            out.write(varint: UInt64(length))
+            out.write(utf8: string, prefix: length)
         }
     }
 
@@ -233,7 +235,7 @@ public struct DeliveryLogBatch: Sendable, Hashable {
         var millis = Int64(bitPattern: try reader.integer(8))
         let eventCount = try reader.varint()
         let details = try strings(&reader)
-        let apps = withApps ? try strings(&reader) : []
+        let apps = withApps ? try strings(&reader).map(AppNumber.init) : []
         // Each event takes 19 bytes at least (20 with its app).
         guard eventCount <= UInt64(reader.remaining / (withApps ? 20 : 19)) else { throw StoreError(.corrupt, "delivery log batch is truncated") }
         var result: [DeliveryEvent] = []
@@ -249,14 +251,14 @@ public struct DeliveryLogBatch: Sendable, Hashable {
             guard app <= UInt64(apps.count) else { throw StoreError(.corrupt, "delivery log event names app \(app) of \(apps.count)") }
             result.append(
                 DeliveryEvent(
-                    notificationID: id, bundleID: app == 0 ? nil : apps[Int(app) - 1], kind: kindCodes[code],
+                    notificationID: id, app: app == 0 ? nil : apps[Int(app) - 1], kind: kindCodes[code],
                     at: Date(timeIntervalSince1970: Double(millis) / 1000), detail: detail == 0 ? nil : details[Int(detail) - 1]))
         }
         guard reader.atEnd else { throw StoreError(.corrupt, "delivery log batch has bytes after its last event") }
         return result
     }
 
-    /// A table of strings (`StringTable`), read.
+    /// A table of strings (`packedSize`, `write`), read.
     private static func strings(_ reader: inout Reader) throws -> [String] {
         let count = try reader.varint()
         // Each string takes a byte at least: a count beyond the bytes left is damage.
@@ -282,7 +284,7 @@ public struct DeliveryLogBatch: Sendable, Hashable {
             }
             let detailLength = UInt16(try reader.integer(2))
             let detail = detailLength == noDetail ? nil : String(decoding: try reader.bytes(Int(detailLength)), as: UTF8.self)
-            result.append(DeliveryEvent(notificationID: id, bundleID: nil, kind: kind, at: Date(timeIntervalSince1970: Double(millis) / 1000), detail: detail))
+            result.append(DeliveryEvent(notificationID: id, app: nil, kind: kind, at: Date(timeIntervalSince1970: Double(millis) / 1000), detail: detail))
         }
         return result
     }

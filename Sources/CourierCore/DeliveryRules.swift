@@ -92,19 +92,22 @@ public struct DeliveryRules: Sendable {
         public var result: AcceptResult { .rejected(reason, timestamp: timestamp) }
 
         /// Its event in the delivery log, under the app the provider
-        /// pushed to (`bundleID`); nil for `TopicDisallowed`: the topic is
+        /// pushed to; nil for `TopicDisallowed`: the topic is
         /// not the provider's, so the refusal is no app's to log (the
         /// inbox keeps it, under the provider's team).
-        public func event(for notification: PushNotification, of bundleID: String, at now: Date) -> DeliveryEvent? {
-            reason == .topicDisallowed ? nil : DeliveryEvent(notification, of: bundleID, .rejected, at: now, detail: reason.rawValue)
+        public func event(for notification: PushNotification, of app: AppNumber, at now: Date) -> DeliveryEvent? {
+            reason == .topicDisallowed ? nil : DeliveryEvent(notification, of: app, .rejected, at: now, detail: reason.rawValue)
         }
     }
 
     /// Check 1: the provider may push to the topic (its certificate's
     /// topics, or its team's apps).
     public func refusal(topicAllowed: Bool) -> Refusal? {
-        topicAllowed ? nil : Refusal(.topicDisallowed)
+        topicAllowed ? nil : topicNotAllowed
     }
+
+    /// Check 1's refusal.
+    public var topicNotAllowed: Refusal { Refusal(.topicDisallowed) }
 
     /// Checks 2 to 5: a token that cannot take the notification.
     public func refusal(_ token: TokenProblem) -> Refusal {
@@ -149,11 +152,11 @@ public struct DeliveryRules: Sendable {
     /// store, deliver or queue. The events (accepted first) are appended
     /// to `events`.
     public func admit(
-        _ notification: PushNotification, of bundleID: String, presence: DevicePresence, silentWindow: inout RateWindow?, now: Date, events: inout [DeliveryEvent]
+        _ notification: PushNotification, of app: AppNumber, presence: DevicePresence, silentWindow: inout RateWindow?, now: Date, events: inout [DeliveryEvent]
     ) -> Admission {
-        events.append(DeliveryEvent(notification, of: bundleID, .accepted, at: now))
+        events.append(DeliveryEvent(notification, of: app, .accepted, at: now))
         if let expiration = notification.expiration, notification.mayBeStored, expiration <= now {
-            events.append(DeliveryEvent(notification, of: bundleID, .expired, at: now, detail: "expired before it was accepted"))
+            events.append(DeliveryEvent(notification, of: app, .expired, at: now, detail: "expired before it was accepted"))
             return .dropped
         }
         if notification.isSilent {
@@ -161,15 +164,15 @@ public struct DeliveryRules: Sendable {
             let taken = window.take(limit: qos.silentBudgetPerHour, per: Self.silentWindow, now: now)
             silentWindow = window
             guard taken else {
-                events.append(DeliveryEvent(notification, of: bundleID, .throttled, at: now, detail: "silent budget of \(qos.silentBudgetPerHour) per hour used up"))
+                events.append(DeliveryEvent(notification, of: app, .throttled, at: now, detail: "silent budget of \(qos.silentBudgetPerHour) per hour used up"))
                 return .dropped
             }
         }
         let stored = notification.mayBeStored
-        if stored { events.append(DeliveryEvent(notification, of: bundleID, .stored, at: now)) }
+        if stored { events.append(DeliveryEvent(notification, of: app, .stored, at: now)) }
         guard presence == .online else {
             guard stored else {
-                events.append(DeliveryEvent(notification, of: bundleID, .expired, at: now, detail: "device offline and expiration 0"))
+                events.append(DeliveryEvent(notification, of: app, .expired, at: now, detail: "device offline and expiration 0"))
                 return .dropped
             }
             return .kept(stored: true, sending: .later)
@@ -186,30 +189,30 @@ public struct DeliveryRules: Sendable {
     }
 
     public func decide(
-        _ notification: PushNotification, of bundleID: String, topicAllowed: Bool, tokenProblem: TokenProblem?, tokenWindow: inout RateWindow,
+        _ notification: PushNotification, of app: AppNumber, topicAllowed: Bool, tokenProblem: TokenProblem?, tokenWindow: inout RateWindow,
         presence: DevicePresence, silentWindow: inout RateWindow?, now: Date, events: inout [DeliveryEvent]
     ) -> Decision {
         if let refusal = refusal(topicAllowed: topicAllowed) ?? tokenProblem.map(refusal) ?? refusal(takingFrom: &tokenWindow, now: now) {
-            if let event = refusal.event(for: notification, of: bundleID, at: now) { events.append(event) }
+            if let event = refusal.event(for: notification, of: app, at: now) { events.append(event) }
             return .refused(refusal)
         }
-        return .accepted(admit(notification, of: bundleID, presence: presence, silentWindow: &silentWindow, now: now, events: &events))
+        return .accepted(admit(notification, of: app, presence: presence, silentWindow: &silentWindow, now: now, events: &events))
     }
 
     // MARK: What is held and queued
 
     /// A held notification replaced by a newer one for the same device and
     /// app: `coalesced` when both carry the same collapse id.
-    public func replacement(of old: PushNotification, by new: PushNotification, of bundleID: String, at now: Date) -> DeliveryEvent {
+    public func replacement(of old: PushNotification, by new: PushNotification, of app: AppNumber, at now: Date) -> DeliveryEvent {
         let coalesced = old.collapseID != nil && old.collapseID == new.collapseID
-        return DeliveryEvent(old, of: bundleID, coalesced ? .coalesced : .replaced, at: now, detail: "by \(new.id.lowercasedString)")
+        return DeliveryEvent(old, of: app, coalesced ? .coalesced : .replaced, at: now, detail: "by \(new.id.lowercasedString)")
     }
 
     /// A held notification, when its device connects: sent, or dropped as
     /// expired (with its event).
-    public func onConnect(held notification: PushNotification, of bundleID: String, now: Date) -> DeliveryEvent? {
+    public func onConnect(held notification: PushNotification, of app: AppNumber, now: Date) -> DeliveryEvent? {
         guard let expiration = notification.expiration, expiration < now else { return nil }
-        return DeliveryEvent(notification, of: bundleID, .expired, at: now)
+        return DeliveryEvent(notification, of: app, .expired, at: now)
     }
 
     /// Held notifications accepted before this time are dropped by the
@@ -219,8 +222,8 @@ public struct DeliveryRules: Sendable {
     }
 
     /// The sweep's event for a held notification that expired, or (`overRetention`) was held too long.
-    public func swept(_ notification: PushNotification, of bundleID: String, overRetention: Bool, at now: Date) -> DeliveryEvent {
-        DeliveryEvent(notification, of: bundleID, .expired, at: now, detail: overRetention ? "held longer than the retention limit" : nil)
+    public func swept(_ notification: PushNotification, of app: AppNumber, overRetention: Bool, at now: Date) -> DeliveryEvent {
+        DeliveryEvent(notification, of: app, .expired, at: now, detail: overRetention ? "held longer than the retention limit" : nil)
     }
 
     /// A burst whose window passed goes out.
@@ -231,23 +234,23 @@ public struct DeliveryRules: Sendable {
     /// A queued notification lost because its device went offline before
     /// its burst: one that may be stored is held and goes out on the next
     /// connection (nil); one with expiration 0 expires.
-    public func wentOffline(queued notification: PushNotification, of bundleID: String, at now: Date) -> DeliveryEvent? {
-        notification.mayBeStored ? nil : DeliveryEvent(notification, of: bundleID, .expired, at: now, detail: "device went offline and expiration 0")
+    public func wentOffline(queued notification: PushNotification, of app: AppNumber, at now: Date) -> DeliveryEvent? {
+        notification.mayBeStored ? nil : DeliveryEvent(notification, of: app, .expired, at: now, detail: "device went offline and expiration 0")
     }
 
     /// The device's acknowledgement (or refusal, `unreadable`) of a
     /// delivered notification: it is no longer held either way.
     /// `alias`: its unique id, if it has one.
-    public func acknowledgement(of key: NotificationKey, alias: UUID?, unreadable: Bool, at now: Date) -> DeliveryEvent {
+    public func acknowledgement(of id: UUID, of app: AppNumber, alias: UUID?, unreadable: Bool, at now: Date) -> DeliveryEvent {
         unreadable
-            ? DeliveryEvent(notificationID: key.id, bundleID: key.bundleID, kind: .discarded, at: now, detail: "the device could not read it", alias: alias)
-            : DeliveryEvent(notificationID: key.id, bundleID: key.bundleID, kind: .acknowledged, at: now, alias: alias)
+            ? DeliveryEvent(notificationID: id, app: app, kind: .discarded, at: now, detail: "the device could not read it", alias: alias)
+            : DeliveryEvent(notificationID: id, app: app, kind: .acknowledged, at: now, alias: alias)
     }
 
     /// One the server found a device could not read (`problem`), before
     /// sending it: never sent, no longer held.
-    public func unreadable(_ notification: PushNotification, of bundleID: String, problem: String, at now: Date) -> DeliveryEvent {
-        DeliveryEvent(notification, of: bundleID, .discarded, at: now, detail: "a device could not read it: \(problem)")
+    public func unreadable(_ notification: PushNotification, of app: AppNumber, problem: String, at now: Date) -> DeliveryEvent {
+        DeliveryEvent(notification, of: app, .discarded, at: now, detail: "a device could not read it: \(problem)")
     }
 }
 
@@ -259,7 +262,7 @@ public struct BurstQueue<Element>: Sendable where Element: Sendable {
         public var element: Element
         public var notificationID: UUID
         public var uniqueID: UUID?
-        public var bundleID: String
+        public var app: AppNumber
         public var collapseID: String?
     }
 
@@ -273,18 +276,18 @@ public struct BurstQueue<Element>: Sendable where Element: Sendable {
 
     /// Queues a notification; returns the coalesced event of the one it
     /// replaced, if any.
-    public mutating func add(_ element: Element, notification: PushNotification, bundleID: String, at now: Date) -> DeliveryEvent? {
+    public mutating func add(_ element: Element, notification: PushNotification, app: AppNumber, at now: Date) -> DeliveryEvent? {
         var coalesced: DeliveryEvent?
         if let collapseID = notification.collapseID,
-            let index = entries.firstIndex(where: { $0.bundleID == bundleID && $0.collapseID == collapseID })
+            let index = entries.firstIndex(where: { $0.app == app && $0.collapseID == collapseID })
         {
             coalesced = DeliveryEvent(
-                notificationID: entries[index].notificationID, bundleID: bundleID, kind: .coalesced, at: now, detail: "by \(notification.id.lowercasedString)",
+                notificationID: entries[index].notificationID, app: app, kind: .coalesced, at: now, detail: "by \(notification.id.lowercasedString)",
                 alias: entries[index].uniqueID)
             entries.remove(at: index)
         }
         entries.append(
-            Entry(element: element, notificationID: notification.id, uniqueID: notification.uniqueID, bundleID: bundleID, collapseID: notification.collapseID))
+            Entry(element: element, notificationID: notification.id, uniqueID: notification.uniqueID, app: app, collapseID: notification.collapseID))
         return coalesced
     }
 

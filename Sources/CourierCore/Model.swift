@@ -279,7 +279,7 @@ public struct FeedbackEntry: Sendable, Hashable, Codable {
 }
 
 /// One step in a notification's life, kept in the delivery log.
-public struct DeliveryEvent: Sendable, Hashable, Codable {
+public struct DeliveryEvent: Sendable, Hashable {
     public enum Kind: String, Sendable, Hashable, Codable, CaseIterable {
         case accepted, stored, replaced, coalesced, delivered, acknowledged, expired, throttled, rejected
         /// Its device was reset before it was delivered: it was addressed
@@ -308,48 +308,60 @@ public struct DeliveryEvent: Sendable, Hashable, Codable {
         }
     }
 
-    // In this order, the alias takes the padding between the kind and the
-    // time: an event is 80 bytes with it and the app (64 without).
+    // In this order (Swift keeps it), the kind and the app take the bytes
+    // between the alias and the time: an event is 64 bytes.
     public var notificationID: UUID
-    public var kind: Kind
     /// The notification's unique id, under which the event is logged as
     /// well (`PushNotification.uniqueID`, sandbox notifications only).
     public var alias: UUID?
+    public var kind: Kind
+    private var appNumber: AppNumber
     public var at: Date
     /// A reason or note, e.g. the rejection reason.
     public var detail: String?
-    /// Whose notification it is: the bundle id of the app it was accepted
-    /// (or refused) for, once the request was found to be that app's
-    /// provider's. An apns-id is the provider's choice, so the log is
-    /// keyed by the two (`NotificationKey`): another team reusing this
-    /// apns-id writes under its own app. Nil only in events written
-    /// before the log kept the app (`DeliveryLogBatch` version 2).
-    public var bundleID: String?
 
-    public init(notificationID: UUID, bundleID: String?, kind: Kind, at: Date, detail: String? = nil, alias: UUID? = nil) {
+    /// Whose notification it is: the app it was accepted (or refused) for,
+    /// once the request was found to be that app's provider's. An apns-id
+    /// is the provider's choice, so the log is keyed by the two
+    /// (`NotificationKey`): another team reusing this apns-id writes under
+    /// its own app. Nil only in events written before the log kept the
+    /// app (`DeliveryLogBatch` version 2).
+    public var app: AppNumber? {
+        get { appNumber == .none ? nil : appNumber }
+        set { appNumber = newValue ?? .none }
+    }
+
+    public init(notificationID: UUID, app: AppNumber?, kind: Kind, at: Date, detail: String? = nil, alias: UUID? = nil) {
         self.notificationID = notificationID
-        self.bundleID = bundleID
+        self.appNumber = app ?? .none
         self.kind = kind
         self.at = at
         self.detail = detail
         self.alias = alias
     }
 
-    /// An event of `notification`, an app's (`bundleID`): logged under its
-    /// apns-id, and under its unique id when it has one.
-    public init(_ notification: PushNotification, of bundleID: String, _ kind: Kind, at: Date, detail: String? = nil) {
-        self.init(notificationID: notification.id, bundleID: bundleID, kind: kind, at: at, detail: detail, alias: notification.uniqueID)
+    public init(notificationID: UUID, bundleID: String?, kind: Kind, at: Date, detail: String? = nil, alias: UUID? = nil) {
+        self.init(notificationID: notificationID, app: bundleID.map(AppNumber.init), kind: kind, at: at, detail: detail, alias: alias)
     }
+
+    /// An event of `notification`, an app's: logged under its apns-id, and
+    /// under its unique id when it has one.
+    public init(_ notification: PushNotification, of app: AppNumber, _ kind: Kind, at: Date, detail: String? = nil) {
+        self.init(notificationID: notification.id, app: app, kind: kind, at: at, detail: detail, alias: notification.uniqueID)
+    }
+
+    /// The app's bundle id.
+    public var bundleID: String? { app?.bundleID }
 
     /// Whether the event is of the notification `key` names: its id, and
     /// its app (or an app not kept, in an event written before apps were).
     public func isOf(_ key: NotificationKey) -> Bool {
-        notificationID == key.id && (bundleID == nil || bundleID == key.bundleID)
+        notificationID == key.id && (app == nil || app?.bundleID == key.bundleID)
     }
 
     /// The same event under its alias (none when it has none).
     public var underAlias: DeliveryEvent? {
-        alias.map { DeliveryEvent(notificationID: $0, bundleID: bundleID, kind: kind, at: at, detail: detail) }
+        alias.map { DeliveryEvent(notificationID: $0, app: app, kind: kind, at: at, detail: detail) }
     }
 }
 

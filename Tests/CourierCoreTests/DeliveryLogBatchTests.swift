@@ -6,6 +6,14 @@ import Testing
     private func at(_ millis: Int64) -> Date { Date(timeIntervalSince1970: Double(millis) / 1000) }
     private let app = "com.example.app"
 
+    /// The log's backlog holds up to `highWater` events: the app an event
+    /// carries (a number, no reference to count) fits in bytes it had to
+    /// spare.
+    @Test func anEventIsSixtyFourBytes() {
+        #expect(MemoryLayout<DeliveryEvent>.size == 64)
+        #expect(MemoryLayout<AppNumber>.size == 4)
+    }
+
     @Test func eventsComeBackAsTheyWent() throws {
         let id = UUID()
         let events = [

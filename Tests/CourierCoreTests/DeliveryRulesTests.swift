@@ -6,7 +6,7 @@ import Testing
 /// no store, no event loop.
 @Suite struct DeliveryRulesTests {
     static let now = Date(timeIntervalSince1970: 1_800_000_000)
-    static let app = "com.example.app"
+    static let app = AppNumber("com.example.app")
     static let rules = DeliveryRules(QoSConfiguration(burstWindow: 10, silentBudgetPerHour: 2, retention: 86_400, tokenRateLimit: 3, tokenRateWindow: 60))
 
     static func notification(
@@ -65,7 +65,7 @@ import Testing
         // Only an app removed from the device leaves a feedback entry.
         #expect(refusal.addsFeedback == (reason == .unregistered))
         // Logged under the app; a topic that is not the provider's is no app's to log (the inbox keeps it).
-        let logged = reason == .topicDisallowed ? [] : [DeliveryEvent(notificationID: n.id, bundleID: Self.app, kind: .rejected, at: Self.now, detail: reason.rawValue)]
+        let logged = reason == .topicDisallowed ? [] : [DeliveryEvent(notificationID: n.id, app: Self.app, kind: .rejected, at: Self.now, detail: reason.rawValue)]
         #expect(events == logged)
         // A refused push does not count against the token's rate.
         #expect(window == .unopened)
@@ -226,12 +226,12 @@ import Testing
     @Test func aBurstCoalescesTheSameAppAndCollapseIDOnly() {
         var burst = BurstQueue<Int>(since: Self.now)
         let first = Self.notification(priority: .conservePower, collapseID: "score")
-        #expect(burst.add(1, notification: first, bundleID: "com.example.app", at: Self.now) == nil)
+        #expect(burst.add(1, notification: first, app: Self.app, at: Self.now) == nil)
         // The same collapse id for another app is another notification.
-        #expect(burst.add(2, notification: Self.notification(priority: .conservePower, collapseID: "score"), bundleID: "com.example.other", at: Self.now) == nil)
-        #expect(burst.add(3, notification: Self.notification(priority: .conservePower), bundleID: "com.example.app", at: Self.now) == nil)
+        #expect(burst.add(2, notification: Self.notification(priority: .conservePower, collapseID: "score"), app: AppNumber("com.example.other"), at: Self.now) == nil)
+        #expect(burst.add(3, notification: Self.notification(priority: .conservePower), app: Self.app, at: Self.now) == nil)
         let later = Self.notification(priority: .conservePower, collapseID: "score")
-        let coalesced = burst.add(4, notification: later, bundleID: "com.example.app", at: Self.now.addingTimeInterval(2))
+        let coalesced = burst.add(4, notification: later, app: Self.app, at: Self.now.addingTimeInterval(2))
         #expect(coalesced?.notificationID == first.id)
         #expect(coalesced?.kind == .coalesced)
         #expect(coalesced?.detail == "by \(later.id.lowercasedString)")
@@ -249,14 +249,14 @@ import Testing
         #expect(Self.rules.onConnect(held: Self.notification(expiration: Self.tomorrow), of: Self.app, now: Self.now) == nil)
         #expect(Self.rules.onConnect(held: Self.notification(), of: Self.app, now: Self.now) == nil)
         let expired = Self.notification(expiration: Self.past)
-        #expect(Self.rules.onConnect(held: expired, of: Self.app, now: Self.now) == DeliveryEvent(notificationID: expired.id, bundleID: Self.app, kind: .expired, at: Self.now))
+        #expect(Self.rules.onConnect(held: expired, of: Self.app, now: Self.now) == DeliveryEvent(notificationID: expired.id, app: Self.app, kind: .expired, at: Self.now))
     }
 
     @Test func heldLongerThanTheRetentionIsSwept() {
         #expect(Self.rules.retentionCutoff(at: Self.now) == Self.now.addingTimeInterval(-86_400))
         let held = Self.notification()
         #expect(Self.rules.swept(held, of: Self.app, overRetention: true, at: Self.now).detail == "held longer than the retention limit")
-        #expect(Self.rules.swept(held, of: Self.app, overRetention: false, at: Self.now) == DeliveryEvent(notificationID: held.id, bundleID: Self.app, kind: .expired, at: Self.now))
+        #expect(Self.rules.swept(held, of: Self.app, overRetention: false, at: Self.now) == DeliveryEvent(notificationID: held.id, app: Self.app, kind: .expired, at: Self.now))
     }
 
     /// A sandbox notification's events carry its unique id, to be logged
@@ -268,7 +268,7 @@ import Testing
         #expect(unique == sandbox.deliveryID)
         let swept = Self.rules.swept(sandbox, of: Self.app, overRetention: false, at: Self.now)
         #expect(swept.alias == unique)
-        #expect(swept.underAlias == DeliveryEvent(notificationID: unique, bundleID: Self.app, kind: .expired, at: Self.now))
+        #expect(swept.underAlias == DeliveryEvent(notificationID: unique, app: Self.app, kind: .expired, at: Self.now))
         var production = Self.notification()
         production.identify(in: .production)
         #expect(production.uniqueID == nil)
@@ -288,8 +288,8 @@ import Testing
 
     @Test func acknowledgedOrRefusedByTheDevice() {
         let id = UUID()
-        #expect(Self.rules.acknowledgement(of: NotificationKey(bundleID: Self.app, id: id), alias: nil, unreadable: false, at: Self.now) == DeliveryEvent(notificationID: id, bundleID: Self.app, kind: .acknowledged, at: Self.now))
-        let refused = Self.rules.acknowledgement(of: NotificationKey(bundleID: Self.app, id: id), alias: nil, unreadable: true, at: Self.now)
+        #expect(Self.rules.acknowledgement(of: id, of: Self.app, alias: nil, unreadable: false, at: Self.now) == DeliveryEvent(notificationID: id, app: Self.app, kind: .acknowledged, at: Self.now))
+        let refused = Self.rules.acknowledgement(of: id, of: Self.app, alias: nil, unreadable: true, at: Self.now)
         #expect(refused.kind == .discarded)
         #expect(refused.detail == "the device could not read it")
         let checked = Self.rules.unreadable(Self.notification(), of: Self.app, problem: "collapse id longer than 64 bytes", at: Self.now)

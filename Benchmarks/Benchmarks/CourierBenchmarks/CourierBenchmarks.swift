@@ -50,13 +50,13 @@ let benchmarks: @Sendable () -> Void = {
 
     // One million delivery-log events packed as the log writer packs them:
     // batches of 1,000, the kinds a delivered notification gets and one
-    // with a detail.
+    // with a detail, all of one app.
     Benchmark("Pack delivery-log events (batches of 1,000)") { benchmark in
         let at = Date(timeIntervalSince1970: 1_900_000_000)
         let kinds: [DeliveryEvent.Kind] = [.accepted, .delivered, .acknowledged, .expired]
         let events = (0..<1_000).map { n in
             DeliveryEvent(
-                notificationID: UUID(), kind: kinds[n % kinds.count], at: at, detail: n % kinds.count == 3 ? "device offline and expiration 0" : nil)
+                notificationID: UUID(), bundleID: "com.example.app", kind: kinds[n % kinds.count], at: at, detail: n % kinds.count == 3 ? "device offline and expiration 0" : nil)
         }
         var packed = 0
         benchmark.startMeasurement()

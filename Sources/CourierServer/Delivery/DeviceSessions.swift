@@ -112,6 +112,8 @@ public final class DeviceSession: Sendable {
         /// Its apns-id, for the delivery log.
         var notificationID: UUID
         var bundleID: String
+        /// Its app, for the delivery log.
+        var app: AppNumber
         /// Held in the store (so the acknowledgement removes it there).
         var stored: Bool
         /// The commit that holds it, when it may still be running.
@@ -157,6 +159,8 @@ struct SessionTable {
 struct QueuedNotification: Sendable {
     var notification: PushNotification
     var bundleID: String
+    /// Its app, for the delivery log (the same as `bundleID`, with no reference to count).
+    var app: AppNumber
     /// When it was accepted (for the accept-to-device latency).
     var acceptedAt: Date
     /// The commit that holds it, when it may be stored.
@@ -196,7 +200,7 @@ final class DeviceSessions: Sendable {
     /// the app's silent budget as they are now; the device's session when
     /// it is connected.
     func admit(
-        _ notification: PushNotification, to key: DeviceAppKey, elsewhere: Bool = false, now: Date, events: inout [DeliveryEvent]
+        _ notification: PushNotification, of app: AppNumber, to key: DeviceAppKey, elsewhere: Bool = false, now: Date, events: inout [DeliveryEvent]
     ) -> (DeliveryRules.Admission, DeviceSession?) {
         state.withLock { state in
             let session = state.sessions[key.device]
@@ -204,7 +208,7 @@ final class DeviceSessions: Sendable {
             let presence: DevicePresence = session.map { $0.accepts(bundleID: key.bundleID) ? .online : .appDisabled } ?? (elsewhere ? .online : .offline)
             // Only a silent push counts against (and makes) the app's budget on the device.
             var silentWindow = notification.isSilent ? state.silent[key] : nil
-            let admission = rules.admit(notification, of: key.bundleID, presence: presence, silentWindow: &silentWindow, now: now, events: &events)
+            let admission = rules.admit(notification, of: app, presence: presence, silentWindow: &silentWindow, now: now, events: &events)
             if notification.isSilent { state.silent[key] = silentWindow }
             return (admission, session)
         }
@@ -216,7 +220,7 @@ final class DeviceSessions: Sendable {
         state.withLock { state in
             var burst = state.bursts[key] ?? BurstQueue(since: now)
             defer { state.bursts[key] = burst }
-            return burst.add(queued, notification: queued.notification, bundleID: key.bundleID, at: now)
+            return burst.add(queued, notification: queued.notification, app: queued.app, at: now)
         }
     }
 

@@ -16,6 +16,9 @@ public final class TopicGrant: Sendable {
     let bundleID: String
     let kind: TopicKind
     public let allowed: Bool
+    /// The app, numbered only when the topic is the provider's (a topic
+    /// that is not logs nothing, and numbers only apps that exist).
+    let app: AppNumber?
 
     public init(_ topic: String, for identity: ProviderIdentity) {
         self.topic = topic
@@ -23,6 +26,7 @@ public final class TopicGrant: Sendable {
         bundleID = parsed.bundleID
         kind = parsed.kind
         allowed = identity.topics.contains(topic)
+        app = allowed ? AppNumber(parsed.bundleID) : nil
     }
 }
 
@@ -81,13 +85,13 @@ public final class Dispatcher: Sendable {
                 let replaced = try await store.storePending(batch)
                 log.append(
                     zip(batch, replaced).compactMap { new, old in
-                        old.map { rules.replacement(of: $0.notification, by: new.notification, of: new.bundleID, at: new.acceptedAt) }
+                        old.map { rules.replacement(of: $0.notification, by: new.notification, of: AppNumber(new.bundleID), at: new.acceptedAt) }
                     })
                 return batch.map { _ in () }
             } catch {
                 logger.error("store failed holding notifications", metadata: ["courier.error": "\(error)"])
                 log.append(batch.map {
-                    DeliveryEvent($0.notification, of: $0.bundleID, .rejected, at: $0.acceptedAt, detail: Reason.internalServerError.rawValue)
+                    DeliveryEvent($0.notification, of: AppNumber($0.bundleID), .rejected, at: $0.acceptedAt, detail: Reason.internalServerError.rawValue)
                 })
                 throw error
             }
@@ -164,13 +168,13 @@ public final class Dispatcher: Sendable {
         let token: [UInt8]
         let topic: String
         /// The topic's app.
-        let bundleID: String
+        let app: AppNumber
 
-        fileprivate init(environment: Environment, token: [UInt8], topic: String, bundleID: String) {
+        fileprivate init(environment: Environment, token: [UInt8], topic: String, app: AppNumber) {
             self.environment = environment
             self.token = token
             self.topic = topic
-            self.bundleID = bundleID
+            self.app = app
         }
     }
 
@@ -178,10 +182,10 @@ public final class Dispatcher: Sendable {
     /// whose it is pass; nil when they do not (`admit` then refuses it
     /// with their reason). Reads no store.
     func owned(_ notification: PushNotification, environment: Environment, grant: TopicGrant, now: Date) -> Owned? {
-        guard rules.refusal(topicAllowed: grant.allowed) == nil else { return nil }
+        guard rules.refusal(topicAllowed: grant.allowed) == nil, let app = grant.app else { return nil }
         let key = TokenKey(environment: environment, bytes: notification.token)
         guard case .success = registrations.check(key, bundleID: grant.bundleID, liveActivity: grant.kind == .liveactivity, now: now) else { return nil }
-        return Owned(environment: environment, token: notification.token, topic: grant.topic, bundleID: grant.bundleID)
+        return Owned(environment: environment, token: notification.token, topic: grant.topic, app: app)
     }
 
     /// `admit`, waiting for what it has to and for the commit: returns once
@@ -214,26 +218,27 @@ public final class Dispatcher: Sendable {
     {
         assert(grant.topic == notification.topic, "a grant for another topic")
         guard log.hasRoom else { return nil }
-        if let refusal = rules.refusal(topicAllowed: grant.allowed) { return reject(notification, of: grant.bundleID, refusal, now: now) }
+        // Check 1: the topic is the provider's (then its app is numbered).
+        guard let app = grant.app else { return reject(notification, of: nil, rules.topicNotAllowed, now: now) }
         let liveActivity = grant.kind == .liveactivity
         // A device token already found to be its app's active registration: one
         // lookup of its entry, which takes the rate window too.
         let key = TokenKey(environment: environment, bytes: notification.token)
         if !liveActivity, let (token, refusal) = registrations.takeKnown(key, bundleID: grant.bundleID, now: now) {
-            if let refusal { return reject(notification, of: grant.bundleID, refusal, now: now) }
-            return carryOut(notification, token, now: now)
+            if let refusal { return reject(notification, of: app, refusal, now: now) }
+            return carryOut(notification, of: app, token, now: now)
         }
         let token: CheckedToken
         switch registrations.check(key, bundleID: grant.bundleID, liveActivity: liveActivity, now: now) {
         case .success(let checked): token = checked
-        case .failure(let failure): return reject(notification, of: grant.bundleID, rules.refusal(failure.problem), now: now)
+        case .failure(let failure): return reject(notification, of: app, rules.refusal(failure.problem), now: now)
         }
         // Not known (the registration, or a Live Activity's end): decided after waiting.
         guard let (problem, epoch) = registrations.cached(token, now: now) else { return nil }
         // Not held any more (an older generation), removed, or its activity ended.
-        if let problem { return refuse(notification, of: grant.bundleID, problem, environment: environment, now: now) }
-        if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, of: grant.bundleID, refusal, now: now) }
-        return carryOut(notification, token, now: now)
+        if let problem { return refuse(notification, of: app, problem, environment: environment, now: now) }
+        if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, of: app, refusal, now: now) }
+        return carryOut(notification, of: app, token, now: now)
     }
 
     /// `admitAtOnce` once it declined: waits for room in the delivery log
@@ -245,12 +250,13 @@ public final class Dispatcher: Sendable {
         // A delivery log that cannot keep up holds the providers back.
         await log.waitForRoom()
         let now = clock.now()
-        if let refusal = rules.refusal(topicAllowed: grant.allowed) { return reject(notification, of: grant.bundleID, refusal, now: now) }
+        // Check 1: the topic is the provider's (then its app is numbered).
+        guard let app = grant.app else { return reject(notification, of: nil, rules.topicNotAllowed, now: now) }
         let token: CheckedToken
         let liveActivity = grant.kind == .liveactivity
         switch registrations.check(TokenKey(environment: environment, bytes: notification.token), bundleID: grant.bundleID, liveActivity: liveActivity, now: now) {
         case .success(let checked): token = checked
-        case .failure(let failure): return reject(notification, of: grant.bundleID, rules.refusal(failure.problem), now: now)
+        case .failure(let failure): return reject(notification, of: app, rules.refusal(failure.problem), now: now)
         }
         // Read before the registration: a change while it is loaded makes the token's mark stale.
         let epoch = registrations.epoch
@@ -259,28 +265,28 @@ public final class Dispatcher: Sendable {
             problem = try await registrations.problem(of: token, now: now)
         } catch {
             logger.error("store failed reading a registration", metadata: ["courier.error": "\(error)"])
-            return reject(notification, of: grant.bundleID, DeliveryRules.Refusal(.serviceUnavailable), now: now)
+            return reject(notification, of: app, DeliveryRules.Refusal(.serviceUnavailable), now: now)
         }
-        if let problem { return refuse(notification, of: grant.bundleID, problem, environment: environment, now: now) }
-        if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, of: grant.bundleID, refusal, now: now) }
-        return carryOut(notification, token, now: now)
+        if let problem { return refuse(notification, of: app, problem, environment: environment, now: now) }
+        if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, of: app, refusal, now: now) }
+        return carryOut(notification, of: app, token, now: now)
     }
 
     /// `reject` for what keeps a token from its device. One that adds a
     /// feedback entry (an app removed: Unregistered) queues the entry, and
     /// is answered once it is written (`durable`, which does not fail: a
     /// failed write is logged and the refusal stands).
-    private func refuse(_ notification: PushNotification, of bundleID: String, _ problem: TokenProblem, environment: Environment, now: Date) -> (AcceptResult, Pending<Void>?) {
+    private func refuse(_ notification: PushNotification, of app: AppNumber, _ problem: TokenProblem, environment: Environment, now: Date) -> (AcceptResult, Pending<Void>?) {
         let refusal = rules.refusal(problem)
-        let (result, _) = reject(notification, of: bundleID, refusal, now: now)
+        let (result, _) = reject(notification, of: app, refusal, now: now)
         guard refusal.addsFeedback else { return (result, nil) }
         let entry = FeedbackEntry(environment: environment, topic: notification.topic, token: notification.token, timestamp: refusal.timestamp ?? now)
         return (result, feedback.written(entry))
     }
 
-    /// Logs a refusal.
-    private func reject(_ notification: PushNotification, of bundleID: String, _ refusal: DeliveryRules.Refusal, now: Date) -> (AcceptResult, Pending<Void>?) {
-        if let event = refusal.event(for: notification, of: bundleID, at: now) { log.append(event) }
+    /// Logs a refusal, under the app (none: the topic was not the provider's, which is no app's to log).
+    private func reject(_ notification: PushNotification, of app: AppNumber?, _ refusal: DeliveryRules.Refusal, now: Date) -> (AcceptResult, Pending<Void>?) {
+        if let app, let event = refusal.event(for: notification, of: app, at: now) { log.append(event) }
         return (refusal.result, nil)
     }
 
@@ -288,7 +294,7 @@ public final class Dispatcher: Sendable {
     /// window took the notification: carries out what the rules decide
     /// with the device's presence and silent budget (store, deliver now,
     /// queue for the burst, or drop).
-    private func carryOut(_ notification: PushNotification, _ token: CheckedToken, now: Date) -> (result: AcceptResult, durable: Pending<Void>?) {
+    private func carryOut(_ notification: PushNotification, of app: AppNumber, _ token: CheckedToken, now: Date) -> (result: AcceptResult, durable: Pending<Void>?) {
         let environment = token.key.environment
         let bundleID = token.key.bundleID
         // Room for every event one notification can get, in one allocation.
@@ -297,7 +303,7 @@ public final class Dispatcher: Sendable {
         defer { log.append(events) }
         let appKey = DeviceAppKey(device: DeviceKey(environment: environment, deviceID: token.contents.deviceID), bundleID: bundleID)
         let remote = cluster?.remoteNode(of: appKey.device)
-        let (admission, session) = sessions.admit(notification, to: appKey, elsewhere: remote != nil, now: now, events: &events)
+        let (admission, session) = sessions.admit(notification, of: app, to: appKey, elsewhere: remote != nil, now: now, events: &events)
         guard case .kept(let stored, let sending) = admission else { return (.accepted, nil) }
         func held() -> PendingNotification {
             PendingNotification(deviceID: token.contents.deviceID, bundleID: bundleID, environment: environment, notification: notification, acceptedAt: now)
@@ -318,7 +324,7 @@ public final class Dispatcher: Sendable {
             }
             return (.accepted, durable)
         }
-        let queued = QueuedNotification(notification: notification, bundleID: bundleID, acceptedAt: now, durable: durable)
+        let queued = QueuedNotification(notification: notification, bundleID: bundleID, app: app, acceptedAt: now, durable: durable)
         switch sending {
         case .later: break
         case .now: deliverOrDrop(queued, to: session, now: now, events: &events)
@@ -339,15 +345,15 @@ public final class Dispatcher: Sendable {
     private func deliver(_ queued: QueuedNotification, to session: DeviceSession, now: Date, events: inout [DeliveryEvent]) -> PendingReference? {
         let n = queued.notification
         // In flight before it is sent: the acknowledgement may come back at once.
-        session.track(n.deliveryID, DeviceSession.InFlight(notificationID: n.id, bundleID: queued.bundleID, stored: n.mayBeStored, durable: queued.durable))
+        session.track(n.deliveryID, DeviceSession.InFlight(notificationID: n.id, bundleID: queued.bundleID, app: queued.app, stored: n.mayBeStored, durable: queued.durable))
         guard let problem = session.link.deliver(n) else {
-            events.append(DeliveryEvent(n, of: queued.bundleID, .delivered, at: now))
+            events.append(DeliveryEvent(n, of: queued.app, .delivered, at: now))
             metrics.delivered(after: now.timeIntervalSince(queued.acceptedAt))
             return nil
         }
         // One the device could not read (held by an older version, say) is dropped.
         _ = session.untrack(n.deliveryID)
-        events.append(rules.unreadable(n, of: queued.bundleID, problem: problem, at: now))
+        events.append(rules.unreadable(n, of: queued.app, problem: problem, at: now))
         guard n.mayBeStored else { return nil }
         return PendingReference(deviceID: session.deviceID, bundleID: queued.bundleID, environment: session.environment, deliveryID: n.deliveryID)
     }
@@ -439,7 +445,7 @@ public final class Dispatcher: Sendable {
         let queued = sessions.removeBursts(ofDevice: deviceID)
         let now = clock.now()
         // A queued notification that may be stored is among the held ones too.
-        let ended = held.map { ($0.notification, $0.bundleID) } + queued.filter { !$0.notification.mayBeStored }.map { ($0.notification, $0.bundleID) }
+        let ended = held.map { ($0.notification, AppNumber($0.bundleID)) } + queued.filter { !$0.notification.mayBeStored }.map { ($0.notification, $0.app) }
         log.append(ended.map { DeliveryEvent($0, of: $1, .discarded, at: now, detail: "the device was reset; its tokens ended") })
     }
 
@@ -471,14 +477,15 @@ public final class Dispatcher: Sendable {
             let n = pending.notification
             let key = DeviceKey(environment: pending.environment, deviceID: pending.deviceID)
             // Expired while it waited in the queue: not sent (the store's sweep drops and logs it).
-            if n.mayBeStored, rules.onConnect(held: n, of: pending.bundleID, now: now) != nil { continue }
+            let app = AppNumber(pending.bundleID)
+            if n.mayBeStored, rules.onConnect(held: n, of: app, now: now) != nil { continue }
             guard let session = sessions.session(key), session.accepts(bundleID: pending.bundleID) else {
-                if let offline = rules.wentOffline(queued: n, of: pending.bundleID, at: now) { events.append(offline) }
+                if let offline = rules.wentOffline(queued: n, of: app, at: now) { events.append(offline) }
                 continue
             }
             // Sent already (what is held goes out when the device connects).
             guard !session.isInFlight(n.deliveryID) else { continue }
-            let queued = QueuedNotification(notification: n, bundleID: pending.bundleID, acceptedAt: pending.acceptedAt)
+            let queued = QueuedNotification(notification: n, bundleID: pending.bundleID, app: app, acceptedAt: pending.acceptedAt)
             deliverOrDrop(queued, to: session, now: now, events: &events)
         }
         log.append(events)
@@ -515,12 +522,13 @@ public final class Dispatcher: Sendable {
             // Expired, or unreadable by the device.
             var dropped: [PendingReference] = []
             for pending in held where session.accepts(bundleID: pending.bundleID) && !session.isInFlight(pending.notification.deliveryID) {
-                if let expired = rules.onConnect(held: pending.notification, of: pending.bundleID, now: now) {
+                let app = AppNumber(pending.bundleID)
+                if let expired = rules.onConnect(held: pending.notification, of: app, now: now) {
                     dropped.append(PendingReference(pending))
                     events.append(expired)
                     continue
                 }
-                let queued = QueuedNotification(notification: pending.notification, bundleID: pending.bundleID, acceptedAt: pending.acceptedAt)
+                let queued = QueuedNotification(notification: pending.notification, bundleID: pending.bundleID, app: app, acceptedAt: pending.acceptedAt)
                 if let unreadable = deliver(queued, to: session, now: now, events: &events) { dropped.append(unreadable) }
             }
             if !dropped.isEmpty { _ = try await store.removePending(dropped) }
@@ -538,7 +546,7 @@ public final class Dispatcher: Sendable {
         broadcasts.disconnected(session)
         cluster?.disconnected(session)
         let now = clock.now()
-        log.append(dropped.compactMap { rules.wentOffline(queued: $0.notification, of: $0.bundleID, at: now) })
+        log.append(dropped.compactMap { rules.wentOffline(queued: $0.notification, of: $0.app, at: now) })
     }
 
     /// A stored notification the device acknowledged (or refused): its
@@ -561,7 +569,7 @@ public final class Dispatcher: Sendable {
         guard let inFlight = session.untrack(deliveryID) else { return nil }
         // A sandbox notification's unique id is its delivery id.
         let alias = session.environment == .sandbox ? deliveryID : nil
-        let event = rules.acknowledgement(of: NotificationKey(bundleID: inFlight.bundleID, id: inFlight.notificationID), alias: alias, unreadable: unreadable, at: clock.now())
+        let event = rules.acknowledgement(of: inFlight.notificationID, of: inFlight.app, alias: alias, unreadable: unreadable, at: clock.now())
         // A notification that was never stored (expiration 0) has nothing to remove.
         guard inFlight.stored else {
             log.append(event)
@@ -620,10 +628,10 @@ public final class Dispatcher: Sendable {
         }
         do {
             for pending in try await store.removeExpiredPending(before: now) {
-                events.append(rules.swept(pending.notification, of: pending.bundleID, overRetention: false, at: now))
+                events.append(rules.swept(pending.notification, of: AppNumber(pending.bundleID), overRetention: false, at: now))
             }
             for pending in try await store.removePending(acceptedBefore: rules.retentionCutoff(at: now)) {
-                events.append(rules.swept(pending.notification, of: pending.bundleID, overRetention: true, at: now))
+                events.append(rules.swept(pending.notification, of: AppNumber(pending.bundleID), overRetention: true, at: now))
             }
         } catch {
             logger.error("store failed sweeping held notifications", metadata: ["courier.error": "\(error)"])
@@ -639,7 +647,7 @@ public final class Dispatcher: Sendable {
         case .delay(let milliseconds): what = "answer delayed \(milliseconds) ms"
         case .close(let reason): what = "connection closed (\(reason))"
         }
-        log.append(DeliveryEvent(notification, of: owned.bundleID, .faultInjected, at: clock.now(), detail: "fault \(rule.id): \(what)"))
+        log.append(DeliveryEvent(notification, of: owned.app, .faultInjected, at: clock.now(), detail: "fault \(rule.id): \(what)"))
     }
 
     /// Notifications held in the store now.
