@@ -12,6 +12,7 @@ struct Courier: AsyncParsableCommand {
             Courier speaks APNs' provider APIs (binary and HTTP/2) and feedback service, and delivers to \
             devices over its own TLS device protocol. Start with 'courier serve'.
             """,
+        version: CourierVersion.text,
         subcommands: [
             Serve.self, PKI.self, DeviceCommand.self, PushCommand.self, BroadcastCommand.self, ChannelCommand.self, FeedbackCommand.self, InboxCommand.self, LogCommand.self, StatusCommand.self,
             FaultCommand.self,

@@ -50,14 +50,15 @@ struct Serve: AsyncParsableCommand {
                 } catch {
                     logger.warning("could not write the ports file", metadata: ["courier.path": "\(PortsFile.path(dataDirectory: data))", "courier.error": "\(error)"])
                 }
+                BootstrapReport.firstStartFinished(dataDirectory: data)
                 var text = banner
                 if let device = application.report.demoDeviceDirectory, let bundle = application.report.demoBundleID {
                     // The port only when it is not the default the command takes.
                     let port = ports["device.production"].flatMap { $0 == 5223 ? nil : " --port \($0)" } ?? ""
-                    text += "Run the demo device:\n  swift run courier device run --identity \(device) --app \(bundle)\(port)\n"
+                    text += "Run the demo device:\n  \(ProgramName.invocation) device run --identity \(device) --app \(bundle)\(port)\n"
                 }
                 if let port = ports["http2.production"], let demo = DemoCommands.demo(application, port: port) {
-                    text += "Push to the demo device with courier (HTTP/2, token trust):\n" + DemoCommands.courierPush(demo) + "\n"
+                    text += "Push to the demo device with courier (HTTP/2, token trust):\n" + DemoCommands.courierPush(demo, command: ProgramName.invocation) + "\n"
                     text += "or with curl and a JWT made by openssl, as Apple documents it (bash):\n" + DemoCommands.curl(demo) + "\n"
                 }
                 if let port = ports["admin"] {
@@ -73,7 +74,13 @@ struct Serve: AsyncParsableCommand {
     static func describe(_ application: CourierApplication) -> String {
         let report = application.report
         var text = "Courier data directory: \(application.configuration.dataDirectory)\n"
-        text += report.isFirstStart ? "First start: created what a newcomer needs.\n" : "Reusing the existing data directory.\n"
+        if report.isFirstStart {
+            text += "First start: created what a newcomer needs.\n"
+        } else if report.finishesAnEarlierFirstStart {
+            text += "First start: what a newcomer needs was created by a start that stopped before it was ready.\n"
+        } else {
+            text += "Reusing the existing data directory.\n"
+        }
         text += "Store: \(application.configuration.storeDescription)\n"
         if let node = application.node { text += "Node: \(node) (several nodes may share this store)\n" }
         for file in report.files {

@@ -132,6 +132,24 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         #expect(
             admin.stderr == "courier: cannot listen for admin on 127.0.0.1:\(port): Address already in use; "
                 + "set 'network.adminPort' in the configuration to another port (0: any free one)\n", "\(admin.stderr)")
+        // Those first starts were never ready, so their banner (what they made, the admin token) was never printed:
+        // the next start that is ready is still the first, and prints it.
+        #expect(FileManager.default.fileExists(atPath: directory + "/data/first-start-unfinished"))
+        try #"{"network": {"production": \#(zero), "sandbox": \#(zero), "adminPort": 0}}"#
+            .write(toFile: directory + "/courier.json", atomically: true, encoding: .utf8)
+        let ready = try RunningProgram(courier, ["serve", "--config", directory + "/courier.json", "--data", directory + "/data"])
+        #expect(ready.waitForLine(containing: "Courier is running") != nil, "\(ready.output)")
+        let banner = ready.output.joined(separator: "\n")
+        #expect(banner.contains("First start: what a newcomer needs was created by a start that stopped before it was ready."), "\(banner)")
+        #expect(banner.contains("Admin API: http://127.0.0.1:"))
+        #expect(!FileManager.default.fileExists(atPath: directory + "/data/first-start-unfinished"), "removed once a start is ready")
+        ready.signal(SIGTERM)
+        #expect(ready.waitForExit() == 0)
+        let later = try RunningProgram(courier, ["serve", "--config", directory + "/courier.json", "--data", directory + "/data"])
+        #expect(later.waitForLine(containing: "Courier is running") != nil, "\(later.output)")
+        #expect(later.output.contains("Reusing the existing data directory."))
+        later.signal(SIGTERM)
+        #expect(later.waitForExit() == 0)
     }
 
     /// `threads.realtimePriority`: the running server's event loops (and
@@ -346,8 +364,9 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         #expect(output.contains("created  \(data)/pki/ca.pem"))
         #expect(output.contains("created  \(data)/demo/com.example.demo.pem"))
         #expect(output.contains("Demo: team DEMOTEAM01, app com.example.demo, auth key "))
-        #expect(output.contains("courier device run --identity \(data)/demo/device --app com.example.demo"))
-        #expect(output.contains("swift run courier push --p8 '\(data)/demo/AuthKey_"), "a ready-to-paste courier push")
+        // The commands run the binary that printed them, by the path it was started by.
+        #expect(output.contains("\n  \(courier) device run --identity \(data)/demo/device --app com.example.demo"), "\(output)")
+        #expect(output.contains("\(courier) push --p8 '\(data)/demo/AuthKey_"), "a ready-to-paste courier push")
         #expect(output.contains("curl -v --cacert '\(data)/pki/ca.pem'"), "a ready-to-paste curl command")
         #expect(output.contains("openssl dgst -binary -sha256 -sign"))
         for listener in [

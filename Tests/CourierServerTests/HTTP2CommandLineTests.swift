@@ -16,7 +16,7 @@ import Testing
             let demo = try #require(DemoCommands.demo(server.application, port: port))
             #expect(try await device.client.register("com.example.demo") == Hex.decode(demo.deviceToken))
 
-            let push = try await runProgram("/bin/bash", ["-c", DemoCommands.courierPush(demo).replacingOccurrences(of: "swift run courier", with: courier)])
+            let push = try await runProgram("/bin/bash", ["-c", DemoCommands.courierPush(demo, command: courier)])
             #expect(push.status == 0, "\(push.stderr)")
             #expect(push.stdout.hasSuffix(": 200 accepted\n"), "\(push.stdout)")
             #expect(String(decoding: try #require(await device.next()).payload, as: UTF8.self) == #"{"aps":{"alert":"Hello from Courier"}}"#)

@@ -22,6 +22,21 @@ public struct BootstrapReport: Sendable {
 
     /// True when this start created the data directory's CA.
     public var isFirstStart: Bool { files.contains { $0.what == "CA certificate" && $0.created } }
+    /// True when an earlier first start created the data directory and
+    /// stopped before it was ready (a port in use, say): its banner, with
+    /// what it made and the admin token, was never printed, so this start
+    /// is still the newcomer's first (`firstStartMarker`).
+    public var finishesAnEarlierFirstStart = false
+
+    /// Written when a start creates the data directory's CA, removed once a
+    /// start is ready (`firstStartFinished`): while it is there, starts
+    /// count as the first.
+    public static func firstStartMarker(dataDirectory: String) -> String { dataDirectory + "/first-start-unfinished" }
+
+    /// A start is ready: later ones reuse the data directory.
+    public static func firstStartFinished(dataDirectory: String) {
+        try? FileManager.default.removeItem(atPath: firstStartMarker(dataDirectory: dataDirectory))
+    }
 }
 
 /// The running service: every long-running part, built from one
@@ -204,8 +219,11 @@ public struct CourierApplication: Sendable {
 
     static func bootstrap(_ provisioner: Provisioner) async throws -> BootstrapReport {
         let configuration = provisioner.configuration
+        let marker = BootstrapReport.firstStartMarker(dataDirectory: configuration.dataDirectory)
+        let unfinished = Files.exists(marker)
         var files = try await provisioner.createAuthority()
         let caCreated = files.contains { $0.created }
+        if caCreated { try Files.write("A first start made this data directory and was not ready yet.\n", to: marker) }
         if caCreated || !Files.exists(provisioner.serverCertificatePath) || !Files.exists(provisioner.serverKeyPath) {
             files += try await provisioner.issueServerCertificate(
                 dnsNames: configuration.network.serverDNSNames, ipAddresses: configuration.network.serverIPAddresses,
@@ -218,6 +236,7 @@ public struct CourierApplication: Sendable {
             files.append(try provisioner.createTokenKey(environment))
         }
         var report = BootstrapReport(files: files)
+        report.finishesAnEarlierFirstStart = unfinished && !caCreated
         guard configuration.demo.enabled else { return report }
 
         let demo = configuration.demo

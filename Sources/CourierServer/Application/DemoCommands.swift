@@ -26,10 +26,11 @@ public enum DemoCommands {
             caPath: application.provisioner.caCertificatePath, port: port)
     }
 
-    /// `courier push` over HTTP/2 with the demo team's auth key.
-    public static func courierPush(_ demo: Demo, payload: String = #"{"aps":{"alert":"Hello from Courier"}}"#) -> String {
+    /// `courier push` over HTTP/2 with the demo team's auth key;
+    /// `command` runs courier (`ProgramName.invocation`).
+    public static func courierPush(_ demo: Demo, command: String = "courier", payload: String = #"{"aps":{"alert":"Hello from Courier"}}"#) -> String {
         """
-        swift run courier push --p8 \(quote(demo.authKeyPath)) --key-id \(demo.keyID) --team-id \(demo.teamID) \\
+        \(command) push --p8 \(quote(demo.authKeyPath)) --key-id \(demo.keyID) --team-id \(demo.teamID) \\
           --topic \(demo.bundleID) --token \(demo.deviceToken) --port \(demo.port) --ca \(quote(demo.caPath)) \\
           --payload \(quote(payload))
         """
