@@ -25,7 +25,7 @@ public struct AppNumber: Hashable, Sendable, Codable, CustomStringConvertible {
 
     /// No app: what an optional app is stored as where the optional's own
     /// byte would make a value larger (`DeliveryEvent`). Never an app's.
-    static let none = AppNumber(rawValue: .max)
+    static var none: AppNumber { AppNumber(rawValue: .max) }
 
     /// The app's bundle id.
     public var bundleID: String {

@@ -76,7 +76,8 @@ public struct DeliveryLogBatch: Sendable, Hashable {
             steps[index] = Self.zigzag(millis &- previous)
             previous = millis
             detailNumbers[index] = details.number(of: events[index].detail)
-            appNumbers[index] = apps.number(of: events[index].app)
+            let app = events[index].appNumber
+            appNumbers[index] = app == .none ? 0 : apps.number(of: app)
             size += 16 + Self.varintLength(steps[index]) + 1
             size += Self.varintLength(UInt64(detailNumbers[index])) + Self.varintLength(UInt64(appNumbers[index]))
         }

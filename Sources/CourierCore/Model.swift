@@ -315,7 +315,8 @@ public struct DeliveryEvent: Sendable, Hashable {
     /// well (`PushNotification.uniqueID`, sandbox notifications only).
     public var alias: UUID?
     public var kind: Kind
-    private var appNumber: AppNumber
+    /// `app`, `AppNumber.none` for none (no optional's extra byte).
+    var appNumber: AppNumber
     public var at: Date
     /// A reason or note, e.g. the rejection reason.
     public var detail: String?
