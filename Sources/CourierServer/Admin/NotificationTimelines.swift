@@ -9,7 +9,7 @@ import Hummingbird
 ///
 /// An inbox entry is an app's when its topic is the app's and the team
 /// authenticated for its request is the app's team; a delivery-log event
-/// carries its app (`DeliveryEvent.bundleID`). Entries of no app (no team
+/// carries its app (`DeliveryEvent.app`). Entries of no app (no team
 /// was authenticated, or the topic was another team's) are shown only
 /// when the id names no app's notification.
 struct NotificationTimelines {
