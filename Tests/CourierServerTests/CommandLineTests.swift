@@ -109,6 +109,14 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
             "\(noVariable.stderr)")
     }
 
+    /// The version and the commit; a build from a working tree says so
+    /// (deploy/package.sh writes the commit into the packages' builds).
+    @Test func versionNamesTheCommit() throws {
+        let result = try courierRun(["--version"])
+        #expect(result.status == 0)
+        #expect(result.stdout.wholeMatch(of: /courier [0-9]+\.[0-9]+\.[0-9]+ \(commit none: built from a working tree\)\n/) != nil, "\(result.stdout)")
+    }
+
     @Test func aPortAlreadyTakenStopsServeWithAOneLineMessage() throws {
         let directory = try temporaryDirectory()
         defer { removeTemporaryDirectory(directory) }

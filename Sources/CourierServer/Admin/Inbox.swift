@@ -264,15 +264,7 @@ public final class NotificationInbox: Sendable {
         var shared = false
         let woken = state.withLock { state -> [(CheckedContinuation<InboxEntry?, Never>, InboxEntry)] in
             let first = state.rings.lastSequence + 1
-            // Read in place: iterating the collection copies each record
-            // (a retain and a release of each of its strings and arrays),
-            // which was 4 % of the binary path's CPU.
-            let written: Void? = records.withContiguousStorageIfAvailable { records in
-                for index in records.indices { state.rings.write(records[index]) }
-            }
-            if written == nil {
-                for record in records { state.rings.write(record) }
-            }
+            for record in records { state.rings.write(record) }
             shared = state.rings.sharing
             return Self.waitersWoken(&state, from: first)
         }
