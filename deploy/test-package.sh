@@ -37,6 +37,9 @@ if [ ! -x "$root/usr/bin/dpkg" ]; then
     fail "debootstrap failed; see .build-package/debootstrap.log"
   mv "$root.new" "$root"
 fi
+# What an installed Debian has and a folder debootstrap made does not: the
+# loopback names (the demo device's identity names localhost).
+[ -s "$root/etc/hosts" ] || printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
 for tool in swift swiftc cc gcc clang curl; do
   if chroot "$root" sh -c "command -v $tool" >/dev/null 2>&1; then fail "the bare system has $tool"; fi
 done
@@ -86,7 +89,7 @@ stop() {
 cp "$deb" "$root/tmp/courier.deb"
 chroot "$root" dpkg -i /tmp/courier.deb >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log" >&2; fail "dpkg -i failed"; }
 chroot "$root" getent passwd courier >/dev/null || fail "no courier user after the install"
-[ "$(stat -c %U:%a "$root/var/lib/courier")" = courier:750 ] || fail "/var/lib/courier is not courier's (0750)"
+[ "$(chroot "$root" stat -c %U:%G:%a /var/lib/courier)" = courier:courier:750 ] || fail "/var/lib/courier is not courier's (0750)"
 version=$(chroot "$root" courier --version)
 echo "test-package.sh: installed: $version" >&2
 grep -Eq '^courier [0-9.]+ \(commit [0-9a-f]{12}\)$' <<<"$version" || fail "courier --version printed '$version'"

@@ -144,7 +144,7 @@ func connectLightDevices(
         let (context, credentials) = contexts[index]
         let held = tokens.map { [$0[index]] } ?? credentials.tokens(in: .production)
         return try await ClientBootstrap(group: group)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .connect(host: arguments.host, port: arguments.devicePort) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let device = LightDevice(
@@ -199,7 +199,7 @@ func inWaves<T: Sendable>(_ count: Int, wave: Int, _ body: @escaping @Sendable (
 func rawProviderConnection(_ arguments: Arguments) async throws -> (any Channel, EventLoopFuture<[UInt8]>) {
     let context = try NIOSSLContext(configuration: demoProviderTLS(arguments).configuration())
     return try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-        .channelOption(.socketOption(.tcp_nodelay), value: 1)
+        .channelOption(.tcpOption(.tcp_nodelay), value: 1)
         .connect(host: arguments.host, port: arguments.binaryPort) { channel in
             channel.eventLoop.makeCompletedFuture {
                 let reader = ErrorResponseReader(promise: channel.eventLoop.makePromise())

@@ -229,7 +229,7 @@ func mqttDelivery(_ arguments: Arguments) async throws {
     let topics = (0..<arguments.devices).map { "d/\($0)" }
     let subscribers = try await inWaves(topics.count, wave: arguments.connectWave) { index in
         let channel = try await ClientBootstrap(group: group)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .connect(host: arguments.host, port: arguments.mqttPort) { channel in
                 channel.eventLoop.makeCompletedFuture { () -> (any Channel, EventLoopFuture<Void>) in
                     let subscriber = MQTTSubscriber(topic: topics[index], collector: collector, subscribed: channel.eventLoop.makePromise())
@@ -248,7 +248,7 @@ func mqttDelivery(_ arguments: Arguments) async throws {
     printServerMemory(arguments.serverPID, before: before, connections: subscribers.count)
 
     let (channel, connected) = try await ClientBootstrap(group: group)
-        .channelOption(.socketOption(.tcp_nodelay), value: 1)
+        .channelOption(.tcpOption(.tcp_nodelay), value: 1)
         .connect(host: arguments.host, port: arguments.mqttPort) { channel in
             channel.eventLoop.makeCompletedFuture { () -> (any Channel, EventLoopFuture<Void>) in
                 let handler = MQTTPublisherHandler(connected: channel.eventLoop.makePromise())

@@ -339,7 +339,7 @@ public actor DeviceClient {
         let tls = self.tls
         let serverName = options.serverName ?? host
         let connection = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .connect(host: host, port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let ssl = try NIOSSLClientHandler(context: tls, serverHostname: serverName.first?.isNumber == true ? nil : serverName)

@@ -81,7 +81,7 @@ func listenerBootstrap() -> ServerBootstrap {
     ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
         .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
         .serverChannelOption(.backlog, value: 256)
-        .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+        .childChannelOption(.tcpOption(.tcp_nodelay), value: 1)
 }
 
 /// Closes a connection when its time is up, on the event loop's clock (a
