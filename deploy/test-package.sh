@@ -46,8 +46,10 @@ done
 
 work=$(mktemp -d)
 server=
+device_pid=
 cleanup() {
   if [ -n "$server" ]; then kill -TERM -- "-$server" 2>/dev/null || true; fi
+  if [ -n "$device_pid" ]; then kill -TERM -- "-$device_pid" 2>/dev/null || true; fi
   umount -l "$root/dev" 2>/dev/null || true
   umount -l "$root/proc" 2>/dev/null || true
   rm -rf "$work"
@@ -99,7 +101,6 @@ if grep -Eiq 'swift|not found' <<<"$libraries"; then echo "$libraries" >&2; fail
 start "$work/serve.log" runuser -u courier -- courier serve --config /etc/courier/courier.json
 wait_for "$work/serve.log" "Courier is running"
 grep -q "^  courier device run --identity /var/lib/courier/demo/device" "$work/serve.log" || fail "the banner's device command is not 'courier device run'"
-device_pid=
 setsid chroot "$root" runuser -u courier -- courier device run --identity /var/lib/courier/demo/device --app com.example.demo >"$work/device.log" 2>&1 &
 device_pid=$!
 wait_for "$work/device.log" "token"
@@ -111,6 +112,7 @@ grep -q '< HTTP/2 200' "$work/curl.err" || { cat "$work/curl.err" >&2; fail "the
 wait_for "$work/device.log" "Hello from curl"
 kill -TERM -- "-$device_pid" 2>/dev/null || true
 wait "$device_pid" 2>/dev/null || true
+device_pid=
 stop
 grep -q "Courier stopped" "$work/serve.log" || fail "courier serve did not stop on SIGTERM"
 

@@ -117,6 +117,48 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         #expect(result.stdout.wholeMatch(of: /courier [0-9]+\.[0-9]+\.[0-9]+ \(commit none: built from a working tree\)\n/) != nil, "\(result.stdout)")
     }
 
+    /// As a user that is not root (the Debian package's `courier`): the
+    /// server starts, a device connects and receives a push. The listeners
+    /// and the device library once asked for SO_DEBUG, which only root may
+    /// set: every connection failed, and the first accepted one ended the
+    /// device listener and the server.
+    @Test func serveAndDevicesRunAsAnUnprivilegedUser() throws {
+        let setpriv = "/usr/bin/setpriv"
+        guard FileManager.default.isExecutableFile(atPath: setpriv), getuid() == 0 else { return }
+        let directory = try temporaryDirectory()
+        defer { removeTemporaryDirectory(directory) }
+        chmod(directory, 0o777)
+        let config = directory + "/courier.json"
+        let zero = #"{"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0}"#
+        try #"{"network": {"production": \#(zero), "sandbox": \#(zero), "adminPort": 0}}"#.write(toFile: config, atomically: true, encoding: .utf8)
+        chmod(config, 0o644)
+        let nobody = ["--reuid=65534", "--regid=65534", "--clear-groups", courier]
+        let data = directory + "/data"
+        let server = try RunningProgram(setpriv, nobody + ["serve", "--data", data, "--config", config])
+        #expect(server.waitForLine(containing: "Courier is running") != nil, "\(server.output)")
+        let portsFile = try #require(FileManager.default.contents(atPath: data + "/ports.json"))
+        let ports = try #require(try JSONSerialization.jsonObject(with: portsFile) as? [String: Any])
+        let bound = try #require(ports["ports"] as? [String: Int])
+        let devicePort = try #require(bound["device.production"])
+        let http2Port = try #require(bound["http2.production"])
+        let device = try RunningProgram(
+            setpriv, nobody + ["device", "run", "--identity", data + "/demo/device", "--app", "com.example.demo", "--port", "\(devicePort)"],
+            mergeStandardError: true)
+        let tokenLine = try #require(device.waitForLine(containing: "token "), "\(device.output)")
+        let token = String(tokenLine.split(separator: " ").last ?? "")
+        let push = try courierRun([
+            "push", "--cert", data + "/demo/com.example.demo.pem", "--key", data + "/demo/com.example.demo-key.pem", "--ca", data + "/pki/ca.pem",
+            "--port", "\(http2Port)", "--token", token, "--topic", "com.example.demo", "--payload", #"{"aps":{"alert":"as nobody"}}"#,
+        ])
+        #expect(push.status == 0, "\(push.stderr)")
+        #expect(device.waitForLine(containing: "as nobody") != nil, "\(device.output)")
+        #expect(server.isRunning)
+        device.signal(SIGTERM)
+        _ = device.waitForExit()
+        server.signal(SIGTERM)
+        #expect(server.waitForExit() == 0)
+    }
+
     @Test func aPortAlreadyTakenStopsServeWithAOneLineMessage() throws {
         let directory = try temporaryDirectory()
         defer { removeTemporaryDirectory(directory) }
