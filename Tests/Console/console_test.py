@@ -309,7 +309,14 @@ class ConsoleTests(unittest.TestCase):
         # Each step after the first says how long it took, and from the second on how long since the first.
         delivered = self.element("li.event-delivered").text
         self.assertRegex(delivered, r"\+\d+(\.\d)? (ms|s)", delivered)
+        # The timeline is one app's, and says whose.
+        self.assertIn("of com.example.demo", self.element("#lookup-result h3").text)
         self.screenshot("timeline")
+        # Asked for another app's notification under this apns-id (the App field): there is none.
+        self.element("input[name=app]").send_keys("com.example.other")
+        self.element("input[name=app]").submit()
+        self.wait(lambda d: "of com.example.other in the inbox or the delivery log" in d.find_element(By.ID, "lookup-result").text)
+        self.assertEqual(self.driver.find_elements(By.CSS_SELECTOR, "li.event-delivered"), [])
         # The device printed it.
         wait_for(lambda: (self.courier.device_out.seek(0), "From the Courier console" in self.courier.device_out.read())[1], what="the device's line")
 
