@@ -135,6 +135,13 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         let nobody = ["--reuid=65534", "--regid=65534", "--clear-groups", courier]
         let data = directory + "/data"
         let server = try RunningProgram(setpriv, nobody + ["serve", "--data", data, "--config", config])
+        // Stopped whatever fails below (a failed #require leaves at once).
+        defer {
+            if server.isRunning {
+                server.signal(SIGKILL)
+                _ = server.waitForExit()
+            }
+        }
         #expect(server.waitForLine(containing: "Courier is running") != nil, "\(server.output)")
         let portsFile = try #require(FileManager.default.contents(atPath: data + "/ports.json"))
         let ports = try #require(try JSONSerialization.jsonObject(with: portsFile) as? [String: Any])
@@ -144,6 +151,12 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         let device = try RunningProgram(
             setpriv, nobody + ["device", "run", "--identity", data + "/demo/device", "--app", "com.example.demo", "--port", "\(devicePort)"],
             mergeStandardError: true)
+        defer {
+            if device.isRunning {
+                device.signal(SIGKILL)
+                _ = device.waitForExit()
+            }
+        }
         let tokenLine = try #require(device.waitForLine(containing: "token "), "\(device.output)")
         let token = String(tokenLine.split(separator: " ").last ?? "")
         let push = try courierRun([
