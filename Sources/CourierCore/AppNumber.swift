@@ -6,13 +6,13 @@ import Synchronization
 /// copied to the log and written, cost the binary path 8 %
 /// (docs/benchmarks.md). Numbers are given in the order apps are first met
 /// (`init`: one lookup, under a lock, where an app first becomes known to
-/// a path: a provider's topic grant, a held notification read back) and
+/// a path: a provider's identity, a held notification read back) and
 /// never reused; the store keeps bundle ids, never numbers.
 ///
-/// Only apps that exist are numbered (the topics a provider is allowed,
+/// Only apps that exist are numbered (the topics of a provider's identity,
 /// notifications held for an app), so the table is as large as the apps
 /// a process has seen.
-public struct AppNumber: Hashable, Sendable, Codable, CustomStringConvertible {
+public struct AppNumber: Hashable, Sendable, CustomStringConvertible {
     private let rawValue: UInt32
 
     public init(_ bundleID: String) {
@@ -34,15 +34,6 @@ public struct AppNumber: Hashable, Sendable, Codable, CustomStringConvertible {
     }
 
     public var description: String { bundleID }
-
-    public init(from decoder: any Decoder) throws {
-        self.init(try decoder.singleValueContainer().decode(String.self))
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(bundleID)
-    }
 
     private struct Table {
         var numbers: [String: UInt32] = [:]

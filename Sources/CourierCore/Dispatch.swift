@@ -6,12 +6,23 @@ public struct ProviderIdentity: Sendable, Hashable, CustomStringConvertible {
     public var name: String
     public var teamID: String?
     /// The topics this provider may push to.
-    public var topics: Set<String>
+    public var topics: Set<String> {
+        didSet { apps = Self.apps(of: topics) }
+    }
+    /// Each of `topics` with its app's number, given here, where the
+    /// provider's topics become known (once per certificate or token, not
+    /// per push): a push finds its topic's app in one lookup.
+    public private(set) var apps: [String: AppNumber]
 
     public init(name: String, teamID: String?, topics: Set<String>) {
         self.name = name
         self.teamID = teamID
         self.topics = topics
+        apps = Self.apps(of: topics)
+    }
+
+    private static func apps(of topics: Set<String>) -> [String: AppNumber] {
+        Dictionary(uniqueKeysWithValues: topics.map { ($0, AppNumber(Topic($0).bundleID)) })
     }
 
     public var description: String { name }

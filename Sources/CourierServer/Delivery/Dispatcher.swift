@@ -16,8 +16,8 @@ public final class TopicGrant: Sendable {
     let bundleID: String
     let kind: TopicKind
     public let allowed: Bool
-    /// The app, numbered only when the topic is the provider's (a topic
-    /// that is not logs nothing, and numbers only apps that exist).
+    /// The app, when the topic is the provider's (`ProviderIdentity.apps`;
+    /// a topic that is not logs nothing).
     let app: AppNumber?
 
     public init(_ topic: String, for identity: ProviderIdentity) {
@@ -25,8 +25,8 @@ public final class TopicGrant: Sendable {
         let parsed = Topic(topic)
         bundleID = parsed.bundleID
         kind = parsed.kind
-        allowed = identity.topics.contains(topic)
-        app = allowed ? AppNumber(parsed.bundleID) : nil
+        app = identity.apps[topic]
+        allowed = app != nil
     }
 }
 
@@ -182,7 +182,8 @@ public final class Dispatcher: Sendable {
     /// whose it is pass; nil when they do not (`admit` then refuses it
     /// with their reason). Reads no store.
     func owned(_ notification: PushNotification, environment: Environment, grant: TopicGrant, now: Date) -> Owned? {
-        guard rules.refusal(topicAllowed: grant.allowed) == nil, let app = grant.app else { return nil }
+        // Check 1: the topic is the provider's (then it has its app).
+        guard let app = grant.app else { return nil }
         let key = TokenKey(environment: environment, bytes: notification.token)
         guard case .success = registrations.check(key, bundleID: grant.bundleID, liveActivity: grant.kind == .liveactivity, now: now) else { return nil }
         return Owned(environment: environment, token: notification.token, topic: grant.topic, app: app)
@@ -218,8 +219,9 @@ public final class Dispatcher: Sendable {
     {
         assert(grant.topic == notification.topic, "a grant for another topic")
         guard log.hasRoom else { return nil }
-        // Check 1: the topic is the provider's (then its app is numbered).
-        guard let app = grant.app else { return reject(notification, of: nil, rules.topicNotAllowed, now: now) }
+        // Check 1: the topic is the provider's (then it has its app); a
+        // topic that is not is no app's to log (`Refusal.event`).
+        guard let app = grant.app else { return (rules.topicNotAllowed.result, nil) }
         let liveActivity = grant.kind == .liveactivity
         // A device token already found to be its app's active registration: one
         // lookup of its entry, which takes the rate window too.
@@ -250,8 +252,9 @@ public final class Dispatcher: Sendable {
         // A delivery log that cannot keep up holds the providers back.
         await log.waitForRoom()
         let now = clock.now()
-        // Check 1: the topic is the provider's (then its app is numbered).
-        guard let app = grant.app else { return reject(notification, of: nil, rules.topicNotAllowed, now: now) }
+        // Check 1: the topic is the provider's (then it has its app); a
+        // topic that is not is no app's to log (`Refusal.event`).
+        guard let app = grant.app else { return (rules.topicNotAllowed.result, nil) }
         let token: CheckedToken
         let liveActivity = grant.kind == .liveactivity
         switch registrations.check(TokenKey(environment: environment, bytes: notification.token), bundleID: grant.bundleID, liveActivity: liveActivity, now: now) {
@@ -284,9 +287,9 @@ public final class Dispatcher: Sendable {
         return (result, feedback.written(entry))
     }
 
-    /// Logs a refusal, under the app (none: the topic was not the provider's, which is no app's to log).
-    private func reject(_ notification: PushNotification, of app: AppNumber?, _ refusal: DeliveryRules.Refusal, now: Date) -> (AcceptResult, Pending<Void>?) {
-        if let app, let event = refusal.event(for: notification, of: app, at: now) { log.append(event) }
+    /// Logs a refusal, under the app.
+    private func reject(_ notification: PushNotification, of app: AppNumber, _ refusal: DeliveryRules.Refusal, now: Date) -> (AcceptResult, Pending<Void>?) {
+        if let event = refusal.event(for: notification, of: app, at: now) { log.append(event) }
         return (refusal.result, nil)
     }
 
@@ -692,13 +695,13 @@ struct NotificationLog: Sendable {
     }
 
     /// The apps with events under the id.
-    var apps: Set<String> { Set(events.lazy.compactMap(\.bundleID)) }
+    var apps: Set<String> { Set(Set(events.lazy.compactMap(\.app)).map(\.bundleID)) }
 
     /// The events of one app's notification, oldest first, and those
     /// written before the log kept apps (which may be any app's); nil:
     /// those alone.
     func events(of bundleID: String?) -> [DeliveryEvent] {
-        guard let bundleID else { return events.filter { $0.bundleID == nil } }
+        guard let bundleID else { return events.filter { $0.app == nil } }
         let key = NotificationKey(bundleID: bundleID, id: id)
         return events.filter { $0.isOf(key) }
     }
