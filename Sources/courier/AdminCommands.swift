@@ -231,10 +231,8 @@ struct LogCommand: AsyncParsableCommand {
     func run() async throws {
         let client = try admin.client()
         let data: Data
-        var path = "v1/notifications/\(apnsID)"
-        if let app { path += "?app=" + (app.addingPercentEncoding(withAllowedCharacters: .urlQueryAllowed.subtracting(["&", "=", "+"])) ?? app) }
         do {
-            data = try await client.get(path)
+            data = try await client.get("v1/notifications/\(apnsID)", query: app.map { [("app", $0)] } ?? [])
         } catch let failure as AdminFailure {
             throw ValidationError(failure.message)
         }

@@ -508,6 +508,13 @@ private func outcome(_ entry: [String: Any]) -> [String: Any] { entry["outcome"]
             #expect(log.status == 0, "\(log.stderr)")
             #expect(log.stdout.contains("accepted"))
             #expect(log.stdout.contains("delivered"))
+            #expect(log.stdout.hasPrefix("Notification \(id.lowercasedString) of com.example.demo\n"), "\(log.stdout)")
+            // --app: that app's notification under the id (another app has none here).
+            let ofApp = try await runProgram(courier, ["log", id.uuidString, "--app", "com.example.demo"] + admin)
+            #expect(ofApp.stdout == log.stdout)
+            let ofOther = try await runProgram(courier, ["log", id.uuidString, "--app", "com.example.other"] + admin)
+            #expect(ofOther.status != 0)
+            #expect(ofOther.stderr.contains("of com.example.other in the inbox or the delivery log"), "\(ofOther.stderr)")
             let unknown = try await runProgram(courier, ["log", UUID().uuidString] + admin)
             #expect(unknown.status != 0)
             #expect(unknown.stderr.hasPrefix("courier: no notification"))
