@@ -55,6 +55,9 @@ public enum DevicePresence: Sendable, Hashable {
     /// Connected, with a Filter that leaves the notification's app out.
     case appDisabled
     case online
+    /// A virtual device that is online (docs/virtual-devices.md): it takes
+    /// a notification at once, and nothing is held or sent.
+    case virtual
 }
 
 /// The quality-of-service rules of docs/delivery.md as decisions: each
@@ -135,6 +138,8 @@ public struct DeliveryRules: Sendable {
         /// (queued for the next group commit, replacing what was held for
         /// the device and app); sent as `sending` says.
         case kept(stored: Bool, sending: Sending)
+        /// Taken at once by a virtual device (`DevicePresence.virtual`).
+        case takenByVirtualDevice
     }
 
     public enum Sending: Sendable, Hashable {
@@ -167,6 +172,10 @@ public struct DeliveryRules: Sendable {
                 events.append(DeliveryEvent(notification, of: app, .throttled, at: now, detail: "silent budget of \(qos.silentBudgetPerHour) per hour used up"))
                 return .dropped
             }
+        }
+        if presence == .virtual {
+            events.append(DeliveryEvent(notification, of: app, .deliveredToVirtualDevice, at: now))
+            return .takenByVirtualDevice
         }
         let stored = notification.mayBeStored
         if stored { events.append(DeliveryEvent(notification, of: app, .stored, at: now)) }

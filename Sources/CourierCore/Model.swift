@@ -287,6 +287,9 @@ public struct DeliveryEvent: Sendable, Hashable {
         case discarded
         /// A fault rule of the admin API acted on it (the detail says which and how).
         case faultInjected
+        /// Taken by a virtual device (docs/virtual-devices.md): its final
+        /// state, as `acknowledged` is a real device's.
+        case deliveredToVirtualDevice
 
         /// The kind's number: 0, 1, 2 ... with no gap, so also an index
         /// into a table of kinds. The SQLite store writes it, so it never
@@ -304,6 +307,7 @@ public struct DeliveryEvent: Sendable, Hashable {
             case .rejected: 8
             case .discarded: 9
             case .faultInjected: 10
+            case .deliveredToVirtualDevice: 11
             }
         }
     }
@@ -377,4 +381,34 @@ public struct NotificationKey: Sendable, Hashable {
         self.bundleID = bundleID
         self.id = id
     }
+}
+
+/// A device token Courier did not issue — one of Apple's, from a provider
+/// team's fixtures — registered to one app in one environment: a virtual
+/// device (docs/virtual-devices.md). Pushes to it pass every check a real
+/// token's do and are taken at once ("delivered to a virtual device"),
+/// held while it is `offline`, or refused `Unregistered` once it is
+/// uninstalled.
+public struct VirtualToken: Sendable, Hashable, Codable {
+    public var environment: Environment
+    public var bundleID: String
+    public var token: [UInt8]
+    /// Held (as for a device that is offline) rather than taken at once.
+    public var offline: Bool
+    public var registeredAt: Date
+    /// When the app was uninstalled from the virtual device: pushes are
+    /// refused `Unregistered` with this time.
+    public var uninstalledAt: Date?
+
+    public init(environment: Environment, bundleID: String, token: [UInt8], offline: Bool = false, registeredAt: Date, uninstalledAt: Date? = nil) {
+        self.environment = environment
+        self.bundleID = bundleID
+        self.token = token
+        self.offline = offline
+        self.registeredAt = registeredAt
+        self.uninstalledAt = uninstalledAt
+    }
+
+    /// Apple's device tokens are 32 bytes (64 hex digits).
+    public static let length = 32
 }

@@ -107,6 +107,29 @@ public protocol Store: Sendable {
     /// (a newer failure recorded meanwhile stays).
     func removeFeedback(_ entries: [FeedbackEntry]) async throws
 
+    // MARK: Virtual tokens
+    /// Adds the tokens not there yet (one there keeps its state), in one
+    /// transaction; how many were added.
+    @discardableResult
+    func addVirtualTokens(_ tokens: [VirtualToken]) async throws -> Int
+    /// One virtual token, nil when there is none.
+    func virtualToken(environment: Environment, bundleID: String, token: [UInt8]) async throws -> VirtualToken?
+    /// Virtual tokens in (environment, bundle id, token) order: an app's in
+    /// an environment (every one when `bundleID` is nil), those after
+    /// `after`'s token, at most `limit` (every one when nil).
+    func virtualTokens(environment: Environment?, bundleID: String?, after: [UInt8]?, limit: Int?) async throws -> [VirtualToken]
+    /// How many virtual tokens the app has in the environment.
+    func virtualTokenCount(environment: Environment, bundleID: String) async throws -> Int
+    /// Sets a virtual token offline or online, and (`uninstalled`, when
+    /// given) its uninstall time, nil to install it again. The token as it
+    /// is now; nil when there is none.
+    func updateVirtualToken(
+        environment: Environment, bundleID: String, token: [UInt8], offline: Bool?, uninstalled: Date??
+    ) async throws -> VirtualToken?
+    /// Removes the given tokens of the app in the environment (every one
+    /// when nil); how many were removed.
+    func removeVirtualTokens(environment: Environment, bundleID: String, tokens: [[UInt8]]?) async throws -> Int
+
     // MARK: Delivery log
     func appendDeliveryEvents(_ events: [DeliveryEvent]) async throws
     func deliveryEvents(notificationID: UUID) async throws -> [DeliveryEvent]

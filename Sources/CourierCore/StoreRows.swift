@@ -189,3 +189,12 @@ extension FeedbackEntry {
             timestamp: try row.date("timestamp"))
     }
 }
+
+extension VirtualToken {
+    public init(row: some StoreRow) throws {
+        self.init(
+            environment: try row.environment("environment"), bundleID: try row.text("bundle_id"), token: try row.bytes("token"),
+            offline: try row.integer("offline") != 0, registeredAt: try row.date("registered_at"),
+            uninstalledAt: try row.optionalDate("uninstalled_at"))
+    }
+}

@@ -236,5 +236,23 @@ enum PostgresMigrations {
                 "CREATE INDEX inbox_entries_written ON inbox_entries(written_at)",
             ]
         ),
+        // Virtual devices: tokens Courier did not issue (a provider team's
+        // own Apple tokens), registered to an app in an environment.
+        Migration(
+            version: 4,
+            statements: [
+                """
+                CREATE TABLE virtual_tokens (
+                    environment \(text) NOT NULL,
+                    bundle_id \(text) NOT NULL,
+                    token BYTEA NOT NULL,
+                    offline SMALLINT NOT NULL,
+                    registered_at BIGINT NOT NULL,
+                    uninstalled_at BIGINT,
+                    PRIMARY KEY (environment, bundle_id, token)
+                )
+                """
+            ]
+        ),
     ]
 }

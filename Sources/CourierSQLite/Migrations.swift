@@ -226,5 +226,23 @@ enum SQLiteMigrations {
                 """,
             ]
         ),
+        // Virtual devices: tokens Courier did not issue (a provider team's
+        // own Apple tokens), registered to an app in an environment.
+        Migration(
+            version: 9,
+            statements: [
+                """
+                CREATE TABLE virtual_tokens (
+                    environment TEXT NOT NULL,
+                    bundle_id TEXT NOT NULL,
+                    token BLOB NOT NULL,
+                    offline INTEGER NOT NULL,
+                    registered_at INTEGER NOT NULL,
+                    uninstalled_at INTEGER,
+                    PRIMARY KEY (environment, bundle_id, token)
+                ) WITHOUT ROWID
+                """
+            ]
+        ),
     ]
 }

@@ -13,7 +13,7 @@ import Synchronization
 /// loses power. The next durable commit makes them durable too.
 public final class SQLiteStore: Store {
     public let endedActivitiesKept = 1_000
-    private let connection: SQLiteConnection
+    let connection: SQLiteConnection
     /// Writes and reads the delivery log; `connection` itself for an
     /// in-memory database (a second connection would open another one).
     private let logConnection: SQLiteConnection
@@ -124,13 +124,13 @@ public final class SQLiteStore: Store {
         }
     }
 
-    private func query(_ sql: String, _ binds: [SQLiteData] = []) async throws -> [SQLiteRow] {
+    func query(_ sql: String, _ binds: [SQLiteData] = []) async throws -> [SQLiteRow] {
         try await gate.run { try await self.connection.query(sql, binds) }
     }
 
     /// A transaction under the gate, on `connection` (the store's unless
     /// told): the two connections never wait for each other's lock.
-    private func transaction<T: Sendable>(
+    func transaction<T: Sendable>(
         on connection: SQLiteConnection? = nil, _ body: @Sendable @escaping () async throws -> T
     ) async throws -> T {
         try await gate.run { try await self.inTransaction(on: connection, body) }
@@ -151,7 +151,7 @@ public final class SQLiteStore: Store {
     }
 
     /// Rows changed by the last statement (same connection, under the gate).
-    private func changes() async throws -> Int {
+    func changes() async throws -> Int {
         try await connection.query("SELECT changes() AS n").first?.column("n")?.integer ?? 0
     }
 
@@ -511,7 +511,7 @@ public final class SQLiteStore: Store {
     }
 
     /// `count` rows of `columns` placeholders each: "(?, ?), (?, ?)".
-    private static func rows(_ count: Int, of columns: Int) -> String {
+    static func rows(_ count: Int, of columns: Int) -> String {
         let row = "(" + Array(repeating: "?", count: columns).joined(separator: ", ") + ")"
         return Array(repeating: row, count: count).joined(separator: ", ")
     }

@@ -407,5 +407,46 @@ public enum StoreConformance {
                 report.equal(try await store.pending(deviceID: UInt64(device), environment: .production).count, 5, "device \(device)")
             }
         },
+        StoreConformanceCase(name: "virtual tokens: added once, listed in order and by page, changed, removed") { store, report in
+            func token(_ n: UInt8) -> [UInt8] { [n] + Array(repeating: 0xAB, count: 31) }
+            func virtual(_ n: UInt8, _ bundleID: String = "com.example.one", _ environment: Environment = .sandbox) -> VirtualToken {
+                VirtualToken(environment: environment, bundleID: bundleID, token: token(n), registeredAt: at(Double(n)))
+            }
+            report.equal(try await store.addVirtualTokens((1...300).reversed().map { virtual(UInt8($0 % 256)) } ), 256, "added (256 distinct of 300)")
+            report.equal(try await store.addVirtualTokens([virtual(1), virtual(1, "com.example.two"), virtual(1, "com.example.one", .production)]), 2,
+                "added again: only the other app's and the other environment's")
+            report.equal(try await store.virtualTokenCount(environment: .sandbox, bundleID: "com.example.one"), 256, "count")
+            let page = try await store.virtualTokens(environment: .sandbox, bundleID: "com.example.one", after: nil, limit: 3)
+            report.equal(page.map(\.token), [token(0), token(1), token(2)], "first page, in token order")
+            report.equal(page.first?.registeredAt, at(0), "its time")
+            let next = try await store.virtualTokens(environment: .sandbox, bundleID: "com.example.one", after: token(2), limit: 2)
+            report.equal(next.map(\.token), [token(3), token(4)], "next page")
+            report.equal(try await store.virtualTokens(environment: nil, bundleID: nil, after: nil, limit: nil).count, 258, "every one")
+            report.equal(try await store.virtualToken(environment: .sandbox, bundleID: "com.example.two", token: token(1)), virtual(1, "com.example.two"), "one")
+            report.equal(try await store.virtualToken(environment: .sandbox, bundleID: "com.example.two", token: token(2)), nil, "missing")
+
+            var changed = try await store.updateVirtualToken(environment: .sandbox, bundleID: "com.example.one", token: token(5), offline: true, uninstalled: nil)
+            report.equal(changed?.offline, true, "set offline")
+            report.equal(changed?.uninstalledAt, nil, "not uninstalled")
+            changed = try await store.updateVirtualToken(
+                environment: .sandbox, bundleID: "com.example.one", token: token(5), offline: nil, uninstalled: .some(at(1000)))
+            report.equal(changed?.offline, true, "still offline")
+            report.equal(changed?.uninstalledAt, at(1000), "uninstalled")
+            changed = try await store.updateVirtualToken(
+                environment: .sandbox, bundleID: "com.example.one", token: token(5), offline: false, uninstalled: .some(nil))
+            report.equal(changed.map { [$0.offline, $0.uninstalledAt == nil] }, [false, true], "online and installed again")
+            report.equal(
+                try await store.updateVirtualToken(environment: .production, bundleID: "com.example.one", token: token(5), offline: true, uninstalled: nil),
+                nil, "no such token in production")
+            report.equal(try await store.addVirtualTokens([VirtualToken(environment: .sandbox, bundleID: "com.example.one", token: token(6), offline: true,
+                registeredAt: at(0), uninstalledAt: at(1))]), 0, "a token there already")
+            report.equal(try await store.virtualToken(environment: .sandbox, bundleID: "com.example.one", token: token(6))?.offline, false,
+                "adding again leaves its state")
+
+            report.equal(try await store.removeVirtualTokens(environment: .sandbox, bundleID: "com.example.one", tokens: [token(1), token(2), token(250)]), 3, "removed")
+            report.equal(try await store.removeVirtualTokens(environment: .sandbox, bundleID: "com.example.one", tokens: [token(1)]), 0, "removed already")
+            report.equal(try await store.removeVirtualTokens(environment: .sandbox, bundleID: "com.example.one", tokens: nil), 253, "the rest")
+            report.equal(try await store.virtualTokens(environment: nil, bundleID: nil, after: nil, limit: nil).count, 2, "other apps' and environments' stay")
+        },
     ]
 }

@@ -91,6 +91,10 @@ struct Serve: AsyncParsableCommand {
             if let key = report.demoKeyID { text += ", auth key \(key)" }
             text += "\n"
         }
+        let virtual = application.configuration.virtualDevices.acceptAnyToken
+        for environment in ["production", "sandbox"] where !(virtual[environment] ?? []).isEmpty {
+            text += "Virtual devices: \(environment) apps that take any token on first use: \(virtual[environment]!.joined(separator: ", "))\n"
+        }
         return text
     }
 

@@ -59,6 +59,7 @@ let everyKeyChanged = CourierConfiguration(
     qos: QoSConfiguration(burstWindow: 5, silentBudgetPerHour: 3, retention: 3600, tokenRateLimit: 10, tokenRateWindow: 1, tickInterval: 0.5, keepAlive: 30),
     threads: .init(realtimePriority: 5),
     inbox: .init(capacity: 50, maxAge: 120),
+    virtualDevices: .init(acceptAnyToken: ["production": ["com.example.any"], "sandbox": ["com.example.any", "com.example.other"]]),
     logLevel: "debug")
 
 @Suite struct ConfigurationTests {

@@ -122,6 +122,22 @@ final class FaultyStore: Store {
     func feedback(environment: Environment, topic: String) async throws -> [FeedbackEntry] { try await base.feedback(environment: environment, topic: topic) }
     func removeFeedback(_ entries: [FeedbackEntry]) async throws { try await base.removeFeedback(entries) }
     func pendingCount() async throws -> Int { try await base.pendingCount() }
+    func addVirtualTokens(_ tokens: [VirtualToken]) async throws -> Int { try await base.addVirtualTokens(tokens) }
+    func virtualToken(environment: Environment, bundleID: String, token: [UInt8]) async throws -> VirtualToken? {
+        try await base.virtualToken(environment: environment, bundleID: bundleID, token: token)
+    }
+    func virtualTokens(environment: Environment?, bundleID: String?, after: [UInt8]?, limit: Int?) async throws -> [VirtualToken] {
+        try await base.virtualTokens(environment: environment, bundleID: bundleID, after: after, limit: limit)
+    }
+    func virtualTokenCount(environment: Environment, bundleID: String) async throws -> Int {
+        try await base.virtualTokenCount(environment: environment, bundleID: bundleID)
+    }
+    func updateVirtualToken(environment: Environment, bundleID: String, token: [UInt8], offline: Bool?, uninstalled: Date??) async throws -> VirtualToken? {
+        try await base.updateVirtualToken(environment: environment, bundleID: bundleID, token: token, offline: offline, uninstalled: uninstalled)
+    }
+    func removeVirtualTokens(environment: Environment, bundleID: String, tokens: [[UInt8]]?) async throws -> Int {
+        try await base.removeVirtualTokens(environment: environment, bundleID: bundleID, tokens: tokens)
+    }
     func appendDeliveryEvents(_ events: [DeliveryEvent]) async throws {
         await logGate.pass()
         try await base.appendDeliveryEvents(events)

@@ -119,15 +119,25 @@ struct AdminRequestChecks: RouterMiddleware {
         guard request.headers[Self.host] == nil, hosts.accepts(request.head.authority) else {
             throw HTTPError(.misdirectedRequest, message: "the Host header does not name this server (its admin address or a name of its certificate)")
         }
-        if let length = request.headers[.contentLength].flatMap({ Int($0) }), length > context.maxUploadSize {
+        let limit = Self.bodyLimit(request, context)
+        if let length = request.headers[.contentLength].flatMap({ Int($0) }), length > limit {
             // Anyone may send one: no more than a debug line.
             context.logger.debug("request body too large", metadata: ["courier.length": "\(length)"])
-            throw HTTPError(.contentTooLarge, message: Self.tooLarge(context))
+            throw HTTPError(.contentTooLarge, message: Self.tooLarge(limit))
         }
         return try await next(request, context)
     }
 
-    static func tooLarge(_ context: Context) -> String {
-        "the request body is larger than the \(context.maxUploadSize) bytes this server takes"
+    static func tooLarge(_ context: Context) -> String { tooLarge(context.maxUploadSize) }
+
+    static func tooLarge(_ limit: Int) -> String {
+        "the request body is larger than the \(limit) bytes this server takes"
+    }
+
+    /// The largest body a request may have: the router's, or for a list of
+    /// virtual tokens (up to 100,000 of 64 hex digits) `VirtualDeviceRoutes.bodyLimit`.
+    /// Read only once the request is authenticated (`AdminAccess`).
+    static func bodyLimit(_ request: Request, _ context: Context) -> Int {
+        request.method == .post && request.uri.path.hasSuffix("/virtual-tokens") ? VirtualDeviceRoutes.bodyLimit : context.maxUploadSize
     }
 }

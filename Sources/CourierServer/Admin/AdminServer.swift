@@ -241,6 +241,7 @@ public struct AdminServer: Service {
             return ConnectionList(connections: connections.map(ConnectionJSON.init))
         }
         ProvisioningRoutes(provisioner: provisioner, afterRevocation: afterRevocation).add(to: api)
+        VirtualDeviceRoutes(dispatcher: dispatcher).add(to: api)
         api.get("devices") { [dispatcher] request, _ in
             let limit = try InboxQuery.integer(query(request), "limit", default: 100, range: 1...1000)
             // This node's devices and, with several nodes, the others'.

@@ -54,7 +54,7 @@ public final class ServerMetrics: Sendable {
         .coalesced: "courier_notifications_coalesced_total", .delivered: "courier_notifications_delivered_total",
         .acknowledged: "courier_notifications_acknowledged_total", .expired: "courier_notifications_expired_total",
         .throttled: "courier_notifications_throttled_total", .discarded: "courier_notifications_discarded_total",
-        .faultInjected: "courier_faults_injected_total",
+        .faultInjected: "courier_faults_injected_total", .deliveredToVirtualDevice: "courier_notifications_delivered_virtual_total",
     ]
 
     /// From half a millisecond (a device online) to an hour (held for one offline).

@@ -360,6 +360,26 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         }
     }
 
+    /// Virtual devices (docs/virtual-devices.md): the apps that take any
+    /// token of Apple's format on first use, by environment (off for every
+    /// app unless listed). Every node of several must list the same.
+    public struct VirtualDevicesSettings: Sendable, Hashable, Codable {
+        /// Bundle ids, per environment.
+        public var acceptAnyToken: [String: [String]]
+
+        public init(acceptAnyToken: [String: [String]] = ["production": [], "sandbox": []]) {
+            self.acceptAnyToken = acceptAnyToken
+        }
+
+        /// The apps listed, by environment.
+        var apps: Set<VirtualDevices.AppKey> {
+            Set(
+                acceptAnyToken.flatMap { name, bundleIDs in
+                    Environment(rawValue: name).map { environment in bundleIDs.map { VirtualDevices.AppKey(environment: environment, bundleID: $0) } } ?? []
+                })
+        }
+    }
+
     public var dataDirectory: String
     public var network: Network
     public var connections: Connections
@@ -373,6 +393,7 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
     public var qos: QoSConfiguration
     public var threads: Threads
     public var inbox: InboxSettings
+    public var virtualDevices: VirtualDevicesSettings
     /// swift-log level: trace, debug, info, notice, warning, error, critical.
     public var logLevel: String
 
@@ -380,9 +401,10 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         dataDirectory: String = "./courier-data", network: Network = Network(), connections: Connections = Connections(), http2: HTTP2 = HTTP2(),
         limits: Limits = Limits(), paths: Paths = Paths(), store: StoreSettings = StoreSettings(),
         cluster: ClusterSettings = ClusterSettings(), demo: Demo = Demo(), qos: QoSConfiguration = QoSConfiguration(), threads: Threads = Threads(),
-        inbox: InboxSettings = InboxSettings(), logLevel: String = "info"
+        inbox: InboxSettings = InboxSettings(), virtualDevices: VirtualDevicesSettings = VirtualDevicesSettings(), logLevel: String = "info"
     ) {
         self.inbox = inbox
+        self.virtualDevices = virtualDevices
         self.connections = connections
         self.qos = qos
         self.threads = threads
@@ -498,6 +520,9 @@ extension CourierConfiguration {
         ]
         for (key, value) in payloadKeys where !(1...65_535).contains(value) {
             throw ConfigurationError("\(source): 'limits.payload.\(key)' must be 1 to 65535")
+        }
+        for name in virtualDevices.acceptAnyToken.keys.sorted() where Environment(rawValue: name) == nil {
+            throw ConfigurationError("\(source): 'virtualDevices.acceptAnyToken.\(name)' names no environment: use production or sandbox")
         }
         guard (1...1_000_000).contains(limits.channelsPerApp) else {
             throw ConfigurationError("\(source): 'limits.channelsPerApp' must be 1 to 1000000")

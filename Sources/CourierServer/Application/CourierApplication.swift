@@ -117,7 +117,8 @@ public struct CourierApplication: Sendable {
             }
             let dispatcher = Dispatcher(
                 store: provisioner.store, codecs: codecs, clock: clock, qos: configuration.qos, log: log, feedback: feedback, metrics: metrics,
-                channelLimit: configuration.limits.channelsPerApp, cluster: cluster, logger: logger)
+                channelLimit: configuration.limits.channelsPerApp, cluster: cluster, acceptAnyToken: configuration.virtualDevices.apps, logger: logger)
+            try await dispatcher.virtuals.load()
             if let directory = report.demoDeviceDirectory, let bundleID = report.demoBundleID {
                 report.demoDeviceToken = try await registerDemoApp(bundleID, deviceDirectory: directory, dispatcher: dispatcher, store: provisioner.store)
             }

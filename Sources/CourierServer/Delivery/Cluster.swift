@@ -198,6 +198,11 @@ final class Cluster: Sendable {
         Task { await publish("registration \(node) \(environment.rawValue) \(deviceID) \(bundleID)") }
     }
 
+    /// An app's virtual tokens changed: one (`token`), or any number (nil).
+    func virtualTokensChanged(_ app: VirtualDevices.AppKey, token: [UInt8]?) {
+        Task { await publish("virtual \(node) \(app.environment.rawValue) \(app.bundleID) \(token.map(Hex.encode) ?? "-")") }
+    }
+
     func deviceReset(_ deviceID: UInt64) {
         Task { await publish("reset \(node) \(deviceID)") }
     }
@@ -218,6 +223,8 @@ final class Cluster: Sendable {
         case forgetChannel(String, Environment)
         /// Read the inbox entries other nodes shared.
         case readInbox
+        /// Read an app's virtual tokens again: one, or (nil) all.
+        case reloadVirtualTokens(VirtualDevices.AppKey, token: [UInt8]?)
     }
 
     /// Takes in a message of another node (or this one's own, echoed);
@@ -263,6 +270,11 @@ final class Cluster: Sendable {
         case ("registration", 5):
             guard from != node, let environment = Environment(rawValue: fields[2]), let deviceID = UInt64(fields[3]) else { break }
             return [.forgetRegistration(RegistrationKey(deviceID: deviceID, bundleID: fields[4], environment: environment))]
+        case ("virtual", 5):
+            guard from != node, let environment = Environment(rawValue: fields[2]) else { break }
+            let token = fields[4] == "-" ? nil : Hex.decode(fields[4])
+            guard fields[4] == "-" || token != nil else { break }
+            return [.reloadVirtualTokens(VirtualDevices.AppKey(environment: environment, bundleID: fields[3]), token: token)]
         case ("reset", 3):
             guard from != node, let deviceID = UInt64(fields[2]) else { break }
             return [.forgetDevice(deviceID)]
@@ -593,6 +605,9 @@ struct ClusterService: Service {
                             logger.error("store failed reading the devices' presence", metadata: ["courier.error": "\(error)"])
                         }
                         dispatcher.registrations.forgetAll()
+                        do { try await dispatcher.virtuals.load() } catch {
+                            logger.error("store failed reading the virtual tokens", metadata: ["courier.error": "\(error)"])
+                        }
                         faultSignal.yield()
                         handOverSignal.yield()
                         inboxSignal.yield()

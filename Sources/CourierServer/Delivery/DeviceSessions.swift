@@ -200,12 +200,15 @@ final class DeviceSessions: Sendable {
     /// the app's silent budget as they are now; the device's session when
     /// it is connected.
     func admit(
-        _ notification: PushNotification, of app: AppNumber, to key: DeviceAppKey, elsewhere: Bool = false, now: Date, events: inout [DeliveryEvent]
+        _ notification: PushNotification, of app: AppNumber, to key: DeviceAppKey, elsewhere: Bool = false, virtual: DevicePresence? = nil, now: Date,
+        events: inout [DeliveryEvent]
     ) -> (DeliveryRules.Admission, DeviceSession?) {
         state.withLock { state in
-            let session = state.sessions[key.device]
+            // A virtual device (`virtual`: its presence) never connects.
+            let session = virtual == nil ? state.sessions[key.device] : nil
             // Connected to another node (`elsewhere`): online, handed over there.
-            let presence: DevicePresence = session.map { $0.accepts(bundleID: key.bundleID) ? .online : .appDisabled } ?? (elsewhere ? .online : .offline)
+            let presence: DevicePresence =
+                virtual ?? session.map { $0.accepts(bundleID: key.bundleID) ? .online : .appDisabled } ?? (elsewhere ? .online : .offline)
             // Only a silent push counts against (and makes) the app's budget on the device.
             var silentWindow = notification.isSilent ? state.silent[key] : nil
             let admission = rules.admit(notification, of: app, presence: presence, silentWindow: &silentWindow, now: now, events: &events)

@@ -39,7 +39,7 @@ public final class TopicGrant: Sendable {
 /// commit, events to the delivery log (`DeliveryLogWriter`), feedback
 /// entries to the `FeedbackList`.
 public final class Dispatcher: Sendable {
-    private let store: any Store
+    let store: any Store
     let clock: any WallClock
     let qos: QoSConfiguration
     let rules: DeliveryRules
@@ -51,7 +51,9 @@ public final class Dispatcher: Sendable {
     let sessions: DeviceSessions
     /// Broadcast channels and their subscribers.
     let broadcasts: Broadcasts
-    private let logger: Logger
+    /// Tokens Courier did not issue, registered to apps: virtual devices.
+    let virtuals: VirtualDevices
+    let logger: Logger
     /// Counts outcomes, deliveries and commits.
     let metrics: ServerMetrics
     /// When the idle rate windows were last forgotten.
@@ -63,7 +65,8 @@ public final class Dispatcher: Sendable {
 
     init(
         store: any Store, codecs: [Environment: DeviceTokenCodec], clock: any WallClock, qos: QoSConfiguration, log: DeliveryLogWriter,
-        feedback: FeedbackList, metrics: ServerMetrics, channelLimit: Int = BroadcastChannel.defaultLimit, cluster: Cluster? = nil, logger: Logger
+        feedback: FeedbackList, metrics: ServerMetrics, channelLimit: Int = BroadcastChannel.defaultLimit, cluster: Cluster? = nil,
+        acceptAnyToken: Set<VirtualDevices.AppKey> = [], logger: Logger
     ) {
         self.cluster = cluster
         self.metrics = metrics
@@ -75,6 +78,7 @@ public final class Dispatcher: Sendable {
         self.rules = rules
         registrations = Registrations(store: store, codecs: codecs, rules: rules, clock: clock)
         sessions = DeviceSessions(rules: rules)
+        virtuals = VirtualDevices(store: store, rules: rules, acceptAnyToken: acceptAnyToken)
         broadcasts = Broadcasts(
             store: store, registrations: registrations, clock: clock, limit: channelLimit, qos: qos, cluster: cluster, logger: logger)
         self.log = log
@@ -185,7 +189,13 @@ public final class Dispatcher: Sendable {
         // Check 1: the topic is the provider's (then it has its app).
         guard let app = grant.app else { return nil }
         let key = TokenKey(environment: environment, bytes: notification.token)
-        guard case .success = registrations.check(key, bundleID: grant.bundleID, liveActivity: grant.kind == .liveactivity, now: now) else { return nil }
+        switch registrations.check(key, bundleID: grant.bundleID, liveActivity: grant.kind == .liveactivity, now: now) {
+        case .success: break
+        case .failure(let failure):
+            // A virtual token is its app's (docs/virtual-devices.md).
+            guard failure.problem == .unopened, virtuals.belongs(notification.token, environment: environment, app: app, bundleID: grant.bundleID)
+            else { return nil }
+        }
         return Owned(environment: environment, token: notification.token, topic: grant.topic, app: app)
     }
 
@@ -233,7 +243,14 @@ public final class Dispatcher: Sendable {
         let token: CheckedToken
         switch registrations.check(key, bundleID: grant.bundleID, liveActivity: liveActivity, now: now) {
         case .success(let checked): token = checked
-        case .failure(let failure): return reject(notification, of: app, rules.refusal(failure.problem), now: now)
+        case .failure(let failure):
+            guard failure.problem == .unopened else { return reject(notification, of: app, rules.refusal(failure.problem), now: now) }
+            // A virtual token registered on first use is decided after waiting for its row.
+            switch virtuals.take(notification.token, environment: environment, app: app, bundleID: grant.bundleID, now: now) {
+            case .none: return reject(notification, of: app, rules.refusal(failure.problem), now: now)
+            case .firstUse: return nil
+            case .found(let found): return carryOut(notification, of: app, to: found, bundleID: grant.bundleID, environment: environment, now: now)
+            }
         }
         // Not known (the registration, or a Live Activity's end): decided after waiting.
         guard let (problem, epoch) = registrations.cached(token, now: now) else { return nil }
@@ -259,7 +276,9 @@ public final class Dispatcher: Sendable {
         let liveActivity = grant.kind == .liveactivity
         switch registrations.check(TokenKey(environment: environment, bytes: notification.token), bundleID: grant.bundleID, liveActivity: liveActivity, now: now) {
         case .success(let checked): token = checked
-        case .failure(let failure): return reject(notification, of: app, rules.refusal(failure.problem), now: now)
+        case .failure(let failure):
+            guard failure.problem == .unopened else { return reject(notification, of: app, rules.refusal(failure.problem), now: now) }
+            return await admitVirtualAfterWaiting(notification, of: app, bundleID: grant.bundleID, environment: environment, now: now)
         }
         // Read before the registration: a change while it is loaded makes the token's mark stale.
         let epoch = registrations.epoch
@@ -273,6 +292,44 @@ public final class Dispatcher: Sendable {
         if let problem { return refuse(notification, of: app, problem, environment: environment, now: now) }
         if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, of: app, refusal, now: now) }
         return carryOut(notification, of: app, token, now: now)
+    }
+
+    /// A push to a token that did not open, once the store may be waited
+    /// for: a virtual token of an app that takes any token on first use is
+    /// registered first.
+    private func admitVirtualAfterWaiting(_ notification: PushNotification, of app: AppNumber, bundleID: String, environment: Environment, now: Date) async
+        -> (result: AcceptResult, durable: Pending<Void>?)
+    {
+        var lookup = virtuals.take(notification.token, environment: environment, app: app, bundleID: bundleID, now: now)
+        if case .firstUse = lookup {
+            do {
+                try await virtuals.registerOnFirstUse(notification.token, environment: environment, bundleID: bundleID, now: now)
+            } catch {
+                logger.error("store failed registering a virtual token", metadata: ["courier.error": "\(error)"])
+                return reject(notification, of: app, DeliveryRules.Refusal(.serviceUnavailable), now: now)
+            }
+            lookup = virtuals.take(notification.token, environment: environment, app: app, bundleID: bundleID, now: now)
+        }
+        guard case .found(let found) = lookup else { return reject(notification, of: app, rules.refusal(.unopened), now: now) }
+        return carryOut(notification, of: app, to: found, bundleID: bundleID, environment: environment, now: now)
+    }
+
+    /// Carries out a push to a virtual device: refused (uninstalled: with
+    /// its feedback entry; over its rate limit), taken at once while it is
+    /// online, held while it is offline (docs/virtual-devices.md).
+    private func carryOut(
+        _ notification: PushNotification, of app: AppNumber, to virtual: VirtualDevices.Found, bundleID: String, environment: Environment, now: Date
+    ) -> (result: AcceptResult, durable: Pending<Void>?) {
+        if let problem = virtual.problem { return refuse(notification, of: app, problem, environment: environment, now: now) }
+        if let refusal = virtual.refusal { return reject(notification, of: app, refusal, now: now) }
+        var events: [DeliveryEvent] = []
+        events.reserveCapacity(3)
+        defer { log.append(events) }
+        let appKey = DeviceAppKey(device: DeviceKey(environment: environment, deviceID: virtual.deviceID), bundleID: bundleID)
+        let (admission, _) = sessions.admit(notification, of: app, to: appKey, virtual: virtual.offline ? .offline : .virtual, now: now, events: &events)
+        guard case .kept(stored: true, _) = admission else { return (.accepted, nil) }
+        let held = PendingNotification(deviceID: virtual.deviceID, bundleID: bundleID, environment: environment, notification: notification, acceptedAt: now)
+        return (.accepted, pendingWriter.enqueue(held))
     }
 
     /// `reject` for what keeps a token from its device. One that adds a
@@ -414,6 +471,9 @@ public final class Dispatcher: Sendable {
     /// the topic's app's registration in `environment`.
     func markUnregistered(token: [UInt8], topic: String, environment: Environment, at date: Date) async throws -> Bool {
         let bundleID = Topic(topic).bundleID
+        if device(of: token, in: environment) == nil {
+            return try await markVirtualUninstalled(token: token, bundleID: bundleID, environment: environment, at: date)
+        }
         guard case .success(let checked) = registrations.check(TokenKey(environment: environment, bytes: token), bundleID: bundleID, now: clock.now()),
             try await registrations.problem(of: checked, now: clock.now()) == nil
         else { return false }
@@ -513,6 +573,12 @@ public final class Dispatcher: Sendable {
             _ = broadcasts.sendHere(broadcast.notification, channelID: broadcast.channelID, environment: broadcast.environment)
         case .forgetChannel(let id, let environment):
             broadcasts.forget(channelID: id, environment: environment)
+        case .reloadVirtualTokens(let app, let token):
+            do {
+                if let token { try await virtuals.reload(app, token: token) } else { try await virtuals.reload(app) }
+            } catch {
+                logger.error("store failed reading virtual tokens", metadata: ["courier.error": "\(error)"])
+            }
         }
     }
 
@@ -622,6 +688,7 @@ public final class Dispatcher: Sendable {
         }
         if prune {
             registrations.pruneIdle(at: now)
+            virtuals.pruneIdle(at: now)
             sessions.pruneBudgets(at: now)
         }
         var events: [DeliveryEvent] = []

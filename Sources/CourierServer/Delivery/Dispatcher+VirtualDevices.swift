@@ -1,0 +1,111 @@
+import CourierCore
+import Foundation
+
+/// Virtual devices (docs/virtual-devices.md): what the admin API asks of
+/// them. Every change is written to the store first, then taken in here
+/// and announced to the other nodes, which read it from the store.
+extension Dispatcher {
+    /// Why tokens cannot be virtual tokens: the message names the first
+    /// such token by its place in the list.
+    struct VirtualTokenRefusal: Error {
+        var message: String
+    }
+
+    /// Registers tokens as the app's virtual devices in the environment,
+    /// online: each must be of Apple's length and none a token Courier
+    /// issued (in either environment), else nothing is registered. A token
+    /// registered already keeps its state. How many were new.
+    func addVirtualTokens(_ tokens: [[UInt8]], bundleID: String, environment: Environment) async throws -> Int {
+        for (index, token) in tokens.enumerated() {
+            guard token.count == VirtualToken.length else {
+                throw VirtualTokenRefusal(message: "token \(index) has \(token.count) bytes: a device token of Apple's has \(VirtualToken.length) (64 hex digits)")
+            }
+            if Environment.allCases.contains(where: { device(of: token, in: $0) != nil }) {
+                throw VirtualTokenRefusal(message: "token \(index) is one Courier issued to a device: a virtual token cannot be")
+            }
+        }
+        let now = clock.now()
+        let added = try await store.addVirtualTokens(
+            tokens.map { VirtualToken(environment: environment, bundleID: bundleID, token: $0, registeredAt: now) })
+        try await virtualTokensChanged(VirtualDevices.AppKey(environment: environment, bundleID: bundleID), token: tokens.count == 1 ? tokens[0] : nil)
+        return added
+    }
+
+    /// The app's virtual tokens in the environment, in token order after
+    /// `after`, at most `limit`; with how many it has.
+    func virtualTokens(bundleID: String, environment: Environment, after: [UInt8]?, limit: Int) async throws -> (tokens: [VirtualToken], total: Int) {
+        let tokens = try await store.virtualTokens(environment: environment, bundleID: bundleID, after: after, limit: limit)
+        return (tokens, try await store.virtualTokenCount(environment: environment, bundleID: bundleID))
+    }
+
+    /// Sets a virtual token offline or online, and (`uninstalled`) its
+    /// uninstall time or (`.some(nil)`) installs it again. Set online, it
+    /// takes what was held for it. Nil when the app has no such token.
+    func changeVirtualToken(
+        _ token: [UInt8], bundleID: String, environment: Environment, offline: Bool?, uninstalled: Date??
+    ) async throws -> VirtualToken? {
+        guard
+            let changed = try await store.updateVirtualToken(
+                environment: environment, bundleID: bundleID, token: token, offline: offline, uninstalled: uninstalled)
+        else { return nil }
+        try await virtualTokensChanged(VirtualDevices.AppKey(environment: environment, bundleID: bundleID), token: token)
+        if offline == false {
+            await takeHeld(ofVirtual: token, bundleID: bundleID, environment: environment, delivered: changed.uninstalledAt == nil)
+        }
+        return changed
+    }
+
+    /// Removes virtual tokens of the app (every one when nil); what was
+    /// held for them is dropped. How many were removed.
+    func removeVirtualTokens(_ tokens: [[UInt8]]?, bundleID: String, environment: Environment) async throws -> Int {
+        var removing = tokens ?? []
+        if tokens == nil { removing = try await store.virtualTokens(environment: environment, bundleID: bundleID, after: nil, limit: nil).map(\.token) }
+        let removed = try await store.removeVirtualTokens(environment: environment, bundleID: bundleID, tokens: tokens)
+        try await virtualTokensChanged(VirtualDevices.AppKey(environment: environment, bundleID: bundleID), token: tokens?.count == 1 ? tokens?[0] : nil)
+        for token in removing { await takeHeld(ofVirtual: token, bundleID: bundleID, environment: environment, delivered: false) }
+        return removed
+    }
+
+    /// Takes in a change of the store's virtual tokens here, and tells the other nodes.
+    private func virtualTokensChanged(_ app: VirtualDevices.AppKey, token: [UInt8]?) async throws {
+        if let token { try await virtuals.reload(app, token: token) } else { try await virtuals.reload(app) }
+        cluster?.virtualTokensChanged(app, token: token)
+    }
+
+    /// Takes what is held for a virtual device out of the store:
+    /// `delivered` to it (what expired meanwhile expires), or dropped
+    /// (its token was removed, or it is uninstalled).
+    func takeHeld(ofVirtual token: [UInt8], bundleID: String, environment: Environment, delivered: Bool) async {
+        let deviceID = VirtualDevices.deviceID(environment: environment, bundleID: bundleID, token: token)
+        do {
+            let held = try await store.pending(deviceID: deviceID, environment: environment).filter { $0.bundleID == bundleID }
+            guard !held.isEmpty else { return }
+            let removed = try await store.removePending(held.map(PendingReference.init))
+            let now = clock.now()
+            var events: [DeliveryEvent] = []
+            for (pending, wasHeld) in zip(held, removed) where wasHeld {
+                let app = AppNumber(bundleID)
+                if !delivered {
+                    events.append(DeliveryEvent(pending.notification, of: app, .discarded, at: now, detail: "its virtual device was removed or uninstalled"))
+                } else if let expired = rules.onConnect(held: pending.notification, of: app, now: now) {
+                    events.append(expired)
+                } else {
+                    events.append(DeliveryEvent(pending.notification, of: app, .deliveredToVirtualDevice, at: now))
+                }
+            }
+            log.append(events)
+        } catch {
+            logger.error("store failed taking what is held for a virtual device", metadata: ["courier.error": "\(error)"])
+        }
+    }
+
+    /// A virtual token of the topic's app marked uninstalled at `date` by
+    /// `POST /v1/tokens/{token}/unregister`; false when it is none, or is
+    /// uninstalled already.
+    func markVirtualUninstalled(token: [UInt8], bundleID: String, environment: Environment, at date: Date) async throws -> Bool {
+        guard virtuals.device(of: token, environment: environment, bundleID: bundleID) != nil,
+            let current = try await store.virtualToken(environment: environment, bundleID: bundleID, token: token), current.uninstalledAt == nil
+        else { return false }
+        return try await changeVirtualToken(token, bundleID: bundleID, environment: environment, offline: nil, uninstalled: .some(date)) != nil
+    }
+}

@@ -1,0 +1,216 @@
+import CourierCore
+import CourierPKI
+import Crypto
+import Foundation
+import Synchronization
+
+/// A virtual token as a dictionary key: its environment, its app's number
+/// and its 32 bytes in four words (no array of its own), 40 bytes. Hashed
+/// whole: a provider chooses the bytes of tokens its app accepts on first
+/// use, so no part of them may decide a bucket alone.
+struct VirtualTokenKey: Hashable {
+    var word0: UInt64
+    var word1: UInt64
+    var word2: UInt64
+    var word3: UInt64
+    var app: AppNumber
+    var environment: Environment
+
+    /// Nil for a token that is not of Apple's length.
+    init?(environment: Environment, app: AppNumber, token: some Collection<UInt8>) {
+        guard token.count == VirtualToken.length else { return nil }
+        var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &words) { raw in
+            for (index, byte) in token.enumerated() { raw[index] = byte }
+        }
+        (word0, word1, word2, word3) = words
+        self.app = app
+        self.environment = environment
+    }
+}
+
+/// What is kept of a virtual token, 24 bytes beside its key (pinned by
+/// `VirtualDevicesTests`); its rate window, while one is open, is kept
+/// apart (`VirtualDevices.State.windows`), so that a million tokens
+/// registered and never pushed to hold no window.
+struct VirtualEntry {
+    /// The virtual device's id (`VirtualDevices.deviceID`): what a held
+    /// notification is stored under, and a silent budget kept by.
+    var deviceID: UInt64
+    /// When it was uninstalled, in milliseconds; `Int64.min` while it is installed.
+    var uninstalledMillis: Int64
+    var offline: Bool
+
+    init(_ token: VirtualToken, deviceID: UInt64) {
+        self.deviceID = deviceID
+        uninstalledMillis = token.uninstalledAt.map { Int64($0.storeMillis) } ?? .min
+        offline = token.offline
+    }
+
+    var uninstalledAt: Date? { uninstalledMillis == .min ? nil : Date(storeMillis: Int(uninstalledMillis)) }
+}
+
+/// Every virtual token (docs/virtual-devices.md), kept in memory: loaded
+/// from the store at start, and again for an app whenever its tokens
+/// change here or on another node. A push to a token that did not open
+/// is looked up here without waiting; only a token an app accepts on
+/// first use (`acceptAnyToken`) waits, once, for its row.
+final class VirtualDevices: Sendable {
+    /// An app in an environment.
+    struct AppKey: Hashable, Sendable {
+        var environment: Environment
+        var bundleID: String
+    }
+
+    private struct State {
+        var entries: [VirtualTokenKey: VirtualEntry] = [:]
+        /// Open rate windows of virtual tokens, pruned once ended.
+        var windows: [VirtualTokenKey: RateWindow] = [:]
+    }
+
+    private let state = Mutex(State())
+    private let store: any Store
+    private let rules: DeliveryRules
+    /// The apps that take any token of Apple's format on first use.
+    let acceptAnyToken: Set<AppKey>
+
+    init(store: any Store, rules: DeliveryRules, acceptAnyToken: Set<AppKey>) {
+        self.store = store
+        self.rules = rules
+        self.acceptAnyToken = acceptAnyToken
+    }
+
+    /// A virtual device's id: 64 bits of SHA-256 over its environment,
+    /// app and token. The same on every node and after a restart, so a
+    /// held notification finds its device again; a real device's id is
+    /// random, so the two meet with probability 2^-64 per pair.
+    static func deviceID(environment: Environment, bundleID: String, token: [UInt8]) -> UInt64 {
+        var hasher = SHA256()
+        hasher.update(data: Array("courier.virtual:\(environment.rawValue):\(bundleID):".utf8))
+        hasher.update(data: token)
+        return hasher.finalize().withUnsafeBytes { raw in raw.prefix(8).reduce(UInt64(0)) { $0 << 8 | UInt64($1) } }
+    }
+
+    // MARK: Loading
+
+    /// Reads every virtual token from the store (at start, and when
+    /// messages from other nodes may have been lost).
+    func load() async throws {
+        let all = try await store.virtualTokens(environment: nil, bundleID: nil, after: nil, limit: nil)
+        var entries: [VirtualTokenKey: VirtualEntry] = [:]
+        entries.reserveCapacity(all.count)
+        var apps: [String: AppNumber] = [:]
+        for token in all {
+            let app = apps[token.bundleID] ?? AppNumber(token.bundleID)
+            apps[token.bundleID] = app
+            guard let key = VirtualTokenKey(environment: token.environment, app: app, token: token.token) else { continue }
+            entries[key] = VirtualEntry(token, deviceID: Self.deviceID(environment: token.environment, bundleID: token.bundleID, token: token.token))
+        }
+        state.withLock { $0.entries = entries }
+    }
+
+    /// Reads one app's virtual tokens again (they changed here, or on another node).
+    func reload(_ app: AppKey) async throws {
+        let tokens = try await store.virtualTokens(environment: app.environment, bundleID: app.bundleID, after: nil, limit: nil)
+        let number = AppNumber(app.bundleID)
+        let loaded = tokens.compactMap { token in
+            VirtualTokenKey(environment: app.environment, app: number, token: token.token).map {
+                ($0, VirtualEntry(token, deviceID: Self.deviceID(environment: app.environment, bundleID: app.bundleID, token: token.token)))
+            }
+        }
+        state.withLock { state in
+            state.entries = state.entries.filter { !($0.key.app == number && $0.key.environment == app.environment) }
+            for (key, entry) in loaded { state.entries[key] = entry }
+        }
+    }
+
+    /// Reads one token of an app again: kept as the store has it, or forgotten.
+    func reload(_ app: AppKey, token: [UInt8]) async throws {
+        let stored = try await store.virtualToken(environment: app.environment, bundleID: app.bundleID, token: token)
+        let number = AppNumber(app.bundleID)
+        guard let stored else {
+            guard let key = VirtualTokenKey(environment: app.environment, app: number, token: token) else { return }
+            state.withLock { $0.entries[key] = nil }
+            return
+        }
+        keep(stored, app: number)
+    }
+
+    /// Keeps one token as the store has it now (registered on first use).
+    private func keep(_ token: VirtualToken, app: AppNumber) {
+        guard let key = VirtualTokenKey(environment: token.environment, app: app, token: token.token) else { return }
+        let entry = VirtualEntry(token, deviceID: Self.deviceID(environment: token.environment, bundleID: token.bundleID, token: token.token))
+        state.withLock { $0.entries[key] = entry }
+    }
+
+    /// Virtual tokens known now.
+    var count: Int { state.withLock { $0.entries.count } }
+
+    // MARK: Pushes
+
+    /// What a push to a token that did not open finds here.
+    enum Lookup {
+        /// Not a virtual token of the app (BadDeviceToken).
+        case none
+        /// Not registered, and the app takes any token on first use: it is
+        /// registered (`registerOnFirstUse`), then looked up again.
+        case firstUse
+        /// One of the app's virtual tokens.
+        case found(Found)
+    }
+
+    struct Found {
+        var deviceID: UInt64
+        /// Uninstalled (then nothing was counted), or over its rate limit.
+        var refusal: DeliveryRules.Refusal?
+        /// What is refused is logged with this problem: a feedback entry
+        /// when it is an uninstall.
+        var problem: TokenProblem?
+        var offline: Bool
+    }
+
+    /// Looks a token up for a push to `app` in `environment` and, when it
+    /// is installed, counts the push in its rate window (check 6).
+    func take(_ token: [UInt8], environment: Environment, app: AppNumber, bundleID: String, now: Date) -> Lookup {
+        guard let key = VirtualTokenKey(environment: environment, app: app, token: token) else { return .none }
+        let found: Found? = state.withLock { state in
+            guard let entry = state.entries[key] else { return nil }
+            if let at = entry.uninstalledAt {
+                let problem = TokenProblem.removed(at: at)
+                return Found(deviceID: entry.deviceID, refusal: rules.refusal(problem), problem: problem, offline: entry.offline)
+            }
+            let refusal = rules.refusal(takingFrom: &state.windows[key, default: .unopened], now: now)
+            return Found(deviceID: entry.deviceID, refusal: refusal, problem: nil, offline: entry.offline)
+        }
+        if let found { return .found(found) }
+        return acceptAnyToken.contains(AppKey(environment: environment, bundleID: bundleID)) ? .firstUse : .none
+    }
+
+    /// Whether a token that did not open is the app's (registered, or
+    /// taken on first use): a fault rule may match its push.
+    func belongs(_ token: [UInt8], environment: Environment, app: AppNumber, bundleID: String) -> Bool {
+        guard let key = VirtualTokenKey(environment: environment, app: app, token: token) else { return false }
+        return state.withLock { $0.entries[key] != nil } || acceptAnyToken.contains(AppKey(environment: environment, bundleID: bundleID))
+    }
+
+    /// Registers a token of an app that takes any token on first use
+    /// (a token registered meanwhile, here or on another node, keeps its
+    /// state), and keeps it as the store has it.
+    func registerOnFirstUse(_ token: [UInt8], environment: Environment, bundleID: String, now: Date) async throws {
+        try await store.addVirtualTokens([VirtualToken(environment: environment, bundleID: bundleID, token: token, registeredAt: now)])
+        if let stored = try await store.virtualToken(environment: environment, bundleID: bundleID, token: token) {
+            keep(stored, app: AppNumber(bundleID))
+        }
+    }
+
+    /// The virtual device of a token, when it is one of the app's.
+    func device(of token: [UInt8], environment: Environment, bundleID: String) -> UInt64? {
+        guard let key = VirtualTokenKey(environment: environment, app: AppNumber(bundleID), token: token) else { return nil }
+        return state.withLock { $0.entries[key]?.deviceID }
+    }
+
+    /// Forgets rate windows that ended.
+    func pruneIdle(at now: Date) {
+        state.withLock { state in state.windows = state.windows.filter { !$0.value.hasEnded(at: now, length: rules.qos.tokenRateWindow) } }
+    }
+}
