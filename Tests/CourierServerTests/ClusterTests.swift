@@ -421,6 +421,53 @@ struct ClusterTests {
         #expect(await nodes.stop(), "every node stops cleanly")
     }
 
+    /// Virtual devices live in the store: registered on one node, pushed
+    /// to on another; set offline on one, held by a push on another, taken
+    /// when set online on a third; uninstalled on one, 410 on the others.
+    @Test func virtualDevicesAreEveryNodes() async throws {
+        let nodes = try await Nodes.start(["node-a", "node-b", "node-c"])
+        defer { nodes.kill() }
+        let token = (0..<32).map { _ in UInt8.random(in: 0...255) }
+        let hex = Hex.encode(token)
+        let onA = try nodes.provider("node-a", logger: logger)
+        let onB = try nodes.provider("node-b", logger: logger)
+        func push(_ provider: HTTP2ProviderClient, id: UUID = UUID(), expiration: Date? = nil) async throws -> HTTP2PushResult {
+            try await provider.send(HTTP2Push(token: token, payload: Array(#"{"aps":{"alert":"x"}}"#.utf8), topic: "com.example.demo", id: id, expiration: expiration))
+        }
+        func events(_ id: UUID, on node: String) async throws -> [String] {
+            let timeline = try await nodes.admin(node, "/v1/notifications/\(id.uuidString)")
+            return (timeline["events"] as? [[String: Any]] ?? []).compactMap { $0["event"] as? String }
+        }
+
+        #expect(try await push(onB).reason == .badDeviceToken, "not registered yet")
+        let added = try await nodes.admin("node-a", "POST", "/v1/apps/com.example.demo/virtual-tokens", body: #"{"environment":"production","tokens":["\#(hex)"]}"#)
+        #expect(added["added"] as? Int == 1, "\(added)")
+        #expect(try await nodes.eventually { try await push(onB).status == 200 }, "node-b knows node-a's virtual token")
+
+        let offline = try await nodes.admin("node-b", "PATCH", "/v1/apps/com.example.demo/virtual-tokens/\(hex)", body: #"{"environment":"production","online":false}"#)
+        #expect(offline["online"] as? Bool == false, "\(offline)")
+        let held = UUID()
+        // Once node-a holds what it is pushed (it knows the token is offline), one to take later.
+        #expect(try await nodes.eventually {
+            let probe = UUID()
+            _ = try await push(onA, id: probe, expiration: Date().addingTimeInterval(3600))
+            return try await events(probe, on: "node-a") == ["accepted", "stored"]
+        })
+        #expect(try await push(onA, id: held, expiration: Date().addingTimeInterval(3600)).status == 200)
+        let online = try await nodes.admin("node-c", "PATCH", "/v1/apps/com.example.demo/virtual-tokens/\(hex)", body: #"{"environment":"production","online":true}"#)
+        #expect(online["online"] as? Bool == true, "\(online)")
+        #expect(try await nodes.eventually { try await events(held, on: "node-b").last == "deliveredToVirtualDevice" }, "node-c took what node-a held")
+
+        let uninstalled = try await nodes.admin(
+            "node-a", "PATCH", "/v1/apps/com.example.demo/virtual-tokens/\(hex)", body: #"{"environment":"production","uninstalledAt":1790000000}"#)
+        #expect(uninstalled["uninstalledAt"] != nil, "\(uninstalled)")
+        #expect(try await nodes.eventually { try await push(onB).status == 410 }, "node-b sees the uninstall")
+        #expect(try await push(onB).timestamp == Date(timeIntervalSince1970: 1_790_000_000))
+        await onA.close()
+        await onB.close()
+        #expect(await nodes.stop(), "every node stops cleanly")
+    }
+
     /// What one node's provider interfaces received is in every node's
     /// admin inbox, with the node that received it: listed, waited for,
     /// in the notification's timeline, and in the inbox of a node started
