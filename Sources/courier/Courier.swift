@@ -15,7 +15,7 @@ struct Courier: AsyncParsableCommand {
         version: CourierVersion.text,
         subcommands: [
             Serve.self, PKI.self, DeviceCommand.self, PushCommand.self, BroadcastCommand.self, ChannelCommand.self, FeedbackCommand.self, InboxCommand.self, LogCommand.self, StatusCommand.self,
-            FaultCommand.self,
+            FaultCommand.self, VirtualCommand.self,
         ]
     )
 

@@ -1,6 +1,7 @@
 import CourierCore
 import CourierPKI
 import CourierProvider
+import CourierTestSupport
 @testable import CourierServer
 import Foundation
 import Testing
@@ -278,6 +279,46 @@ extension TestServer {
                 Issue.record("a production token found in sandbox")
                 return
             }
+        }
+    }
+
+    /// `courier virtual` over the admin API: add (arguments and a file),
+    /// list, set, rm; a refusal is one line naming the problem.
+    @Test func virtualDevicesFromTheCommandLine() async throws {
+        try await withTestServer { server in
+            let admin = ["--data", server.directory, "--url", "http://127.0.0.1:\(try await server.adminPort())"]
+            let app = ["--app", "com.example.demo"]
+            let tokens = (0..<3).map { _ in Hex.encode(appleToken()) }.sorted()
+            let file = server.directory + "/tokens.txt"
+            try "# fixtures\n\(tokens[1])\n\n\(tokens[2])\n".write(toFile: file, atomically: true, encoding: .utf8)
+            let added = try await runProgram(courier, ["virtual", "add", tokens[0], "--file", file] + app + admin)
+            #expect(added.status == 0, "\(added.stderr)")
+            #expect(added.stdout == "Registered 3 virtual token(s) of com.example.demo in production (0 registered already; 3 in all).\n")
+
+            let set = try await runProgram(courier, ["virtual", "set", tokens[1], "--offline", "--uninstalled-at", "1790000000"] + app + admin)
+            #expect(set.status == 0, "\(set.stderr)")
+            #expect(set.stdout == "\(tokens[1]): offline, uninstalled 2026-09-21T14:13:20.000Z.\n")
+            let listed = try await runProgram(courier, ["virtual", "list"] + app + admin)
+            #expect(listed.stdout == "\(tokens[0])  online\n\(tokens[1])  offline  uninstalled 2026-09-21T14:13:20.000Z\n\(tokens[2])  online\n")
+
+            let client = try await server.http2Client()
+            let id = UUID()
+            #expect(try await client.send(HTTP2Push(token: try #require(Hex.decode(tokens[0])), payload: payload, topic: "com.example.demo", id: id)).status == 200)
+            let waited = try await runProgram(courier, ["inbox", "--wait", "--token", tokens[0], "--timeout", "10"] + admin)
+            #expect(waited.stdout.contains(id.lowercasedString))
+            await server.dispatcher.flushLog()
+            let log = try await runProgram(courier, ["log", id.uuidString] + admin)
+            #expect(log.stdout.contains("deliveredToVirtualDevice"), "\(log.stdout)")
+
+            let bad = try await runProgram(courier, ["virtual", "add", "00ff"] + app + admin)
+            #expect(bad.status != 0)
+            #expect(bad.stderr == "courier: token 0 has 2 bytes: a device token of Apple's has 32 (64 hex digits)\n")
+            let removed = try await runProgram(courier, ["virtual", "rm", tokens[0]] + app + admin)
+            #expect(removed.stdout == "Removed 1 virtual token(s).\n")
+            let all = try await runProgram(courier, ["virtual", "rm", "--all"] + app + admin)
+            #expect(all.stdout == "Removed 2 virtual token(s).\n")
+            let none = try await runProgram(courier, ["virtual", "list"] + app + admin)
+            #expect(none.stdout == "No virtual tokens of com.example.demo in production.\n")
         }
     }
 

@@ -40,6 +40,14 @@ enum AdminOpenAPI {
                 "properties": {"error": {"type": "object", "required": ["message"], "properties": {"message": {"type": "string"}}}}
               },
               "Status": {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}},
+              "VirtualToken": {
+                "type": "object", "required": ["token", "environment", "online", "registeredAt"],
+                "properties": {
+                  "token": {"type": "string"}, "environment": {"type": "string"}, "online": {"type": "boolean"},
+                  "registeredAt": {"type": "string", "format": "date-time"},
+                  "uninstalledAt": {"type": "string", "format": "date-time", "nullable": true}
+                }
+              },
               "App": {
                 "type": "object", "required": ["bundleID", "teamID", "topics", "createdAt"],
                 "properties": {
@@ -388,6 +396,103 @@ enum AdminOpenAPI {
                   "401": {"$ref": "#/components/responses/Error"},
                   "404": {"$ref": "#/components/responses/Error"},
                   "422": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/apps/{bundleID}/virtual-tokens": {
+              "parameters": [{"name": "bundleID", "in": "path", "required": true, "schema": {"type": "string"}}],
+              "post": {
+                "summary": "Register tokens Courier did not issue (a team's own Apple tokens) as virtual devices of the app, online; one registered already keeps its state",
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                  "type": "object", "required": ["environment", "tokens"],
+                  "properties": {
+                    "environment": {"type": "string", "enum": ["production", "sandbox"]},
+                    "tokens": {"type": "array", "minItems": 1, "maxItems": 100000, "items": {"type": "string", "pattern": "^[0-9a-fA-F]{64}$"}}
+                  }
+                }}}},
+                "responses": {
+                  "201": {"description": "registered", "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["bundleID", "environment", "added", "existing", "total"],
+                    "properties": {
+                      "bundleID": {"type": "string"}, "environment": {"type": "string"}, "added": {"type": "integer"},
+                      "existing": {"type": "integer", "description": "tokens of the list registered already"}, "total": {"type": "integer"}
+                    }
+                  }}}},
+                  "400": {"$ref": "#/components/responses/Error"},
+                  "401": {"$ref": "#/components/responses/Error"},
+                  "404": {"$ref": "#/components/responses/Error"},
+                  "413": {"$ref": "#/components/responses/Error"},
+                  "422": {"$ref": "#/components/responses/Error"}
+                }
+              },
+              "get": {
+                "summary": "The app's virtual tokens in an environment, in token order, a page at a time",
+                "parameters": [
+                  {"name": "environment", "in": "query", "required": true, "schema": {"type": "string", "enum": ["production", "sandbox"]}},
+                  {"name": "after", "in": "query", "schema": {"type": "string", "pattern": "^([0-9a-fA-F]{2})+$"}, "description": "the token the page starts after: the last page's next"},
+                  {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000}}
+                ],
+                "responses": {
+                  "200": {"description": "a page", "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["bundleID", "environment", "total", "tokens"],
+                    "properties": {
+                      "bundleID": {"type": "string"}, "environment": {"type": "string"}, "total": {"type": "integer"},
+                      "tokens": {"type": "array", "items": {"$ref": "#/components/schemas/VirtualToken"}},
+                      "next": {"type": "string", "nullable": true, "description": "after for the next page; absent on the last"}
+                    }
+                  }}}},
+                  "400": {"$ref": "#/components/responses/Error"},
+                  "401": {"$ref": "#/components/responses/Error"},
+                  "404": {"$ref": "#/components/responses/Error"}
+                }
+              },
+              "delete": {
+                "summary": "Remove every virtual token of the app in an environment; what was held for them is dropped",
+                "parameters": [{"name": "environment", "in": "query", "required": true, "schema": {"type": "string", "enum": ["production", "sandbox"]}}],
+                "responses": {
+                  "200": {"description": "removed", "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["removed"], "properties": {"removed": {"type": "integer"}}
+                  }}}},
+                  "400": {"$ref": "#/components/responses/Error"},
+                  "401": {"$ref": "#/components/responses/Error"},
+                  "404": {"$ref": "#/components/responses/Error"}
+                }
+              }
+            },
+            "/v1/apps/{bundleID}/virtual-tokens/{token}": {
+              "parameters": [
+                {"name": "bundleID", "in": "path", "required": true, "schema": {"type": "string"}},
+                {"name": "token", "in": "path", "required": true, "schema": {"type": "string", "pattern": "^([0-9a-fA-F]{2})+$"}}
+              ],
+              "patch": {
+                "summary": "Set a virtual device offline (pushes held) or online (what is held is taken), uninstall it at a time (410 and a feedback entry) or install it again",
+                "requestBody": {"required": true, "content": {"application/json": {"schema": {
+                  "type": "object", "required": ["environment"],
+                  "properties": {
+                    "environment": {"type": "string", "enum": ["production", "sandbox"]},
+                    "online": {"type": "boolean"},
+                    "uninstalled": {"type": "boolean", "description": "true: uninstalled (at uninstalledAt, default now); false: installed again"},
+                    "uninstalledAt": {"type": "number", "minimum": 0, "maximum": 253402300799, "description": "seconds since 1970 (an ISO 8601 time is taken too)"}
+                  }
+                }}}},
+                "responses": {
+                  "200": {"description": "the token now", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/VirtualToken"}}}},
+                  "400": {"$ref": "#/components/responses/Error"},
+                  "401": {"$ref": "#/components/responses/Error"},
+                  "404": {"$ref": "#/components/responses/Error"},
+                  "422": {"$ref": "#/components/responses/Error"}
+                }
+              },
+              "delete": {
+                "summary": "Remove one virtual token; what was held for it is dropped",
+                "parameters": [{"name": "environment", "in": "query", "required": true, "schema": {"type": "string", "enum": ["production", "sandbox"]}}],
+                "responses": {
+                  "200": {"description": "removed", "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["removed"], "properties": {"removed": {"type": "integer"}}
+                  }}}},
+                  "400": {"$ref": "#/components/responses/Error"},
+                  "401": {"$ref": "#/components/responses/Error"},
+                  "404": {"$ref": "#/components/responses/Error"}
                 }
               }
             },
