@@ -95,9 +95,8 @@ struct VirtualCommand: AsyncParsableCommand {
             guard !(installed && (uninstalled || uninstalledAt != nil)) else { throw ValidationError("give --uninstalled or --installed, not both") }
             var body: [String: Any] = ["environment": target.environment]
             if offline || online { body["online"] = online }
-            if uninstalled || uninstalledAt != nil { body["uninstalled"] = true }
-            if let uninstalledAt { body["uninstalledAt"] = Double(uninstalledAt).map { $0 as Any } ?? uninstalledAt }
-            if installed { body["uninstalled"] = false }
+            if uninstalled || uninstalledAt != nil { body["uninstalledAt"] = uninstalledAt.map { Double($0).map { $0 as Any } ?? $0 } ?? "now" }
+            if installed { body["uninstalledAt"] = NSNull() }
             guard body.count > 1 else { throw ValidationError("nothing to change: give --offline, --online, --uninstalled [--uninstalled-at T] or --installed") }
             let data = try await adminCall {
                 try await admin.client().send("PATCH", target.path + "/\(token)", body: JSONSerialization.data(withJSONObject: body))

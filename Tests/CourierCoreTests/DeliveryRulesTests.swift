@@ -154,6 +154,17 @@ import Testing
         AdmissionCase(
             situation: "expired and silent: expiry first", notification: notification(expiration: past, silent: true), presence: .online,
             silentWindow: RateWindow(start: now, count: 2), admission: .dropped, kinds: [.accepted, .expired]),
+        AdmissionCase(
+            situation: "virtual device online (a token Courier did not issue, registered to the app: [virtual-devices.md](virtual-devices.md))",
+            notification: notification(expiration: tomorrow), presence: .virtual, admission: .takenByVirtualDevice,
+            kinds: [.accepted, .deliveredToVirtualDevice]),
+        AdmissionCase(
+            situation: "virtual device online, expired before it was accepted", notification: notification(expiration: past), presence: .virtual,
+            admission: .dropped, kinds: [.accepted, .expired]),
+        AdmissionCase(
+            situation: "virtual device online, silent push over its budget", notification: notification(priority: .conservePower, silent: true),
+            presence: .virtual, silentWindow: RateWindow(start: now.addingTimeInterval(-10), count: 2), admission: .dropped,
+            kinds: [.accepted, .throttled]),
     ]
 
     @Test(arguments: admissions) func afterAcceptance(_ row: AdmissionCase) {
@@ -186,7 +197,7 @@ import Testing
             situations.append(line.split(separator: "|").first!.trimmingCharacters(in: .whitespaces))
         }
         situations.removeFirst()  // the header
-        #expect(situations.count == 9)
+        #expect(situations.count == 10)
         let covered =
             Set(Self.admissions.map(\.situation)).union([
                 "acknowledged by the device",

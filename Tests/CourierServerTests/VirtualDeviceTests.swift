@@ -166,7 +166,7 @@ extension TestServer {
             #expect(try await server.admin("POST", "/v1/tokens/\(Hex.encode(other))/unregister", body: body).status == 404, "uninstalled already")
             #expect(try await client.send(HTTP2Push(token: other, payload: payload, topic: "com.example.demo")).status == 410)
 
-            #expect(try await server.changeVirtualToken(token, #"{"environment":"production","uninstalled":false}"#).object["uninstalledAt"] == nil)
+            #expect(try await server.changeVirtualToken(token, #"{"environment":"production","uninstalledAt":null}"#).object["uninstalledAt"] == nil)
             #expect(try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo")).status == 200)
         }
     }
@@ -247,7 +247,7 @@ extension TestServer {
             // Not of Apple's length: refused as before.
             #expect(try await client.send(HTTP2Push(token: Array(token.prefix(16)), payload: payload, topic: "com.example.demo")).reason == .badDeviceToken)
             // Uninstalled, it stays so (it is not registered again).
-            _ = try await server.changeVirtualToken(token, #"{"environment":"production","uninstalled":true}"#)
+            _ = try await server.changeVirtualToken(token, #"{"environment":"production","uninstalledAt":"now"}"#)
             #expect(try await client.send(HTTP2Push(token: token, payload: payload, topic: "com.example.demo")).status == 410)
             // Sandbox is not configured so.
             let sandbox = try await server.http2Client(.sandbox)

@@ -471,8 +471,7 @@ enum AdminOpenAPI {
                   "properties": {
                     "environment": {"type": "string", "enum": ["production", "sandbox"]},
                     "online": {"type": "boolean"},
-                    "uninstalled": {"type": "boolean", "description": "true: uninstalled (at uninstalledAt, default now); false: installed again"},
-                    "uninstalledAt": {"type": "number", "minimum": 0, "maximum": 253402300799, "description": "seconds since 1970 (an ISO 8601 time is taken too)"}
+                    "uninstalledAt": {"type": "number", "nullable": true, "minimum": 0, "maximum": 253402300799, "description": "uninstalled at this time: seconds since 1970 (an ISO 8601 time, or now, is taken too); null: installed again; absent: unchanged"}
                   }
                 }}}},
                 "responses": {
@@ -699,7 +698,7 @@ enum AdminOpenAPI {
             "/v1/certificates/{serial}/revoke": {
               "post": {
                 "summary": "Revoke a certificate: its handshakes fail and its connections close",
-                "parameters": [{"name": "serial", "in": "path", "required": true, "schema": {"type": "string", "pattern": "^[0-9a-fA-F:]+$"}}],
+                "parameters": [{"name": "serial", "in": "path", "required": true, "schema": {"type": "string", "pattern": "^:*[0-9a-fA-F][0-9a-fA-F:]*$"}}],
                 "responses": {
                   "200": {"description": "revoked", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Revoked"}}}},
                   "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"},

@@ -61,15 +61,13 @@ struct VirtualDeviceRoutes {
             let body = try await request.decode(as: VirtualTokenChange.self, context: context)
             let environment = try Self.environment(body.environment)
             var uninstalled: Date??
-            switch (body.uninstalled, body.uninstalledAt) {
-            case (nil, nil): uninstalled = nil
-            case (false, nil): uninstalled = .some(nil)
-            case (true, nil), (nil, _): uninstalled = .some(try body.uninstalledAt.map { try InboxQuery.date($0.text, "uninstalledAt") } ?? dispatcher.clock.now())
-            case (true, .some(let at)): uninstalled = .some(try InboxQuery.date(at.text, "uninstalledAt"))
-            case (false, .some): throw HTTPError(.unprocessableContent, message: "'uninstalledAt' goes with 'uninstalled': true, not false")
+            switch body.uninstalledAt {
+            case nil: uninstalled = nil
+            case .some(nil): uninstalled = .some(nil)
+            case .some(.some(let at)): uninstalled = .some(at.text == "now" ? dispatcher.clock.now() : try InboxQuery.date(at.text, "uninstalledAt"))
             }
             guard body.online != nil || uninstalled != nil else {
-                throw HTTPError(.unprocessableContent, message: "nothing to change: give 'online', 'uninstalled' or 'uninstalledAt'")
+                throw HTTPError(.unprocessableContent, message: "nothing to change: give 'online' or 'uninstalledAt'")
             }
             guard
                 let changed = try await dispatcher.changeVirtualToken(
@@ -121,11 +119,23 @@ struct NewVirtualTokens: Decodable {
     var tokens: [String]
 }
 
+/// A change of a virtual token: `uninstalledAt` absent leaves it, null
+/// installs the app again, a time (or "now") uninstalls it then.
 struct VirtualTokenChange: Decodable {
     var environment: String?
     var online: Bool?
-    var uninstalled: Bool?
-    var uninstalledAt: TimeValue?
+    var uninstalledAt: TimeValue??
+
+    private enum CodingKeys: String, CodingKey { case environment, online, uninstalledAt }
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        environment = try container.decodeIfPresent(String.self, forKey: .environment)
+        online = try container.decodeIfPresent(Bool.self, forKey: .online)
+        if container.contains(.uninstalledAt) {
+            uninstalledAt = .some(try container.decodeNil(forKey: .uninstalledAt) ? nil : try container.decode(TimeValue.self, forKey: .uninstalledAt))
+        }
+    }
 }
 
 struct VirtualTokenJSON: ResponseCodable {
