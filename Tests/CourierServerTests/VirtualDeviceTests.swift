@@ -322,6 +322,47 @@ extension TestServer {
         }
     }
 
+    /// An app that takes any token takes at most `firstUseLimit` of them
+    /// per environment: its providers choose how many tokens it meets, and
+    /// memory is every team's. Then a new token is BadDeviceToken, and the
+    /// ones taken stay.
+    @Test func anAppTakesAtMostItsLimitOfTokensOnFirstUse() async throws {
+        try await withTestServer { server in
+            let app = VirtualDevices.AppKey(environment: .production, bundleID: "com.example.demo")
+            let virtuals = VirtualDevices(
+                store: server.application.provisioner.store, rules: server.dispatcher.rules, acceptAnyToken: [app], firstUseLimit: 2)
+            let number = AppNumber("com.example.demo")
+            let now = server.clock.now()
+            let tokens = (0..<3).map { _ in appleToken() }
+            for token in tokens.prefix(2) {
+                guard case .firstUse = virtuals.take(token, environment: .production, app: number, bundleID: app.bundleID, now: now) else {
+                    Issue.record("a token under the limit was not taken on first use")
+                    return
+                }
+                #expect(virtuals.belongs(token, environment: .production, app: number, bundleID: app.bundleID))
+                try await virtuals.registerOnFirstUse(token, environment: .production, bundleID: app.bundleID, now: now)
+            }
+            guard case .none = virtuals.take(tokens[2], environment: .production, app: number, bundleID: app.bundleID, now: now) else {
+                Issue.record("a token past the limit was taken")
+                return
+            }
+            #expect(!virtuals.belongs(tokens[2], environment: .production, app: number, bundleID: app.bundleID))
+            guard case .found = virtuals.take(tokens[0], environment: .production, app: number, bundleID: app.bundleID, now: now) else {
+                Issue.record("a token taken before the limit was lost")
+                return
+            }
+            // The limit is per environment.
+            let sandbox = VirtualDevices(
+                store: server.application.provisioner.store, rules: server.dispatcher.rules,
+                acceptAnyToken: [VirtualDevices.AppKey(environment: .sandbox, bundleID: app.bundleID)], firstUseLimit: 2)
+            try await sandbox.load()
+            guard case .firstUse = sandbox.take(tokens[2], environment: .sandbox, app: number, bundleID: app.bundleID, now: now) else {
+                Issue.record("sandbox's limit counted production's tokens")
+                return
+            }
+        }
+    }
+
     /// The layout the memory figure of docs/benchmarks.md counts on.
     @Test func aVirtualTokenIsFortyBytesOfKeyAndTwentyFourOfEntry() {
         #expect(MemoryLayout<VirtualTokenKey>.stride == 40)

@@ -62,10 +62,43 @@ final class VirtualDevices: Sendable {
         var bundleID: String
     }
 
+    /// An app in an environment, by number.
+    private struct AppSlot: Hashable {
+        var app: AppNumber
+        var environment: Environment
+    }
+
     private struct State {
-        var entries: [VirtualTokenKey: VirtualEntry] = [:]
+        private(set) var entries: [VirtualTokenKey: VirtualEntry] = [:]
         /// Open rate windows of virtual tokens, pruned once ended.
         var windows: [VirtualTokenKey: RateWindow] = [:]
+        /// How many virtual tokens each app has in each environment.
+        private(set) var counts: [AppSlot: Int] = [:]
+
+        func count(of slot: AppSlot) -> Int { counts[slot] ?? 0 }
+
+        /// Keeps one token's entry (nil: forgets it).
+        mutating func set(_ key: VirtualTokenKey, _ entry: VirtualEntry?) {
+            let slot = AppSlot(app: key.app, environment: key.environment)
+            if let entry {
+                if entries.updateValue(entry, forKey: key) == nil { counts[slot, default: 0] += 1 }
+            } else if entries.removeValue(forKey: key) != nil {
+                counts[slot, default: 1] -= 1
+            }
+        }
+
+        /// Every entry, from the store.
+        mutating func replaceAll(_ all: [VirtualTokenKey: VirtualEntry]) {
+            entries = all
+            counts = all.keys.reduce(into: [:]) { $0[AppSlot(app: $1.app, environment: $1.environment), default: 0] += 1 }
+        }
+
+        /// One app's entries in one environment, from the store.
+        mutating func replace(_ slot: AppSlot, with loaded: [(VirtualTokenKey, VirtualEntry)]) {
+            entries = entries.filter { !($0.key.app == slot.app && $0.key.environment == slot.environment) }
+            for (key, entry) in loaded { entries[key] = entry }
+            counts[slot] = loaded.count
+        }
     }
 
     private let state = Mutex(State())
@@ -73,11 +106,18 @@ final class VirtualDevices: Sendable {
     private let rules: DeliveryRules
     /// The apps that take any token of Apple's format on first use.
     let acceptAnyToken: Set<AppKey>
+    /// Tokens an app takes on first use, at most, per environment: the
+    /// providers of an app so configured choose how many tokens it meets,
+    /// and memory is every team's.
+    let firstUseLimit: Int
 
-    init(store: any Store, rules: DeliveryRules, acceptAnyToken: Set<AppKey>) {
+    static let defaultFirstUseLimit = 1_000_000
+
+    init(store: any Store, rules: DeliveryRules, acceptAnyToken: Set<AppKey>, firstUseLimit: Int = VirtualDevices.defaultFirstUseLimit) {
         self.store = store
         self.rules = rules
         self.acceptAnyToken = acceptAnyToken
+        self.firstUseLimit = firstUseLimit
     }
 
     /// A virtual device's id: 64 bits of SHA-256 over its environment,
@@ -106,7 +146,7 @@ final class VirtualDevices: Sendable {
             guard let key = VirtualTokenKey(environment: token.environment, app: app, token: token.token) else { continue }
             entries[key] = VirtualEntry(token, deviceID: Self.deviceID(environment: token.environment, bundleID: token.bundleID, token: token.token))
         }
-        state.withLock { $0.entries = entries }
+        state.withLock { $0.replaceAll(entries) }
     }
 
     /// Reads one app's virtual tokens again (they changed here, or on another node).
@@ -118,10 +158,7 @@ final class VirtualDevices: Sendable {
                 ($0, VirtualEntry(token, deviceID: Self.deviceID(environment: app.environment, bundleID: app.bundleID, token: token.token)))
             }
         }
-        state.withLock { state in
-            state.entries = state.entries.filter { !($0.key.app == number && $0.key.environment == app.environment) }
-            for (key, entry) in loaded { state.entries[key] = entry }
-        }
+        state.withLock { $0.replace(AppSlot(app: number, environment: app.environment), with: loaded) }
     }
 
     /// Reads one token of an app again: kept as the store has it, or forgotten.
@@ -130,7 +167,7 @@ final class VirtualDevices: Sendable {
         let number = AppNumber(app.bundleID)
         guard let stored else {
             guard let key = VirtualTokenKey(environment: app.environment, app: number, token: token) else { return }
-            state.withLock { $0.entries[key] = nil }
+            state.withLock { $0.set(key, nil) }
             return
         }
         keep(stored, app: number)
@@ -140,7 +177,7 @@ final class VirtualDevices: Sendable {
     private func keep(_ token: VirtualToken, app: AppNumber) {
         guard let key = VirtualTokenKey(environment: token.environment, app: app, token: token.token) else { return }
         let entry = VirtualEntry(token, deviceID: Self.deviceID(environment: token.environment, bundleID: token.bundleID, token: token.token))
-        state.withLock { $0.entries[key] = entry }
+        state.withLock { $0.set(key, entry) }
     }
 
     /// Virtual tokens known now.
@@ -173,24 +210,34 @@ final class VirtualDevices: Sendable {
     /// is installed, counts the push in its rate window (check 6).
     func take(_ token: [UInt8], environment: Environment, app: AppNumber, bundleID: String, now: Date) -> Lookup {
         guard let key = VirtualTokenKey(environment: environment, app: app, token: token) else { return .none }
-        let found: Found? = state.withLock { state in
-            guard let entry = state.entries[key] else { return nil }
+        enum Answer {
+            case found(Found)
+            case absent(count: Int)
+        }
+        let answer: Answer = state.withLock { state in
+            guard let entry = state.entries[key] else { return .absent(count: state.count(of: AppSlot(app: app, environment: environment))) }
             if let at = entry.uninstalledAt {
                 let problem = TokenProblem.removed(at: at)
-                return Found(deviceID: entry.deviceID, refusal: rules.refusal(problem), problem: problem, offline: entry.offline)
+                return .found(Found(deviceID: entry.deviceID, refusal: rules.refusal(problem), problem: problem, offline: entry.offline))
             }
             let refusal = rules.refusal(takingFrom: &state.windows[key, default: .unopened], now: now)
-            return Found(deviceID: entry.deviceID, refusal: refusal, problem: nil, offline: entry.offline)
+            return .found(Found(deviceID: entry.deviceID, refusal: refusal, problem: nil, offline: entry.offline))
         }
-        if let found { return .found(found) }
-        return acceptAnyToken.contains(AppKey(environment: environment, bundleID: bundleID)) ? .firstUse : .none
+        switch answer {
+        case .found(let found): return .found(found)
+        case .absent(let count):
+            // Past the limit an app so configured takes no more: BadDeviceToken, as for any other app.
+            guard count < firstUseLimit, acceptAnyToken.contains(AppKey(environment: environment, bundleID: bundleID)) else { return .none }
+            return .firstUse
+        }
     }
 
     /// Whether a token that did not open is the app's (registered, or
     /// taken on first use): a fault rule may match its push.
     func belongs(_ token: [UInt8], environment: Environment, app: AppNumber, bundleID: String) -> Bool {
         guard let key = VirtualTokenKey(environment: environment, app: app, token: token) else { return false }
-        return state.withLock { $0.entries[key] != nil } || acceptAnyToken.contains(AppKey(environment: environment, bundleID: bundleID))
+        let (known, count) = state.withLock { ($0.entries[key] != nil, $0.count(of: AppSlot(app: app, environment: environment))) }
+        return known || (count < firstUseLimit && acceptAnyToken.contains(AppKey(environment: environment, bundleID: bundleID)))
     }
 
     /// Registers a token of an app that takes any token on first use
