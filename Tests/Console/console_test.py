@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -487,6 +488,50 @@ class ConsoleTests(unittest.TestCase):
         answer = self.fetch("/v1/teams", "POST", {"Content-Type": "application/json"}, '{"id": "CONSOLE002", "name": "x"}')
         self.assertEqual(answer["status"], 403)
         self.assertNotIn("CONSOLE002", json.dumps(self.courier.api("GET", "/v1/teams")))
+
+    def test_7b_virtual_devices_registered_changed_and_removed(self):
+        self.open("#provisioning")
+        self.labels_are_complete()
+        self.wait(lambda d: "com.example.demo" in self.option_values(d, "virtual-app"))
+        Select(self.element("select[name=virtual-app]")).select_by_value("com.example.demo")
+        Select(self.element("select[name=virtual-environment]")).select_by_value("production")
+        first, second = secrets.token_hex(32), secrets.token_hex(32)
+        self.element("textarea[name=virtual-tokens]").send_keys(first + "\n" + second + "\n")
+        self.element("#virtual-form").submit()
+        self.wait(lambda d: first in d.find_element(By.ID, "virtual-tokens").text and second in d.find_element(By.ID, "virtual-tokens").text)
+        path = "/v1/apps/com.example.demo/virtual-tokens"
+
+        def token(value):
+            listed = self.courier.api("GET", path + "?environment=production")["tokens"]
+            return next((t for t in listed if t["token"] == value), None)
+
+        def push(value):
+            data = os.path.join(self.courier.data, "demo")
+            return subprocess.run(
+                ["curl", "-sS", "--http2", "--cacert", os.path.join(self.courier.data, "pki", "ca.pem"),
+                 "--cert", os.path.join(data, "com.example.demo.pem"), "--key", os.path.join(data, "com.example.demo-key.pem"),
+                 "-H", "apns-topic: com.example.demo", "--data-binary", '{"aps":{"alert":"to a virtual device"}}',
+                 "-o", "/dev/null", "-w", "%{http_code}", "https://localhost:%d/3/device/%s" % (self.courier.http2_port, value)],
+                capture_output=True, text=True, timeout=30).stdout
+
+        self.assertEqual(push(first), "200")
+        self.click("Set offline " + first)
+        self.wait(lambda d: token(first)["online"] is False)
+        self.wait(lambda d: "offline" in d.find_element(By.ID, "virtual-tokens").text)
+        self.click("Uninstall " + first)
+        self.wait(lambda d: token(first).get("uninstalledAt"))
+        self.assertEqual(push(first), "410")
+        self.screenshot("virtual-devices", height=1800)
+        self.click("Remove " + second)
+        self.wait(lambda d: token(second) is None)
+        self.wait(lambda d: second not in d.find_element(By.ID, "virtual-tokens").text)
+        self.assertEqual(push(second), "400")
+        # A token that is not hex: the API's one-line refusal, shown as an error.
+        self.element("textarea[name=virtual-tokens]").send_keys("not-a-token")
+        self.element("#virtual-form").submit()
+        self.wait(lambda d: "error" in (d.find_element(By.ID, "status").get_attribute("class") or ""))
+        self.assertIn("not hex", self.element("#status").text)
+        self.element("#status button.dismiss").click()
 
     def test_8_narrow_screens_and_signing_out(self):
         # The overview while pushes come in: the live chart and the refusals of the tests before.

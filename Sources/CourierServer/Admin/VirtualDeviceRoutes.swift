@@ -66,9 +66,6 @@ struct VirtualDeviceRoutes {
             case .some(nil): uninstalled = .some(nil)
             case .some(.some(let at)): uninstalled = .some(at.text == "now" ? dispatcher.clock.now() : try InboxQuery.date(at.text, "uninstalledAt"))
             }
-            guard body.online != nil || uninstalled != nil else {
-                throw HTTPError(.unprocessableContent, message: "nothing to change: give 'online' or 'uninstalledAt'")
-            }
             guard
                 let changed = try await dispatcher.changeVirtualToken(
                     token, bundleID: bundleID, environment: environment, offline: body.online.map { !$0 }, uninstalled: uninstalled)

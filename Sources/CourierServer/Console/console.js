@@ -734,8 +734,10 @@ function provisioning(main) {
     picked = now;
     appTeam.replaceChildren(...options(teamsList, appTeam.value));
     certApp.replaceChildren(...options(appsList, certApp.value));
+    virtual.fillApps(appsList);
   }
   const certEnvironments = h("select", { name: "cert-environments" }, options([["both", "production and sandbox"], "production", "sandbox"], "both"));
+  const virtual = virtualDevices();
   main.append(h("h2", {}, "Provisioning"),
     h("section", {}, h("h3", {}, "Teams, apps and auth keys"), teams,
       h("form", { class: "fields", onsubmit: async (event) => {
@@ -768,6 +770,7 @@ function provisioning(main) {
           refresh();
         } catch (error) { failed(error); }
       } }, field("Provider certificate for app", certApp), field("Environments", certEnvironments), h("div", {}, h("button", { type: "submit" }, "Issue and download")))),
+    virtual.section,
     h("section", {}, h("h3", {}, "Devices online"), devices,
       h("div", { class: "actions" }, h("button", { type: "button", onclick: async () => {
         try {
@@ -783,6 +786,67 @@ function provisioning(main) {
         } catch (error) { failed(error); }
       } }, "Activate a device (download its identity folder)"))));
   every(5000, refresh);
+  every(5000, virtual.refresh);
+}
+
+/** Virtual devices (docs/virtual-devices.md): an app's own Apple tokens, registered, listed, set offline or uninstalled, removed. */
+function virtualDevices() {
+  const app = h("select", { name: "virtual-app" });
+  const environment = h("select", { name: "virtual-environment" }, options(["production", "sandbox"], "production"));
+  const tokens = h("textarea", { name: "virtual-tokens", rows: "4", class: "mono", autocomplete: "off", placeholder: "64 hex digits a line" });
+  const list = h("div", { id: "virtual-tokens" });
+  const path = () => "/v1/apps/" + encodeURIComponent(app.value) + "/virtual-tokens";
+  async function change(token, body, done) {
+    try {
+      await api("PATCH", path() + "/" + token, Object.assign({ environment: environment.value }, body));
+      say(done);
+      refresh();
+    } catch (error) { failed(error); }
+  }
+  async function refresh() {
+    if (!app.value) return;
+    try {
+      const answer = await api("GET", path() + "?environment=" + environment.value + "&limit=100");
+      show(list, JSON.stringify([app.value, environment.value, answer]), () => answer.tokens.length ? h("div", {},
+        h("p", { class: "hint" }, answer.total + " virtual token" + (answer.total === 1 ? "" : "s") + (answer.total > 100 ? " (the first 100 shown)" : "")),
+        table(["token", "state", ""], answer.tokens.map((t) => h("tr", {},
+          h("td", { class: "mono wrap" }, h("a", { href: "#lookup?token=" + t.token }, t.token)),
+          h("td", {}, (t.online ? "online" : "offline") + (t.uninstalledAt ? ", uninstalled " + shortTime(t.uninstalledAt) : "")),
+          h("td", { class: "actions" },
+            h("button", { type: "button", class: "secondary", "aria-label": (t.online ? "Set offline " : "Set online ") + t.token,
+              onclick: () => change(t.token, { online: !t.online }, t.token.slice(0, 16) + "… is " + (t.online ? "offline." : "online.")) }, t.online ? "Set offline" : "Set online"),
+            h("button", { type: "button", class: "secondary", "aria-label": (t.uninstalledAt ? "Install " : "Uninstall ") + t.token,
+              onclick: () => change(t.token, { uninstalledAt: t.uninstalledAt ? null : "now" }, t.token.slice(0, 16) + "… is " + (t.uninstalledAt ? "installed again." : "uninstalled.")) },
+              t.uninstalledAt ? "Install" : "Uninstall"),
+            h("button", { type: "button", class: "danger", "aria-label": "Remove " + t.token, onclick: async () => {
+              try { await api("DELETE", path() + "/" + t.token + "?environment=" + environment.value); say("Removed " + t.token.slice(0, 16) + "…."); refresh(); } catch (error) { failed(error); }
+            } }, "Remove")))))) : h("p", { class: "muted" }, "No virtual tokens of " + app.value + " in " + environment.value + "."));
+    } catch (error) { failed(error); }
+  }
+  let listed = "";
+  function fillApps(apps) {
+    const now = JSON.stringify(apps);
+    if (now === listed) return;
+    listed = now;
+    app.replaceChildren(...options(apps, app.value || apps[0]));
+    refresh();
+  }
+  app.addEventListener("change", refresh);
+  environment.addEventListener("change", refresh);
+  const section = h("section", {}, h("h3", {}, "Virtual devices"),
+    h("p", { class: "hint" }, "Your team's own Apple device tokens, registered to an app: pushes to them pass every check and are taken at once, held while offline, or refused Unregistered once uninstalled."),
+    h("form", { class: "fields", id: "virtual-form", onsubmit: async (event) => {
+      event.preventDefault();
+      const given = tokens.value.split(/\s+/).filter(Boolean);
+      try {
+        const added = await api("POST", path(), { environment: environment.value, tokens: given });
+        say("Registered " + added.added + " (" + added.existing + " registered already); " + added.total + " in all.");
+        tokens.value = "";
+        refresh();
+      } catch (error) { failed(error); }
+    } }, field("App", app), field("Environment", environment), field("Tokens", tokens, { class: "wide" }), h("div", {}, h("button", { type: "submit" }, "Register"))),
+    list);
+  return { section, fillApps, refresh };
 }
 
 // MARK: Start

@@ -40,10 +40,13 @@ extension Dispatcher {
 
     /// Sets a virtual token offline or online, and (`uninstalled`) its
     /// uninstall time or (`.some(nil)`) installs it again. Set online, it
-    /// takes what was held for it. Nil when the app has no such token.
+    /// takes what was held for it. Nil when the app has no such token;
+    /// with nothing to change, the token as it is.
     func changeVirtualToken(
         _ token: [UInt8], bundleID: String, environment: Environment, offline: Bool?, uninstalled: Date??
     ) async throws -> VirtualToken? {
+        // Nothing to change: the token as it is.
+        if offline == nil, uninstalled == nil { return try await store.virtualToken(environment: environment, bundleID: bundleID, token: token) }
         guard
             let changed = try await store.updateVirtualToken(
                 environment: environment, bundleID: bundleID, token: token, offline: offline, uninstalled: uninstalled)
