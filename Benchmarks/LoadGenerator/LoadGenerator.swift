@@ -78,6 +78,10 @@ struct Arguments: ParsableCommand {
     var writeInterval = 1000
     @Option(help: "Seconds the tls-idle connections stay open after the memory figure is printed (for a measurement of one's own, such as the server's memory after malloc_trim); then they are closed.")
     var hold = 0
+    @Option(help: ArgumentHelp("binary-raw: push to this token (hex; a virtual token, say) instead of the load device's, offline.", valueName: "hex"))
+    var token: String?
+    @Flag(help: "binary-raw: the load device stays connected, and reads and acknowledges every notification (counted).")
+    var connected = false
 }
 
 /// The server's configuration as the load generator opens its store:
@@ -392,16 +396,21 @@ let benchmarkPayload = Array(#"{"aps":{"alert":"Your order has shipped","badge":
 
 /// The demo app's token on a device of its own, registered and then taken
 /// offline (so every push is accepted and dropped as undeliverable).
-func offlineDemoToken(_ arguments: Arguments, logger: Logger) async throws -> [UInt8] {
+/// The binary modes' device (made once in the data directory), not yet connected.
+func loadDevice(_ arguments: Arguments, logger: Logger) async throws -> DeviceClient {
     let provisioner = try await Provisioner.open(configuration: try serverConfiguration(arguments), logger: logger)
     let directory = arguments.data + "/load-binary-device"
     if !FileManager.default.fileExists(atPath: directory + "/identity.json") {
         _ = try await provisioner.issueDeviceIdentity(directory: directory)
     }
     try await provisioner.close()
-    let device = try DeviceClient(
+    return try DeviceClient(
         credentials: try DeviceCredentials.load(from: directory), environment: .production,
         options: .init(host: arguments.host, port: arguments.devicePort, serverName: "localhost"), logger: logger)
+}
+
+func offlineDemoToken(_ arguments: Arguments, logger: Logger) async throws -> [UInt8] {
+    let device = try await loadDevice(arguments, logger: logger)
     let running = Task { await device.run() }
     try await device.waitUntilConnected()
     let token = try await device.register("com.example.demo")
@@ -437,7 +446,30 @@ final class ErrorResponseReader: ChannelInboundHandler, Sendable {
 /// S seconds instead of `--count` frames and samples the server's memory
 /// every second: a sender faster than the server must not make it grow.
 func rawBinaryThroughput(_ arguments: Arguments, logger: Logger) async throws {
-    let token = try await offlineDemoToken(arguments, logger: logger)
+    var device: (client: DeviceClient, running: Task<Void, Never>, received: Task<(count: Int, last: Date?), Never>)?
+    let token: [UInt8]
+    if let text = arguments.token {
+        guard let given = Hex.decode(text) else { throw ValidationError("--token \(text) is not hex") }
+        token = given
+    } else if arguments.connected {
+        let client = try await loadDevice(arguments, logger: logger)
+        let running = Task { await client.run() }
+        try await client.waitUntilConnected()
+        token = try await client.register("com.example.demo")
+        let received = Task {
+            var count = 0
+            var last: Date?
+            for await notification in client.notifications {
+                try? await client.acknowledge(notification)
+                count += 1
+                last = Date()
+            }
+            return (count, last)
+        }
+        device = (client, running, received)
+    } else {
+        token = try await offlineDemoToken(arguments, logger: logger)
+    }
     var chunk = ByteBuffer()
     let perChunk = 1_000
     for index in 0..<perChunk {
@@ -465,6 +497,15 @@ func rawBinaryThroughput(_ arguments: Arguments, logger: Logger) async throws {
     let seconds = Date().timeIntervalSince(start)
     try? await channel.close()
     print("binary (raw sender, \(frameBytes)-byte frames, chunks of \(perChunk)): \(sent) notifications written in \(String(format: "%.2f", written)) s, all handled in \(String(format: "%.2f", seconds)) s (\(Int(Double(sent) / seconds))/s); answer \(response)")
+    if let device {
+        // What the device got (each read and acknowledged) once the server has handled every frame.
+        try? await Task.sleep(for: .seconds(2))
+        await device.client.stop()
+        await device.running.value
+        let (received, last) = await device.received.value
+        let after = last.map { String(format: "%.2f s", $0.timeIntervalSince(start)) } ?? "-"
+        print("connected device: \(received) of \(sent) received and acknowledged, the last \(after) after the first was written")
+    }
     if let pid = arguments.serverPID, let before, let after = residentKiB(pid) {
         print("server memory: \(before) KiB before, \(after) KiB after" + (samples.isEmpty ? "" : "; every second while writing: \(samples.map(String.init).joined(separator: " "))"))
     }

@@ -13,6 +13,10 @@
 #        device asked for, and then disconnected
 #        UNINSTALLED=1 ... : pushes to the demo app's token after the demo
 #        device reported the app removed (each answered 410 Unregistered)
+#        VIRTUAL=1 ... : pushes to a virtual device (a random token of Apple's
+#        format registered to the demo app: docs/virtual-devices.md)
+#        CONNECTED=1 ... : the demo device stays connected (courier device run),
+#        reading and acknowledging every push
 #        SERVER_CPU=0 LOAD_CPU=1 ... : the server pinned to one core and
 #        h2load to another (Benchmarks/ratchet.sh)
 # needs: h2load (Debian nghttp2-client), nginx, openssl; a release build:
@@ -66,6 +70,18 @@ if [ -n "${LIVE_ACTIVITY:-}" ]; then
   [ -n "$token" ] || { echo "the demo device got no Live Activity token:" >&2; cat "$work/device.log" >&2; exit 1; }
   topic=com.example.demo.push-type.liveactivity push_type=liveactivity
   printf '{"aps":{"timestamp":1700000000,"event":"update","content-state":{}}}' > "$work/payload.json"
+fi
+if [ -n "${VIRTUAL:-}" ]; then
+  # A virtual device (docs/virtual-devices.md): a random token of Apple's format, registered to the demo app.
+  token=$(openssl rand -hex 32)
+  "$courier" virtual add --data "$work/data" --app com.example.demo "$token" > "$work/virtual.log" 2>&1 ||
+    { echo "the virtual token was not registered:" >&2; cat "$work/virtual.log" >&2; exit 1; }
+fi
+if [ -n "${CONNECTED:-}" ]; then
+  # The demo device connected through the runs, reading (and acknowledging) every notification.
+  "$courier" device run --identity "$work/data/demo/device" --app com.example.demo --port 45223 > /dev/null 2> "$work/device.log" &
+  echo $! > "$work/device.pid"
+  for _ in $(seq 100); do grep -q "connected" "$work/device.log" && break; sleep 0.1; done
 fi
 if [ -n "${UNINSTALLED:-}" ]; then
   "$courier" device uninstall --identity "$work/data/demo/device" --app com.example.demo --port 45223 > "$work/device.log" 2>&1 ||
