@@ -456,7 +456,7 @@ func rawBinaryThroughput(_ arguments: Arguments, logger: Logger) async throws {
         let running = Task { await client.run() }
         try await client.waitUntilConnected()
         token = try await client.register("com.example.demo")
-        let received = Task {
+        let received = Task { () -> (count: Int, last: Date?) in
             var count = 0
             var last: Date?
             for await notification in client.notifications {

@@ -453,9 +453,17 @@ func courierRun(_ arguments: [String], directory: String? = nil) throws -> Proce
         #expect(first.output.last == "Courier stopped.")
         #expect(!FileManager.default.fileExists(atPath: data + "/ports.json"), "removed when it stopped")
 
+        #expect(!output.contains("Virtual devices:"), "no app takes any token unless configured so")
+
+        // An app that takes any token on first use is named in the banner.
+        try #"""
+        {"network": {"production": \#(zero), "sandbox": \#(zero), "adminPort": 0},
+         "virtualDevices": {"acceptAnyToken": {"sandbox": ["com.example.demo", "com.example.other"]}}}
+        """#.write(toFile: config, atomically: true, encoding: .utf8)
         let second = try RunningProgram(courier, ["serve", "--data", data, "--config", config])
         #expect(second.waitForLine(containing: "Courier is running") != nil, "\(second.output)")
         let again = second.output.joined(separator: "\n")
+        #expect(again.contains("\nVirtual devices: sandbox apps that take any token on first use: com.example.demo, com.example.other\n"), "\(again)")
         #expect(again.contains("Reusing the existing data directory."))
         #expect(again.contains("found    \(data)/pki/ca.pem"))
         #expect(!again.contains("created"))

@@ -53,6 +53,13 @@ extension TestServer {
             let kinds = (timeline.object["events"] as? [[String: Any]] ?? []).compactMap { $0["event"] as? String ?? $0["kind"] as? String }
             #expect(kinds.last == "deliveredToVirtualDevice", "\(timeline.object)")
 
+            // The header and payload checks come first, as for any token.
+            var badType = HTTP2Push(token: tokens[0], payload: payload, topic: "com.example.demo")
+            badType.pushType = "nonsense"
+            #expect(try await client.send(badType).reason == .invalidPushType)
+            let empty = try await client.send(HTTP2Push(token: tokens[0], payload: [], topic: "com.example.demo"))
+            #expect(empty.reason == .payloadEmpty)
+
             // A token no one registered is a bad token, as before.
             let unknown = try await client.send(HTTP2Push(token: appleToken(), payload: payload, topic: "com.example.demo"))
             #expect(unknown.status == 400)
@@ -190,7 +197,20 @@ extension TestServer {
             let entries = try await server.inboxEntries("?token=\(Hex.encode(token))")
             let id = try #require(entries.first?["apnsID"] as? String)
             #expect(try await server.events(try #require(UUID(uuidString: id))) == [.accepted, .deliveredToVirtualDevice])
+
+            // Uninstalled: no answer (the binary API reports no Unregistered), and a feedback entry with the time.
+            let uninstalled = appleToken()
+            try await server.addVirtualTokens([uninstalled])
+            _ = try await server.changeVirtualToken(uninstalled, #"{"environment":"production","uninstalledAt":1790000000}"#)
             await client.close()
+            let second = try await server.binaryClient()
+            try await second.send(token: uninstalled, payload: payload, expiry: 0, priority: 10, identifier: 3)
+            try await second.send(token: appleToken(), payload: payload, expiry: 0, priority: 10, identifier: 4)
+            #expect(try #require(await nextFailure(second)).identifier == 4, "the uninstalled token's frame has no answer")
+            await second.close()
+            let feedback = try await server.application.provisioner.store.feedback(environment: .production, topic: "com.example.demo")
+            #expect(feedback.map(\.token) == [uninstalled])
+            #expect(feedback.first?.timestamp == Date(timeIntervalSince1970: 1_790_000_000))
         }
     }
 

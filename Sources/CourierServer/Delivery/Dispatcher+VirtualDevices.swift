@@ -61,8 +61,11 @@ extension Dispatcher {
     /// Removes virtual tokens of the app (every one when nil); what was
     /// held for them is dropped. How many were removed.
     func removeVirtualTokens(_ tokens: [[UInt8]]?, bundleID: String, environment: Environment) async throws -> Int {
+        // What is held is held for a token while it is offline (set online, it is taken).
         var removing = tokens ?? []
-        if tokens == nil { removing = try await store.virtualTokens(environment: environment, bundleID: bundleID, after: nil, limit: nil).map(\.token) }
+        if tokens == nil {
+            removing = try await store.virtualTokens(environment: environment, bundleID: bundleID, after: nil, limit: nil).filter(\.offline).map(\.token)
+        }
         let removed = try await store.removeVirtualTokens(environment: environment, bundleID: bundleID, tokens: tokens)
         try await virtualTokensChanged(VirtualDevices.AppKey(environment: environment, bundleID: bundleID), token: tokens?.count == 1 ? tokens?[0] : nil)
         for token in removing { await takeHeld(ofVirtual: token, bundleID: bundleID, environment: environment, delivered: false) }

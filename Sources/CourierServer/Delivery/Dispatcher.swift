@@ -240,17 +240,18 @@ public final class Dispatcher: Sendable {
             if let refusal { return reject(notification, of: app, refusal, now: now) }
             return carryOut(notification, of: app, token, now: now)
         }
+        // One of the app's virtual tokens: found without opening it (a token that opens is never one).
+        let virtual = virtuals.take(notification.token, environment: environment, app: app, bundleID: grant.bundleID, now: now)
+        if case .found(let found) = virtual {
+            return carryOut(notification, of: app, to: found, bundleID: grant.bundleID, environment: environment, now: now)
+        }
         let token: CheckedToken
         switch registrations.check(key, bundleID: grant.bundleID, liveActivity: liveActivity, now: now) {
         case .success(let checked): token = checked
         case .failure(let failure):
-            guard failure.problem == .unopened else { return reject(notification, of: app, rules.refusal(failure.problem), now: now) }
-            // A virtual token registered on first use is decided after waiting for its row.
-            switch virtuals.take(notification.token, environment: environment, app: app, bundleID: grant.bundleID, now: now) {
-            case .none: return reject(notification, of: app, rules.refusal(failure.problem), now: now)
-            case .firstUse: return nil
-            case .found(let found): return carryOut(notification, of: app, to: found, bundleID: grant.bundleID, environment: environment, now: now)
-            }
+            // A token the app takes on first use is decided after waiting for its row.
+            if failure.problem == .unopened, case .firstUse = virtual { return nil }
+            return reject(notification, of: app, rules.refusal(failure.problem), now: now)
         }
         // Not known (the registration, or a Live Activity's end): decided after waiting.
         guard let (problem, epoch) = registrations.cached(token, now: now) else { return nil }

@@ -133,32 +133,45 @@ final class VirtualDevices: Sendable {
 
     // MARK: Loading
 
+    /// Tokens read from the store at a time: a start with a million holds
+    /// no more than this many rows beside the entries.
+    static let page = 100_000
+
     /// Reads every virtual token from the store (at start, and when
-    /// messages from other nodes may have been lost).
+    /// messages from other nodes may have been lost), app by app, a page
+    /// at a time.
     func load() async throws {
-        let all = try await store.virtualTokens(environment: nil, bundleID: nil, after: nil, limit: nil)
         var entries: [VirtualTokenKey: VirtualEntry] = [:]
-        entries.reserveCapacity(all.count)
-        var apps: [String: AppNumber] = [:]
-        for token in all {
-            let app = apps[token.bundleID] ?? AppNumber(token.bundleID)
-            apps[token.bundleID] = app
-            guard let key = VirtualTokenKey(environment: token.environment, app: app, token: token.token) else { continue }
-            entries[key] = VirtualEntry(token, deviceID: Self.deviceID(environment: token.environment, bundleID: token.bundleID, token: token.token))
+        for team in try await store.teams() {
+            for app in try await store.apps(teamID: team.id) {
+                for environment in Environment.allCases {
+                    try await read(AppKey(environment: environment, bundleID: app.bundleID)) { entries[$0] = $1 }
+                }
+            }
         }
         state.withLock { $0.replaceAll(entries) }
     }
 
+    /// Hands each of an app's virtual tokens in an environment to `take`, a page at a time.
+    private func read(_ app: AppKey, _ take: (VirtualTokenKey, VirtualEntry) -> Void) async throws {
+        let number = AppNumber(app.bundleID)
+        var after: [UInt8]?
+        while true {
+            let page = try await store.virtualTokens(environment: app.environment, bundleID: app.bundleID, after: after, limit: Self.page)
+            for token in page {
+                guard let key = VirtualTokenKey(environment: app.environment, app: number, token: token.token) else { continue }
+                take(key, VirtualEntry(token, deviceID: Self.deviceID(environment: app.environment, bundleID: app.bundleID, token: token.token)))
+            }
+            guard page.count == Self.page else { return }
+            after = page.last?.token
+        }
+    }
+
     /// Reads one app's virtual tokens again (they changed here, or on another node).
     func reload(_ app: AppKey) async throws {
-        let tokens = try await store.virtualTokens(environment: app.environment, bundleID: app.bundleID, after: nil, limit: nil)
-        let number = AppNumber(app.bundleID)
-        let loaded = tokens.compactMap { token in
-            VirtualTokenKey(environment: app.environment, app: number, token: token.token).map {
-                ($0, VirtualEntry(token, deviceID: Self.deviceID(environment: app.environment, bundleID: app.bundleID, token: token.token)))
-            }
-        }
-        state.withLock { $0.replace(AppSlot(app: number, environment: app.environment), with: loaded) }
+        var loaded: [(VirtualTokenKey, VirtualEntry)] = []
+        try await read(app) { loaded.append(($0, $1)) }
+        state.withLock { $0.replace(AppSlot(app: AppNumber(app.bundleID), environment: app.environment), with: loaded) }
     }
 
     /// Reads one token of an app again: kept as the store has it, or forgotten.
