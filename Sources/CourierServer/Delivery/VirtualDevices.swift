@@ -149,7 +149,10 @@ final class VirtualDevices: Sendable {
                 }
             }
         }
+        let count = entries.count
         state.withLock { $0.replaceAll(entries) }
+        // The rows read are gone: what they took goes back to the system, not kept beside the entries.
+        if count >= Self.page / 10 { MemoryReturn.giveBack() }
     }
 
     /// Hands each of an app's virtual tokens in an environment to `take`, a page at a time.
@@ -172,6 +175,7 @@ final class VirtualDevices: Sendable {
         var loaded: [(VirtualTokenKey, VirtualEntry)] = []
         try await read(app) { loaded.append(($0, $1)) }
         state.withLock { $0.replace(AppSlot(app: AppNumber(app.bundleID), environment: app.environment), with: loaded) }
+        if loaded.count >= Self.page / 10 { MemoryReturn.giveBack() }
     }
 
     /// Reads one token of an app again: kept as the store has it, or forgotten.

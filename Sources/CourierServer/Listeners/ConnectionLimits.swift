@@ -615,6 +615,12 @@ final class MemoryReturn: Sendable {
         return kib * 1024
     }
 
+    /// Gives the allocator's free memory back to the system now (after a
+    /// large read whose rows are gone: `VirtualDevices.load`).
+    static func giveBack() {
+        _ = trim?(0)
+    }
+
     /// glibc's `malloc_trim`, which its module map does not export (nil
     /// with another C library: nothing to give back then).
     private static let trim: (@convention(c) (Int) -> Int32)? = {
