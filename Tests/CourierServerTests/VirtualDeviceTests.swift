@@ -116,6 +116,25 @@ extension TestServer {
         }
     }
 
+    /// 100,000 tokens in one request (a body of about 6.6 MB, over the
+    /// 2 MiB other requests may have) are registered; one more is refused
+    /// with a message, and nothing of that request is registered.
+    @Test func aHundredThousandTokensInOneRequest() async throws {
+        try await withTestServer { server in
+            let tokens = (0..<VirtualDeviceRoutes.maximumTokens).map { _ in appleToken() }
+            let added = try await server.addVirtualTokens(tokens)
+            #expect(added.status == 201, "\(added.message ?? "")")
+            #expect(added.object["added"] as? Int == 100_000)
+            #expect(server.dispatcher.virtuals.count == 100_000)
+            let client = try await server.http2Client()
+            #expect(try await client.send(HTTP2Push(token: tokens[99_999], payload: payload, topic: "com.example.demo")).status == 200)
+            let tooMany = try await server.addVirtualTokens(tokens + [appleToken()])
+            #expect(tooMany.status == 422)
+            #expect(tooMany.message == "'tokens' must hold 1 to 100000 tokens, not 100001")
+            #expect(server.dispatcher.virtuals.count == 100_000)
+        }
+    }
+
     /// Offline, a push that may be stored is held (and a newer one
     /// replaces it) and one with expiration 0 expires; online again, what
     /// is held is taken, what expired meanwhile expires.
