@@ -76,6 +76,11 @@ let package = Package(
                 .product(name: "CourierCore", package: courierPackage)
             ]),
         fuzzTarget(
+            "FuzzClusterMessage",
+            [
+                .product(name: "CourierCore", package: courierPackage)
+            ]),
+        fuzzTarget(
             "FuzzTopicsExtension",
             [
                 .product(name: "CourierCore", package: courierPackage),

@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-all_targets=(FuzzBinaryProvider FuzzFeedback FuzzDeviceMessage FuzzHTTP2Request FuzzProviderToken FuzzPayload FuzzTopicsExtension)
+all_targets=(FuzzBinaryProvider FuzzFeedback FuzzDeviceMessage FuzzHTTP2Request FuzzProviderToken FuzzPayload FuzzTopicsExtension FuzzClusterMessage)
 
 mode=fuzz
 seconds=30

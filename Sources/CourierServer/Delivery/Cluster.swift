@@ -95,7 +95,7 @@ final class Cluster: Sendable {
             }
             for target in Set(batch.map(\.node)) {
                 do {
-                    try await coordination.publish("handover", to: Cluster.channel(of: target))
+                    try await coordination.publish(ClusterMessage.handOver.text, to: Cluster.channel(of: target))
                 } catch {
                     logger.error("store failed telling a node of its hand-overs", metadata: ["courier.error": "\(error)"])
                 }
@@ -141,7 +141,7 @@ final class Cluster: Sendable {
                 if generation > 0 { state.presence[session.key] = Presence(node: node, generation: generation, since: since) }
             }
             guard generation > 0 else { return }
-            await publish("online \(node) \(session.environment.rawValue) \(session.deviceID) \(generation) \(since.storeMillis)")
+            await publish(.online(from: node, environment: session.environment, deviceID: session.deviceID, generation: generation, since: since))
         } catch {
             logger.error("store failed recording a device's presence", metadata: ["courier.error": "\(error)"])
         }
@@ -155,7 +155,7 @@ final class Cluster: Sendable {
                 guard
                     try await coordination.removePresence(deviceID: session.deviceID, environment: session.environment, generation: generation)
                 else { return }
-                await publish("offline \(node) \(session.environment.rawValue) \(session.deviceID) \(generation)")
+                await publish(.offline(from: node, environment: session.environment, deviceID: session.deviceID, generation: generation))
             } catch {
                 logger.error("store failed removing a device's presence", metadata: ["courier.error": "\(error)"])
             }
@@ -189,22 +189,22 @@ final class Cluster: Sendable {
 
     /// Tells `remote` to send the device what is held for it.
     func drain(_ key: DeviceKey, on remote: String) {
-        Task { await publish("drain \(key.environment.rawValue) \(key.deviceID)", to: Self.channel(of: remote)) }
+        Task { await publish(.drain(environment: key.environment, deviceID: key.deviceID), to: Self.channel(of: remote)) }
     }
 
     // MARK: Registrations
 
     func registrationChanged(deviceID: UInt64, bundleID: String, environment: Environment) {
-        Task { await publish("registration \(node) \(environment.rawValue) \(deviceID) \(bundleID)") }
+        Task { await publish(.registrationChanged(from: node, environment: environment, deviceID: deviceID, bundleID: bundleID)) }
     }
 
     /// An app's virtual tokens changed: one (`token`), or any number (nil).
     func virtualTokensChanged(_ app: VirtualDevices.AppKey, token: [UInt8]?) {
-        Task { await publish("virtual \(node) \(app.environment.rawValue) \(app.bundleID) \(token.map(Hex.encode) ?? "-")") }
+        Task { await publish(.virtualTokensChanged(from: node, environment: app.environment, bundleID: app.bundleID, token: token)) }
     }
 
     func deviceReset(_ deviceID: UInt64) {
-        Task { await publish("reset \(node) \(deviceID)") }
+        Task { await publish(.deviceReset(from: node, deviceID: deviceID)) }
     }
 
     // MARK: Messages
@@ -228,12 +228,16 @@ final class Cluster: Sendable {
     }
 
     /// Takes in a message of another node (or this one's own, echoed);
-    /// what the dispatcher is to do about it.
+    /// what the dispatcher is to do about it. One this version cannot read
+    /// is ignored (`ClusterMessage`).
     func apply(_ message: NodeMessage) async -> [Action] {
-        let fields = message.payload.split(separator: " ").map(String.init)
+        guard let decoded = ClusterMessage(text: message.payload) else {
+            logger.debug("a message from another node this version cannot read", metadata: ["courier.message": "\(message.payload.prefix(200))"])
+            return []
+        }
         // A relayed broadcast is read from the store.
-        guard fields.count == 3, fields[0] == "broadcast" else { return applyAtOnce(fields) }
-        guard fields[1] != node, let number = Int64(fields[2]) else { return [] }
+        guard case .broadcastRelayed(let from, let number) = decoded else { return applyAtOnce(decoded) }
+        guard from != node else { return [] }
         do {
             guard let broadcast = try await coordination.relayed(number) else { return [] }
             return [.sendBroadcast(broadcast)]
@@ -243,70 +247,61 @@ final class Cluster: Sendable {
         }
     }
 
-    /// A message's space-separated fields, taken in.
-    private func applyAtOnce(_ fields: [String]) -> [Action] {
-        guard let verb = fields.first else { return [] }
-        let from = fields.count > 1 ? fields[1] : ""
-        switch (verb, fields.count) {
-        case ("handover", 1):
+    /// A message taken in.
+    private func applyAtOnce(_ message: ClusterMessage) -> [Action] {
+        // Another node's, or (nil) one that does not say whose.
+        let fromAnother = message.sender.map { $0 != node } ?? true
+        switch message {
+        case .handOver:
             return [.takeHandedOver]
-        case ("drain", 3):
-            guard let key = deviceKey(fields[1], fields[2]) else { break }
-            return [.drain(key)]
-        case ("online", 6):
-            guard let key = deviceKey(fields[2], fields[3]), let generation = Int64(fields[4]), let since = Int(fields[5]) else { break }
+        case .drain(let environment, let deviceID):
+            return [.drain(DeviceKey(environment: environment, deviceID: deviceID))]
+        case .online(let from, let environment, let deviceID, let generation, let since):
+            let key = DeviceKey(environment: environment, deviceID: deviceID)
             let wasHeld = state.withLock { state -> Bool in
                 if let known = state.presence[key], known.generation > generation { return false }
-                state.presence[key] = Presence(node: from, generation: generation, since: Date(storeMillis: since))
+                state.presence[key] = Presence(node: from, generation: generation, since: since)
                 guard let held = state.recentlyHeld.removeValue(forKey: key) else { return false }
                 return clock.now().timeIntervalSince(held) < Self.recentWindow
             }
             if wasHeld, from != node { drain(key, on: from) }
-        case ("offline", 5):
-            guard let key = deviceKey(fields[2], fields[3]), let generation = Int64(fields[4]) else { break }
+        case .offline(_, let environment, let deviceID, let generation):
+            let key = DeviceKey(environment: environment, deviceID: deviceID)
             state.withLock { state in
                 if state.presence[key]?.generation == generation { state.presence[key] = nil }
             }
-        case ("registration", 5):
-            guard from != node, let environment = Environment(rawValue: fields[2]), let deviceID = UInt64(fields[3]) else { break }
-            return [.forgetRegistration(RegistrationKey(deviceID: deviceID, bundleID: fields[4], environment: environment))]
-        case ("virtual", 5):
-            guard from != node, let environment = Environment(rawValue: fields[2]) else { break }
-            let token = fields[4] == "-" ? nil : Hex.decode(fields[4])
-            guard fields[4] == "-" || token != nil else { break }
-            return [.reloadVirtualTokens(VirtualDevices.AppKey(environment: environment, bundleID: fields[3]), token: token)]
-        case ("reset", 3):
-            guard from != node, let deviceID = UInt64(fields[2]) else { break }
+        case .registrationChanged(_, let environment, let deviceID, let bundleID):
+            guard fromAnother else { break }
+            return [.forgetRegistration(RegistrationKey(deviceID: deviceID, bundleID: bundleID, environment: environment))]
+        case .deviceReset(_, let deviceID):
+            guard fromAnother else { break }
             return [.forgetDevice(deviceID)]
-        case ("channel-deleted", 4):
-            guard from != node, let environment = Environment(rawValue: fields[2]) else { break }
-            return [.forgetChannel(fields[3], environment)]
-        case ("gone", 2):
-            forget(nodes: [from])
+        case .virtualTokensChanged(_, let environment, let bundleID, let token):
+            guard fromAnother else { break }
+            return [.reloadVirtualTokens(VirtualDevices.AppKey(environment: environment, bundleID: bundleID), token: token)]
+        case .channelDeleted(_, let environment, let id):
+            guard fromAnother else { break }
+            return [.forgetChannel(id, environment)]
+        case .gone(let dead):
+            forget(nodes: [dead])
             // This node, taken for dead by another: recorded again at its next beat.
-        case ("faults", 2):
+        case .faultsChanged:
             return [.reloadFaults]
-        case ("inbox", 2):
-            guard from != node else { break }
+        case .inboxShared:
+            guard fromAnother else { break }
             return [.readInbox]
-        case ("joined", 2):
-            guard from != node else { break }
+        case .joined:
+            guard fromAnother else { break }
             inbox.startSharing()
-        case ("inbox-clear", 3):
-            guard from != node, let millis = Int(fields[2]) else { break }
-            inbox.clear(upTo: Date(storeMillis: millis))
-        case ("fault-count", 5):
-            guard let hits = Int(fields[4]) else { break }
-            faults.update(id: fields[2], remaining: fields[3] == "-" ? nil : Int(fields[3]), hits: hits)
-        default:
+        case .inboxCleared(_, let upTo):
+            guard fromAnother else { break }
+            inbox.clear(upTo: upTo)
+        case .faultCount(_, let id, let remaining, let hits):
+            faults.update(id: id, remaining: remaining, hits: hits)
+        case .broadcastRelayed:
             break
         }
         return []
-    }
-
-    private func deviceKey(_ environment: String, _ device: String) -> DeviceKey? {
-        guard let environment = Environment(rawValue: environment), let deviceID = UInt64(device) else { return nil }
-        return DeviceKey(environment: environment, deviceID: deviceID)
     }
 
     /// Reads every live node's presence again (at start, and after the
@@ -330,7 +325,7 @@ final class Cluster: Sendable {
         Task {
             do {
                 let number = try await coordination.relay(broadcast)
-                await publish("broadcast \(node) \(number)")
+                await publish(.broadcastRelayed(from: node, number: number))
             } catch {
                 logger.error("store failed relaying a broadcast to the other nodes", metadata: ["courier.error": "\(error)"])
             }
@@ -338,7 +333,7 @@ final class Cluster: Sendable {
     }
 
     func channelDeleted(_ id: String, environment: Environment) {
-        Task { await publish("channel-deleted \(node) \(environment.rawValue) \(id)") }
+        Task { await publish(.channelDeleted(from: node, environment: environment, id: id)) }
     }
 
     // MARK: Fault rules
@@ -352,14 +347,14 @@ final class Cluster: Sendable {
         let body = String(decoding: try JSONEncoder().encode(FaultJSON(rule)), as: UTF8.self)
         try await coordination.addRule(SharedRule(id: rule.id, body: body, remaining: count, hits: 0))
         guard faults.insert(rule) else { return nil }
-        await publish("faults \(node)")
+        await publish(.faultsChanged(from: node))
         return rule
     }
 
     func removeFault(id: String) async throws -> Bool {
         guard try await coordination.removeRule(id: id) else { return false }
         _ = faults.remove(id: id)
-        await publish("faults \(node)")
+        await publish(.faultsChanged(from: node))
         return true
     }
 
@@ -388,7 +383,7 @@ final class Cluster: Sendable {
         Task {
             do {
                 guard let shared = try await coordination.countRuleHit(id: rule.id) else { return }
-                await publish("fault-count \(node) \(shared.id) \(shared.remaining.map(String.init) ?? "-") \(shared.hits)")
+                await publish(.faultCount(from: node, id: shared.id, remaining: shared.remaining, hits: shared.hits))
             } catch {
                 logger.error("store failed counting a fault rule's hit", metadata: ["courier.error": "\(error)"])
             }
@@ -416,7 +411,7 @@ final class Cluster: Sendable {
         do {
             try await coordination.shareInbox(
                 entries.map { SharedInboxEntry(node: node, sequence: base + Int64($0.sequence), format: InboxRing.sharedFormat, bytes: $0.bytes) })
-            await publish("inbox \(node)")
+            await publish(.inboxShared(from: node))
         } catch {
             logger.error("store failed sharing inbox entries with the other nodes", metadata: ["courier.error": "\(error)"])
         }
@@ -446,7 +441,7 @@ final class Cluster: Sendable {
     func clearInbox() async throws {
         let at = inbox.clear()
         try await coordination.clearSharedInbox()
-        await publish("inbox-clear \(node) \(at.storeMillis)")
+        await publish(.inboxCleared(from: node, upTo: at))
     }
 
     private func forget(nodes: [String]) {
@@ -477,7 +472,7 @@ final class Cluster: Sendable {
             if !gone.isEmpty {
                 logger.warning("nodes stopped beating; their devices' presence removed", metadata: ["courier.nodes": "\(gone)"])
                 forget(nodes: gone)
-                for dead in gone { await publish("gone \(dead)") }
+                for dead in gone { await publish(.gone(node: dead)) }
             }
         } catch {
             logger.error("store failed recording the node's heartbeat", metadata: ["courier.error": "\(error)"])
@@ -496,7 +491,7 @@ final class Cluster: Sendable {
         state.withLock { $0.inboxBase = base }
         if try await coordination.liveNodes().contains(where: { $0 != node }) { inbox.startSharing() }
         // The others start sharing their inboxes with this node.
-        await publish("joined \(node)")
+        await publish(.joined(node: node))
     }
 
     /// Records every device connected here again, each with a new generation.
@@ -516,7 +511,7 @@ final class Cluster: Sendable {
                 await shareInbox()
                 do {
                     try await coordination.removeNode(node)
-                    await publish("gone \(node)")
+                    await publish(.gone(node: node))
                 } catch {
                     logger.error("store failed removing the node", metadata: ["courier.error": "\(error)"])
                 }
@@ -534,9 +529,9 @@ final class Cluster: Sendable {
 
     static let stopLimit: TimeInterval = 5
 
-    private func publish(_ payload: String, to channel: String = Cluster.broadcastChannel) async {
+    private func publish(_ message: ClusterMessage, to channel: String = Cluster.broadcastChannel) async {
         do {
-            try await coordination.publish(payload, to: channel)
+            try await coordination.publish(message.text, to: channel)
         } catch {
             logger.error("store failed sending a message to the other nodes", metadata: ["courier.error": "\(error)"])
         }
