@@ -70,6 +70,26 @@ final class Cluster: Sendable {
     }
 
     private let state = Mutex(State())
+
+    /// What this node sends the others, and the store work that comes
+    /// before some of it, done one after the other in the order asked
+    /// (`send`) by the cluster's service (`runOutbox`): a registration's
+    /// change and a reset, say, reach the others in the order they were
+    /// made, and no task runs that no service owns.
+    enum Errand: Sendable {
+        case publish(ClusterMessage, channel: String)
+        /// A device's connection here ended: its presence removed, if still
+        /// that generation's, and announced (`offline`).
+        case removePresence(DeviceKey, generation: Int64)
+        /// A broadcast kept in the store for the others, and announced.
+        case relay(StoredBroadcast)
+        /// A fault rule's hit counted in the store, and its counts announced.
+        case countHit(ruleID: String)
+    }
+
+    private let outbox: AsyncStream<Errand>
+    private let outboxInput: AsyncStream<Errand>.Continuation
+
     /// Writes the hand-over queue, a batch at a time, and tells each node
     /// of a batch once (a service of the application's group).
     let handOvers: GroupCommit<HandedOver, Void>
@@ -86,6 +106,7 @@ final class Cluster: Sendable {
         self.nodeTimeout = nodeTimeout
         self.clock = clock
         self.logger = logger
+        (outbox, outboxInput) = AsyncStream.makeStream(of: Errand.self)
         handOvers = GroupCommit { [coordination, logger] batch in
             do {
                 try await coordination.handOver(batch)
@@ -150,16 +171,7 @@ final class Cluster: Sendable {
     /// A device's connection here ended.
     func disconnected(_ session: DeviceSession) {
         guard let generation = state.withLock({ $0.local.removeValue(forKey: ObjectIdentifier(session))?.generation }) else { return }
-        Task {
-            do {
-                guard
-                    try await coordination.removePresence(deviceID: session.deviceID, environment: session.environment, generation: generation)
-                else { return }
-                await publish(.offline(from: node, environment: session.environment, deviceID: session.deviceID, generation: generation))
-            } catch {
-                logger.error("store failed removing a device's presence", metadata: ["courier.error": "\(error)"])
-            }
-        }
+        send(.removePresence(session.key, generation: generation))
     }
 
     // MARK: Hand-over
@@ -189,22 +201,22 @@ final class Cluster: Sendable {
 
     /// Tells `remote` to send the device what is held for it.
     func drain(_ key: DeviceKey, on remote: String) {
-        Task { await publish(.drain(environment: key.environment, deviceID: key.deviceID), to: Self.channel(of: remote)) }
+        send(.publish(.drain(environment: key.environment, deviceID: key.deviceID), channel: Self.channel(of: remote)))
     }
 
     // MARK: Registrations
 
     func registrationChanged(deviceID: UInt64, bundleID: String, environment: Environment) {
-        Task { await publish(.registrationChanged(from: node, environment: environment, deviceID: deviceID, bundleID: bundleID)) }
+        send(.publish(.registrationChanged(from: node, environment: environment, deviceID: deviceID, bundleID: bundleID), channel: Self.broadcastChannel))
     }
 
     /// An app's virtual tokens changed: one (`token`), or any number (nil).
     func virtualTokensChanged(_ app: VirtualDevices.AppKey, token: [UInt8]?) {
-        Task { await publish(.virtualTokensChanged(from: node, environment: app.environment, bundleID: app.bundleID, token: token)) }
+        send(.publish(.virtualTokensChanged(from: node, environment: app.environment, bundleID: app.bundleID, token: token), channel: Self.broadcastChannel))
     }
 
     func deviceReset(_ deviceID: UInt64) {
-        Task { await publish(.deviceReset(from: node, deviceID: deviceID)) }
+        send(.publish(.deviceReset(from: node, deviceID: deviceID), channel: Self.broadcastChannel))
     }
 
     // MARK: Messages
@@ -322,18 +334,11 @@ final class Cluster: Sendable {
     /// A broadcast accepted here: kept in the store for a minute and
     /// announced, so that every other node sends it to its subscribers.
     func relay(_ broadcast: StoredBroadcast) {
-        Task {
-            do {
-                let number = try await coordination.relay(broadcast)
-                await publish(.broadcastRelayed(from: node, number: number))
-            } catch {
-                logger.error("store failed relaying a broadcast to the other nodes", metadata: ["courier.error": "\(error)"])
-            }
-        }
+        send(.relay(broadcast))
     }
 
     func channelDeleted(_ id: String, environment: Environment) {
-        Task { await publish(.channelDeleted(from: node, environment: environment, id: id)) }
+        send(.publish(.channelDeleted(from: node, environment: environment, id: id), channel: Self.broadcastChannel))
     }
 
     // MARK: Fault rules
@@ -380,14 +385,7 @@ final class Cluster: Sendable {
 
     /// A rule acted here: counted in the store, and the counts told to the others.
     func counted(_ rule: FaultRule) {
-        Task {
-            do {
-                guard let shared = try await coordination.countRuleHit(id: rule.id) else { return }
-                await publish(.faultCount(from: node, id: shared.id, remaining: shared.remaining, hits: shared.hits))
-            } catch {
-                logger.error("store failed counting a fault rule's hit", metadata: ["courier.error": "\(error)"])
-            }
-        }
+        send(.countHit(ruleID: rule.id))
     }
 
     // MARK: Inbox
@@ -507,7 +505,10 @@ final class Cluster: Sendable {
         let done = OnceFlag()
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             Task {
-                // What the inbox recorded last goes to the others first.
+                // What the inbox recorded last goes to the others first. (The outbox
+                // ended with the service's tasks: what it still held, the departures
+                // of this node's devices, the node's removal covers.)
+                outboxInput.finish()
                 await shareInbox()
                 do {
                     try await coordination.removeNode(node)
@@ -528,6 +529,47 @@ final class Cluster: Sendable {
     }
 
     static let stopLimit: TimeInterval = 5
+
+    // MARK: Outbox
+
+    /// Asks for an errand, done after those asked before it.
+    func send(_ errand: Errand) {
+        outboxInput.yield(errand)
+    }
+
+    /// Does the errands in the order they were asked, until the calling
+    /// task (the cluster's service's) is cancelled, or the outbox finished (`stop`).
+    func runOutbox() async {
+        for await errand in outbox { await perform(errand) }
+    }
+
+    private func perform(_ errand: Errand) async {
+        switch errand {
+        case .publish(let message, let channel):
+            await publish(message, to: channel)
+        case .removePresence(let key, let generation):
+            do {
+                guard try await coordination.removePresence(deviceID: key.deviceID, environment: key.environment, generation: generation) else { return }
+                await publish(.offline(from: node, environment: key.environment, deviceID: key.deviceID, generation: generation))
+            } catch {
+                logger.error("store failed removing a device's presence", metadata: ["courier.error": "\(error)"])
+            }
+        case .relay(let broadcast):
+            do {
+                let number = try await coordination.relay(broadcast)
+                await publish(.broadcastRelayed(from: node, number: number))
+            } catch {
+                logger.error("store failed relaying a broadcast to the other nodes", metadata: ["courier.error": "\(error)"])
+            }
+        case .countHit(let id):
+            do {
+                guard let shared = try await coordination.countRuleHit(id: id) else { return }
+                await publish(.faultCount(from: node, id: shared.id, remaining: shared.remaining, hits: shared.hits))
+            } catch {
+                logger.error("store failed counting a fault rule's hit", metadata: ["courier.error": "\(error)"])
+            }
+        }
+    }
 
     private func publish(_ message: ClusterMessage, to channel: String = Cluster.broadcastChannel) async {
         do {
@@ -575,6 +617,7 @@ struct ClusterService: Service {
                 group.addTask {
                     for await _ in faultReloads { await cluster.reloadFaults() }
                 }
+                group.addTask { await cluster.runOutbox() }
                 group.addTask {
                     for await message in messages {
                         for action in await cluster.apply(message) {
