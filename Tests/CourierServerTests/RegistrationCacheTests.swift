@@ -24,6 +24,16 @@ import Testing
         return store
     }
 
+    /// The sizes the comments of `CachedRegistration`, `CacheKey` and
+    /// `SessionTable` state: an idle device's cached registration is 24
+    /// bytes beside a 16-byte key, a session table's slot 16.
+    @Test func theCachesAreTheSizesTheirCommentsSay() {
+        #expect(MemoryLayout<CachedRegistration>.stride == 24)
+        #expect(MemoryLayout<CacheKey>.stride == 16)
+        #expect(MemoryLayout<UInt64>.stride + MemoryLayout<DeviceSession>.stride == 16)
+        #expect(MemoryLayout<DeviceKey>.stride == 16, "the environment beside the id would make the key 16, the slot 24")
+    }
+
     func registrations(_ store: any Store, codec: DeviceTokenCodec) -> Registrations {
         Registrations(
             store: store, codecs: [.production: codec], rules: DeliveryRules(QoSConfiguration()), clock: ManualWallClock(start))

@@ -10,7 +10,7 @@ import NIOTLS
 import ServiceLifecycle
 import Synchronization
 
-/// The state of one binary connection: which notification was accepted
+/// What one binary connection accepted: which notification was accepted
 /// last (status 10 names it) and whether the connection has answered.
 ///
 /// A notification counts as accepted once it and every one before it are
@@ -18,7 +18,7 @@ import Synchronization
 /// notifications form segments, each opened by one that waits for its
 /// commit and followed by ones with nothing to commit; a commit that
 /// finishes closes its segment.
-final class BinaryConnectionState: Sendable {
+final class BinaryAcceptance: Sendable {
     private struct Segment {
         /// The notification whose commit opens the segment.
         var first: UInt32
@@ -356,7 +356,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     private let gateway: BinaryGateway
     private let peer: PeerIdentityBox
     /// The last identifier accepted, as the commits finish.
-    private let state = BinaryConnectionState()
+    private let state = BinaryAcceptance()
     /// What the protocol allows now (`BinaryConnectionStateMachine`).
     private var machine = BinaryConnectionStateMachine()
     private var decoder: BinaryProviderDecoder

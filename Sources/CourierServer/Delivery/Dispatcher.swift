@@ -256,7 +256,7 @@ public final class Dispatcher: Sendable {
         // Not known (the registration, or a Live Activity's end): decided after waiting.
         guard let (problem, epoch) = registrations.cached(token, now: now) else { return nil }
         // Not held any more (an older generation), removed, or its activity ended.
-        if let problem { return refuse(notification, of: app, problem, environment: environment, now: now) }
+        if let problem { return reject(notification, of: app, tokenProblem: problem, environment: environment, now: now) }
         if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, of: app, refusal, now: now) }
         return carryOut(notification, of: app, token, now: now)
     }
@@ -290,7 +290,7 @@ public final class Dispatcher: Sendable {
             logger.error("store failed reading a registration", metadata: ["courier.error": "\(error)"])
             return reject(notification, of: app, DeliveryRules.Refusal(.serviceUnavailable), now: now)
         }
-        if let problem { return refuse(notification, of: app, problem, environment: environment, now: now) }
+        if let problem { return reject(notification, of: app, tokenProblem: problem, environment: environment, now: now) }
         if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, of: app, refusal, now: now) }
         return carryOut(notification, of: app, token, now: now)
     }
@@ -321,7 +321,7 @@ public final class Dispatcher: Sendable {
     private func carryOut(
         _ notification: PushNotification, of app: AppNumber, to virtual: VirtualDevices.Found, bundleID: String, environment: Environment, now: Date
     ) -> (result: AcceptResult, durable: Pending<Void>?) {
-        if let problem = virtual.problem { return refuse(notification, of: app, problem, environment: environment, now: now) }
+        if let problem = virtual.problem { return reject(notification, of: app, tokenProblem: problem, environment: environment, now: now) }
         if let refusal = virtual.refusal { return reject(notification, of: app, refusal, now: now) }
         var events: [DeliveryEvent] = []
         events.reserveCapacity(3)
@@ -337,7 +337,7 @@ public final class Dispatcher: Sendable {
     /// feedback entry (an app removed: Unregistered) queues the entry, and
     /// is answered once it is written (`durable`, which does not fail: a
     /// failed write is logged and the refusal stands).
-    private func refuse(_ notification: PushNotification, of app: AppNumber, _ problem: TokenProblem, environment: Environment, now: Date) -> (AcceptResult, Pending<Void>?) {
+    private func reject(_ notification: PushNotification, of app: AppNumber, tokenProblem problem: TokenProblem, environment: Environment, now: Date) -> (AcceptResult, Pending<Void>?) {
         let refusal = rules.refusal(problem)
         let (result, _) = reject(notification, of: app, refusal, now: now)
         guard refusal.addsFeedback else { return (result, nil) }

@@ -8,7 +8,7 @@ import Synchronization
 /// in the batch's order, and each result's callbacks must run then, on the
 /// resolving thread, in that order — a binary connection counts its
 /// accepted identifiers by the order its commits finish
-/// (`BinaryConnectionState`). An `EventLoopFuture` runs its callbacks on
+/// (`BinaryAcceptance`). An `EventLoopFuture` runs its callbacks on
 /// the event loop it was made on, later; one connection's commits made on
 /// different loops (one admitted on the connection's loop, the next
 /// decided in a task) would run their callbacks out of order.
