@@ -251,11 +251,11 @@ struct DeviceConversation {
 }
 
 /// One device connection's frames, handled in arrival order. A frame into
-/// an empty inbox is read at once on the event loop; what it needs no
+/// an empty intake is read at once on the event loop; what it needs no
 /// waiting for (a KeepAlive, the Ack of a notification not held in the
 /// store) is done there. Anything that waits (the store, a connect) runs in
 /// a task of the listener's `ConnectionWork` that exists only while there
-/// are frames waiting and ends when the inbox is empty again. The conversation lives in the inbox's lock
+/// are frames waiting and ends when the intake is empty again. The conversation lives in the intake's lock
 /// while neither runs.
 ///
 /// It is also the device's link for the dispatcher (`DeviceLink`): its
@@ -280,7 +280,7 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
     /// The flags and the count last, in the bytes the conversation's
     /// alignment leaves after it: the connection then takes 152 bytes, a
     /// 160-byte block of malloc's.
-    private struct Inbox {
+    private struct Intake {
         var items = WaitingItems<Item>()
         /// What the handshake learned of the device, until Connect takes it.
         var peer: HeldRecord?
@@ -300,7 +300,7 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
     private let release: ConnectionRelease
     /// Where the frames that wait are handled (`handleWaiting`).
     private let work: ConnectionWork
-    private let inbox = Mutex(Inbox())
+    private let intake = Mutex(Intake())
 
     init(gateway: DeviceGateway, channel: any Channel, work: ConnectionWork, release: ConnectionRelease) {
         self.gateway = gateway
@@ -316,13 +316,13 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
     }
 
     func set(_ record: CertificateRecord) {
-        inbox.withLock { $0.peer = HeldRecord(record) }
+        intake.withLock { $0.peer = HeldRecord(record) }
         // A device authenticates in its handshake.
         release.authenticated()
     }
 
     /// The certificate's serial, until Connect takes the record.
-    fileprivate var peerSerial: String? { inbox.withLock { $0.peer?.record.serial } }
+    fileprivate var peerSerial: String? { intake.withLock { $0.peer?.record.serial } }
 
     /// Counts the connection as a failed authentication of its address
     /// (`ListenerGuard`), though its certificate passed: it is refused.
@@ -330,7 +330,7 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
 
     /// The record, forgotten here: Connect needs it once, an idle
     /// connection does not keep it.
-    fileprivate func takePeerRecord() -> CertificateRecord? { inbox.withLock { $0.peer.take()?.record } }
+    fileprivate func takePeerRecord() -> CertificateRecord? { intake.withLock { $0.peer.take()?.record } }
 
     // MARK: The device's link
 
@@ -360,23 +360,23 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
     /// the queue, behind them, so that frames leave in the order sent.
     func send(_ message: DeviceMessage) {
         let channel = self.channel
-        if channel.eventLoop.inEventLoop, inbox.withLock({ $0.queuedSends == 0 }) {
+        if channel.eventLoop.inEventLoop, intake.withLock({ $0.queuedSends == 0 }) {
             channel.writeAndFlush(Self.encode(message, channel), promise: nil)
             return
         }
-        inbox.withLock { $0.queuedSends += 1 }
+        intake.withLock { $0.queuedSends += 1 }
         channel.eventLoop.execute { [self] in
             channel.writeAndFlush(Self.encode(message, channel), promise: nil)
-            inbox.withLock { $0.queuedSends -= 1 }
+            intake.withLock { $0.queuedSends -= 1 }
         }
     }
 
     /// Sends a last frame and waits until it is written (or the write
     /// failed); counted as queued meanwhile, as `send` counts.
     func sendLast(_ message: DeviceMessage) async {
-        inbox.withLock { $0.queuedSends += 1 }
+        intake.withLock { $0.queuedSends += 1 }
         try? await channel.writeAndFlush(Self.encode(message, channel))
-        inbox.withLock { $0.queuedSends -= 1 }
+        intake.withLock { $0.queuedSends -= 1 }
     }
 
     /// The frame's bytes, written straight into one buffer.
@@ -430,15 +430,15 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
             case atOnce(DeviceFrame, DeviceConversation)
             case dropped
         }
-        let start = inbox.withLock { inbox -> Start in
-            if inbox.stopped, case .frame = item { return .dropped }
-            if !inbox.running, inbox.items.isEmpty, case .frame(let frame) = item {
-                inbox.running = true
-                return .atOnce(frame, inbox.conversation)
+        let start = intake.withLock { intake -> Start in
+            if intake.stopped, case .frame = item { return .dropped }
+            if !intake.running, intake.items.isEmpty, case .frame(let frame) = item {
+                intake.running = true
+                return .atOnce(frame, intake.conversation)
             }
-            inbox.items.append(item)
-            guard !inbox.running else { return .none }
-            inbox.running = true
+            intake.items.append(item)
+            guard !intake.running else { return .none }
+            intake.running = true
             return .task
         }
         switch start {
@@ -454,10 +454,10 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
                 work.start { await self.handleWaiting(handed, first: step) }
                 return true
             }
-            let more = inbox.withLock { inbox -> Bool in
-                inbox.conversation = conversation
-                inbox.running = !inbox.items.isEmpty
-                return inbox.running
+            let more = intake.withLock { intake -> Bool in
+                intake.conversation = conversation
+                intake.running = !intake.items.isEmpty
+                return intake.running
             }
             if more { work.start { await self.handleWaiting() } }
         }
@@ -467,37 +467,37 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
     /// Reads nothing more from the device (what it sent beyond its frame
     /// budget is not even decrypted): it is being told so and closed.
     func stopReading() {
-        inbox.withLock { inbox in
-            inbox.paused = true
-            inbox.stopped = true
+        intake.withLock { intake in
+            intake.paused = true
+            intake.stopped = true
         }
     }
 
     /// True when the channel should read no more for now (too many frames
     /// wait); the task asks for a read again once it caught up.
     func shouldPauseReading() -> Bool {
-        inbox.withLock { inbox in
-            if inbox.items.count >= Self.pauseAt { inbox.paused = true }
-            return inbox.paused
+        intake.withLock { intake in
+            if intake.items.count >= Self.pauseAt { intake.paused = true }
+            return intake.paused
         }
     }
 
     /// Handles the frames waiting, in order, starting with what is left of
     /// one read by `enqueue`, if any.
     private func handleWaiting(_ conversation: DeviceConversation? = nil, first: DeviceStep? = nil) async {
-        var conversation = conversation ?? inbox.withLock { $0.conversation }
+        var conversation = conversation ?? intake.withLock { $0.conversation }
         if let first {
             conversation.over = await !gateway.perform(first, &conversation, link: self)
         }
         while true {
-            let (next, resume) = inbox.withLock { inbox -> (Item?, Bool) in
-                guard let item = inbox.items.popFirst() else {
-                    inbox.conversation = conversation
-                    inbox.running = false
+            let (next, resume) = intake.withLock { intake -> (Item?, Bool) in
+                guard let item = intake.items.popFirst() else {
+                    intake.conversation = conversation
+                    intake.running = false
                     return (nil, false)
                 }
-                let resume = inbox.paused && !inbox.stopped && inbox.items.count <= Self.resumeAt
-                if resume { inbox.paused = false }
+                let resume = intake.paused && !intake.stopped && intake.items.count <= Self.resumeAt
+                if resume { intake.paused = false }
                 return (item, resume)
             }
             if resume { channel.read() }
@@ -534,7 +534,7 @@ final class DeviceConnection: DeviceLink, RevocableConnection, PeerIdentityHolde
 }
 
 /// A queue that holds no storage while it is empty: an idle connection's
-/// inbox costs nothing, and a burst's room is not kept after it.
+/// intake costs nothing, and a burst's room is not kept after it.
 struct WaitingItems<Element> {
     private var buffer: CircularBuffer<Element>?
 
