@@ -238,6 +238,7 @@ let package = Package(
                 "CourierProvider",
                 "CourierTestSupport",
                 "courier",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
