@@ -3,14 +3,22 @@ import Foundation
 /// Where Courier keeps what must survive a restart. SQLite (embedded) and
 /// PostgreSQL implement it; both pass the same conformance suite.
 ///
+/// It is its roles together, one protocol each — provisioning,
+/// registrations, broadcast channels, held notifications, feedback, the
+/// delivery log, virtual tokens — and each part of the server is handed
+/// only the roles it needs, so that the compiler holds the rule of who
+/// reaches what (docs/architecture.md).
+///
 /// Times are kept to the millisecond.
-public protocol Store: Sendable {
-    /// How many Live Activity ends a store keeps per device, app and environment.
-    var endedActivitiesKept: Int { get }
-
+public protocol Store: ProvisioningStore, RegistrationStore, ChannelStore, HeldNotificationStore, FeedbackStore, DeliveryLogStore,
+    VirtualTokenStore
+{
     /// The schema version after migrations.
     func schemaVersion() async throws -> Int
+}
 
+/// Teams, apps, auth keys and certificates.
+public protocol ProvisioningStore: Sendable {
     // MARK: Teams and apps
     func createTeam(_ team: Team) async throws
     func team(id: String) async throws -> Team?
@@ -35,6 +43,13 @@ public protocol Store: Sendable {
     /// The serials of the certificates revoked at `date` or later (the
     /// revocation sweep asks for what is new since it last looked).
     func certificatesRevoked(since date: Date) async throws -> [String]
+
+}
+
+/// Devices, their apps' registrations and their Live Activities.
+public protocol RegistrationStore: Sendable {
+    /// How many Live Activity ends a store keeps per device, app and environment.
+    var endedActivitiesKept: Int { get }
 
     // MARK: Devices and registrations
     func createDevice(_ device: Device) async throws
@@ -65,6 +80,10 @@ public protocol Store: Sendable {
     /// When that Live Activity ended; nil while it has not.
     func activityEnd(deviceID: UInt64, bundleID: String, environment: Environment, activity: UInt32) async throws -> Date?
 
+}
+
+/// Broadcast channels and their stored broadcasts.
+public protocol ChannelStore: Sendable {
     // MARK: Broadcast channels
     /// Adds the channel unless its app has `limit` channels in its
     /// environment already (then false), in one transaction.
@@ -79,6 +98,10 @@ public protocol Store: Sendable {
     func storeBroadcast(_ broadcast: StoredBroadcast) async throws -> Bool
     func storedBroadcast(channelID: String, environment: Environment) async throws -> StoredBroadcast?
 
+}
+
+/// Notifications held for devices that are offline (store and forward).
+public protocol HeldNotificationStore: Sendable {
     // MARK: Pending notifications (store and forward)
     /// Stores each notification, replacing the one held for the same
     /// (device, app, environment), all in one transaction (group commit).
@@ -97,6 +120,10 @@ public protocol Store: Sendable {
     /// Notifications held now, for every device (the admin API's status).
     func pendingCount() async throws -> Int
 
+}
+
+/// The feedback service's entries.
+public protocol FeedbackStore: Sendable {
     // MARK: Feedback
     /// Adds entries in one transaction; an entry for the same
     /// (environment, topic, token) as one held, or as another of them,
@@ -107,6 +134,10 @@ public protocol Store: Sendable {
     /// (a newer failure recorded meanwhile stays).
     func removeFeedback(_ entries: [FeedbackEntry]) async throws
 
+}
+
+/// Virtual tokens (docs/virtual-devices.md).
+public protocol VirtualTokenStore: Sendable {
     // MARK: Virtual tokens
     /// Adds the tokens not there yet (one there keeps its state), in one
     /// transaction; how many were added.
@@ -130,6 +161,10 @@ public protocol Store: Sendable {
     /// when nil); how many were removed.
     func removeVirtualTokens(environment: Environment, bundleID: String, tokens: [[UInt8]]?) async throws -> Int
 
+}
+
+/// The delivery log.
+public protocol DeliveryLogStore: Sendable {
     // MARK: Delivery log
     func appendDeliveryEvents(_ events: [DeliveryEvent]) async throws
     func deliveryEvents(notificationID: UUID) async throws -> [DeliveryEvent]

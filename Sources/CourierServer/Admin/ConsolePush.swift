@@ -15,6 +15,8 @@ import Logging
 /// replaced by a new one at the next push.
 actor ConsoleProvider {
     let provisioner: Provisioner
+    /// Teams and keys, read to check one: the store's provisioning role alone.
+    private let provisioning: any ProvisioningStore
     let configuration: CourierConfiguration
     let ports: BoundPorts
     let logger: Logger
@@ -23,6 +25,7 @@ actor ConsoleProvider {
 
     init(provisioner: Provisioner, configuration: CourierConfiguration, ports: BoundPorts, logger: Logger) {
         self.provisioner = provisioner
+        provisioning = provisioner.store
         self.configuration = configuration
         self.ports = ports
         self.logger = logger
@@ -34,7 +37,7 @@ actor ConsoleProvider {
         // Refused for its key: sent again with a new one only when the key
         // was revoked (not for a fault rule that answers the same reason).
         guard result.reason == Reason(.invalidProviderToken), let key = try await keys[teamID]?.value,
-            try await provisioner.store.authKey(id: key.keyID)?.revokedAt != nil
+            try await provisioning.authKey(id: key.keyID)?.revokedAt != nil
         else { return result }
         await forget(teamID: teamID)
         return try await client(teamID: teamID, environment: environment).send(push)
@@ -59,8 +62,8 @@ actor ConsoleProvider {
     /// The team's console key: one at a time is looked up or made.
     private func key(teamID: String) async throws -> AuthKey {
         if let pending = keys[teamID] { return try await pending.value }
-        let task = Task { [provisioner, directory = directory(teamID)] in
-            try await Self.storedOrNewKey(teamID: teamID, directory: directory, provisioner: provisioner)
+        let task = Task { [provisioner, provisioning, directory = directory(teamID)] in
+            try await Self.storedOrNewKey(teamID: teamID, directory: directory, provisioner: provisioner, provisioning: provisioning)
         }
         keys[teamID] = task
         do {
@@ -77,16 +80,18 @@ actor ConsoleProvider {
 
     /// The key kept in `directory` while the store has it unrevoked; else a
     /// new one, written there in place of the old.
-    private static func storedOrNewKey(teamID: String, directory: String, provisioner: Provisioner) async throws -> AuthKey {
+    private static func storedOrNewKey(
+        teamID: String, directory: String, provisioner: Provisioner, provisioning: any ProvisioningStore
+    ) async throws -> AuthKey {
         // A team of the store (its id letters and digits only) before its folder is looked at.
-        guard Identifiers.isTenCharacterID(teamID), try await provisioner.store.team(id: teamID) != nil else {
+        guard Identifiers.isTenCharacterID(teamID), try await provisioning.team(id: teamID) != nil else {
             throw PKIError(.notFound, "team \(teamID) does not exist")
         }
         let files = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
         for file in files where file.hasPrefix("AuthKey_") && file.hasSuffix(".p8") {
             let keyID = String(file.dropFirst("AuthKey_".count).dropLast(".p8".count))
             let path = directory + "/" + file
-            if let record = try await provisioner.store.authKey(id: keyID), record.teamID == teamID, record.revokedAt == nil,
+            if let record = try await provisioning.authKey(id: keyID), record.teamID == teamID, record.revokedAt == nil,
                 let text = try? String(contentsOfFile: path, encoding: .utf8), let key = try? AuthKey(keyID: keyID, p8PEM: text)
             {
                 return key

@@ -41,7 +41,7 @@ final class Broadcasts: Sendable {
         }
     }
 
-    private let store: any Store
+    private let store: any ChannelStore & ProvisioningStore
     private let registrations: Registrations
     private let clock: any WallClock
     /// Channels an app may have in one environment.
@@ -59,7 +59,7 @@ final class Broadcasts: Sendable {
     static let maxSubscriptionsPerConnection = 1_000
 
     init(
-        store: any Store, registrations: Registrations, clock: any WallClock, limit: Int, qos: QoSConfiguration, cluster: Cluster? = nil,
+        store: any ChannelStore & ProvisioningStore, registrations: Registrations, clock: any WallClock, limit: Int, qos: QoSConfiguration, cluster: Cluster? = nil,
         logger: Logger
     ) {
         self.cluster = cluster

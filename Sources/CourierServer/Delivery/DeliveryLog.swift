@@ -26,7 +26,7 @@ final class DeliveryLogWriter: Service, Sendable {
     let gathering: Duration
     /// Events that are written at once, without gathering more.
     static let batch = 1_000
-    private let store: any Store
+    private let store: any DeliveryLogStore
     private let logger: Logger
     /// Counts the events written.
     let metrics: ServerMetrics
@@ -38,7 +38,7 @@ final class DeliveryLogWriter: Service, Sendable {
     private let sleep: @Sendable (Duration) async -> Void
 
     init(
-        store: any Store, logger: Logger, metrics: ServerMetrics = ServerMetrics(), highWater: Int = 50_000, gathering: Duration = .milliseconds(10),
+        store: any DeliveryLogStore, logger: Logger, metrics: ServerMetrics = ServerMetrics(), highWater: Int = 50_000, gathering: Duration = .milliseconds(10),
         sleep: @escaping @Sendable (Duration) async -> Void = { try? await Task.sleep(for: $0) }
     ) {
         self.highWater = highWater

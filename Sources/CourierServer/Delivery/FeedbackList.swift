@@ -6,14 +6,14 @@ import Logging
 /// dispatcher adds them; the feedback interface reads a topic's entries
 /// and removes the ones it sent.
 final class FeedbackList: Sendable {
-    private let store: any Store
+    private let store: any FeedbackStore
     private let logger: Logger
     /// Entries are written in group commits: a provider that keeps pushing
     /// to removed apps' tokens costs one transaction per batch, which
     /// writes each token once.
     let writer: GroupCommit<FeedbackEntry, Void>
 
-    init(store: any Store, metrics: ServerMetrics, logger: Logger) {
+    init(store: any FeedbackStore, metrics: ServerMetrics, logger: Logger) {
         self.store = store
         self.logger = logger
         writer = GroupCommit(observe: { metrics.committed(.feedback, in: $0) }) { batch in

@@ -280,12 +280,12 @@ final class Registrations: Sendable {
     }
 
     private let state = Mutex(State())
-    private let store: any Store
+    private let store: any RegistrationStore & ProvisioningStore
     private let codecs: [Environment: DeviceTokenCodec]
     private let rules: DeliveryRules
     private let clock: any WallClock
 
-    init(store: any Store, codecs: [Environment: DeviceTokenCodec], rules: DeliveryRules, clock: any WallClock) {
+    init(store: any RegistrationStore & ProvisioningStore, codecs: [Environment: DeviceTokenCodec], rules: DeliveryRules, clock: any WallClock) {
         self.store = store
         self.codecs = codecs
         self.rules = rules

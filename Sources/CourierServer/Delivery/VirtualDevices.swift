@@ -102,7 +102,7 @@ final class VirtualDevices: Sendable {
     }
 
     private let state = Mutex(State())
-    private let store: any Store
+    private let store: any VirtualTokenStore & ProvisioningStore
     private let rules: DeliveryRules
     /// The apps that take any token of Apple's format on first use.
     let acceptAnyToken: Set<AppKey>
@@ -113,7 +113,7 @@ final class VirtualDevices: Sendable {
 
     static let defaultFirstUseLimit = 1_000_000
 
-    init(store: any Store, rules: DeliveryRules, acceptAnyToken: Set<AppKey>, firstUseLimit: Int = VirtualDevices.defaultFirstUseLimit) {
+    init(store: any VirtualTokenStore & ProvisioningStore, rules: DeliveryRules, acceptAnyToken: Set<AppKey>, firstUseLimit: Int = VirtualDevices.defaultFirstUseLimit) {
         self.store = store
         self.rules = rules
         self.acceptAnyToken = acceptAnyToken

@@ -21,10 +21,10 @@ final class ProviderKeys: Sendable {
         var removedTeams: Set<String> = []
     }
 
-    private let store: any Store
+    private let store: any ProvisioningStore
     private let state = Mutex(State())
 
-    init(store: any Store) {
+    init(store: any ProvisioningStore) {
         self.store = store
     }
 

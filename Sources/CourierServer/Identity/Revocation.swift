@@ -94,11 +94,11 @@ final class CertificateConnections: Sendable {
     static let clockMargin: TimeInterval = 3600
 
     private let state = Mutex(State())
-    private let store: any Store
+    private let store: any ProvisioningStore
     private let clock: any WallClock
     private let logger: Logger
 
-    init(store: any Store, clock: any WallClock, logger: Logger) {
+    init(store: any ProvisioningStore, clock: any WallClock, logger: Logger) {
         self.store = store
         self.clock = clock
         self.logger = logger
