@@ -140,8 +140,9 @@ let package = Package(
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
-            // The web console's page, script and style sheet, compiled in.
-            resources: [.embedInCode("Console")],
+            // The web console's page, script and style sheet, and the admin API's
+            // OpenAPI document (docs/openapi.json is a copy; a test compares them), compiled in.
+            resources: [.embedInCode("Console"), .embedInCode("Admin/openapi.json")],
             swiftSettings: strict
         ),
         .target(

@@ -90,7 +90,7 @@ public actor DeviceClient {
     public nonisolated let environment: Environment
     public nonisolated let notifications: AsyncStream<DeviceNotification>
     private let notificationSink: AsyncStream<DeviceNotification>.Continuation
-    private var credentials: DeviceCredentials
+    var credentials: DeviceCredentials
     private let options: Options
     private let logger: Logger
     private let tls: NIOSSLContext
@@ -102,16 +102,16 @@ public actor DeviceClient {
     private var drained = false
     private var pingWaiters: [CheckedContinuation<Void, any Error>] = []
     private var requests: [UInt32: CheckedContinuation<DeviceMessage, any Error>] = [:]
-    private var nextRequestID: UInt32 = 1
+    var nextRequestID: UInt32 = 1
     private var seen = Set<UUID>()
     /// Broadcast channels subscribed to (channel id → app), subscribed
     /// again on every connection.
-    private var subscriptions: [String: String] = [:]
+    var subscriptions: [String: String] = [:]
     /// Each channel's last broadcast, so that a channel's stored one is not
     /// sent again when the device subscribes again.
-    private var lastBroadcasts: [String: UUID] = [:]
+    var lastBroadcasts: [String: UUID] = [:]
     /// Subscribe requests sent at a reconnection, whose answer no caller waits for.
-    private var resubscribing: [UInt32: String] = [:]
+    var resubscribing: [UInt32: String] = [:]
     private var seenOrder: [UUID] = []
     private var stopped = false
     /// The back-off under way: resumed when it has passed, or at `stop()`.
@@ -483,7 +483,7 @@ public actor DeviceClient {
 
     // MARK: Apps
 
-    private func request(_ make: (UInt32) -> DeviceMessage) async throws -> DeviceMessage {
+    func request(_ make: (UInt32) -> DeviceMessage) async throws -> DeviceMessage {
         guard let writer else { throw DeviceClientError.disconnected }
         let requestID = nextRequestID
         nextRequestID &+= 1
@@ -569,56 +569,6 @@ public actor DeviceClient {
     public func acknowledge(_ notification: DeviceNotification) async throws {
         guard let writer else { throw DeviceClientError.disconnected }
         try await writer.write(DeviceMessage.ack(deliveryID: notification.deliveryID, status: DeviceAckStatus.handled))
-    }
-
-    // MARK: Broadcast channels
-
-    /// Subscribes the app to a broadcast channel of it, as a Live Activity
-    /// started with `.channel(id)` does: every broadcast on the channel
-    /// reaches this device (`DeviceNotification.channelID` names it), and
-    /// a channel that keeps its most recent broadcast sends it now. The
-    /// subscription is made again on every reconnection, until
-    /// `unsubscribe`.
-    public func subscribe(_ bundleID: String, to channelID: String) async throws {
-        let last = lastBroadcasts[channelID]
-        let answer = try await request { .subscribe(bundleID: bundleID, requestID: $0, channelID: channelID, lastDeliveryID: last) }
-        guard case .channelAck(_, let status) = answer, status == .ok else {
-            if case .channelAck(_, .unknownApp) = answer { throw DeviceClientError.unknownApp(bundleID) }
-            if case .channelAck(_, .tooManySubscriptions) = answer { throw DeviceClientError.tooManySubscriptions }
-            throw DeviceClientError.unknownChannel(channelID)
-        }
-        subscriptions[channelID] = bundleID
-    }
-
-    /// Ends the subscription: broadcasts on the channel no longer reach this device.
-    public func unsubscribe(_ bundleID: String, from channelID: String) async throws {
-        subscriptions[channelID] = nil
-        lastBroadcasts[channelID] = nil
-        let answer = try await request { .unsubscribe(bundleID: bundleID, requestID: $0, channelID: channelID) }
-        guard case .channelAck(_, .ok) = answer else { throw DeviceClientError.unknownChannel(channelID) }
-    }
-
-    /// The channels subscribed to now (channel id → app).
-    public var subscribedChannels: [String: String] { subscriptions }
-
-    /// Sends the subscriptions again on a new connection; their answers
-    /// come to `handle`.
-    private func subscribeAgain(_ outbound: NIOAsyncChannelOutboundWriter<DeviceMessage>) async throws {
-        resubscribing = [:]
-        var messages: [DeviceMessage] = []
-        for (channelID, bundleID) in subscriptions.sorted(by: { $0.key < $1.key }) {
-            let requestID = nextRequestID
-            nextRequestID &+= 1
-            resubscribing[requestID] = channelID
-            messages.append(.subscribe(bundleID: bundleID, requestID: requestID, channelID: channelID, lastDeliveryID: lastBroadcasts[channelID]))
-        }
-        guard !messages.isEmpty else { return }
-        try await outbound.write(contentsOf: messages)
-    }
-
-    /// The token held for an app (after `register`).
-    public func token(for bundleID: String) -> [UInt8]? {
-        credentials.token(for: bundleID, in: environment)
     }
 }
 
