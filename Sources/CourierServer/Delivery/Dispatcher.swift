@@ -155,10 +155,10 @@ public final class Dispatcher: Sendable {
     /// connection's notifications keep flowing while earlier ones are
     /// committed; an interface answers "accepted" only once it is durable.
     func admit(_ notification: PushNotification, environment: Environment, grant: TopicGrant, now: Date) -> Admission {
-        if let (result, durable) = admitAtOnce(notification, environment: environment, grant: grant, now: now) {
-            return .decided(result, durable: durable)
+        guard case .decided(let result, let durable) = decide(notification, environment: environment, grant: grant, now: now) else {
+            return .waits { await self.decideAfterLoading(notification, environment: environment, grant: grant) }
         }
-        return .waits { await self.admitAfterWaiting(notification, environment: environment, grant: grant) }
+        return .decided(result, durable: durable)
     }
 
     /// A notification found to be its provider's: the provider may push to
@@ -220,99 +220,126 @@ public final class Dispatcher: Sendable {
         }
     }
 
-    /// `admit` when nothing has to wait: the delivery log has room and the
-    /// app's registration is known (a removed one's feedback entry is
-    /// queued for the feedback list's next commit, as a held notification is).
-    /// Nil when something has to wait; nothing was done then.
-    private func admitAtOnce(_ notification: PushNotification, environment: Environment, grant: TopicGrant, now: Date)
-        -> (result: AcceptResult, durable: Pending<Void>?)?
-    {
+    /// What a notification needs before it can be decided: the slow path
+    /// (`decideAfterLoading`) loads it and decides again, with the same
+    /// decision (`decide`).
+    private enum Need {
+        /// Room in the delivery log.
+        case logRoom
+        /// A checked token's registration (or its Live Activity's end), from the store.
+        case registration(CheckedToken)
+        /// The row of a token its app takes on first use.
+        case firstUse
+    }
+
+    /// What `decide` came to: decided, or what it needs first (nothing was done then).
+    private enum Step {
+        case decided(result: AcceptResult, durable: Pending<Void>?)
+        case needs(Need)
+    }
+
+    /// What the store said of a token's registration, loaded by the slow
+    /// path: its problem, and the epoch read before it was loaded (a change
+    /// meanwhile makes the token's mark stale).
+    private struct Loaded {
+        var problem: TokenProblem?
+        var epoch: Int
+    }
+
+    /// The one decision of a notification, in the order of docs/delivery.md:
+    /// the delivery log's room (unless the slow path waited for it), the
+    /// topic (check 1), the token (a known registration, a virtual token,
+    /// checks 2 to 5 with its registration from the cache or `loaded`), its
+    /// rate window (check 6), then what the rules make of it. Decides
+    /// without waiting when it can — a stored notification is queued for
+    /// the next group commit and its `durable` completes once committed, a
+    /// removed app's feedback entry likewise — else says what it needs.
+    private func decide(
+        _ notification: PushNotification, environment: Environment, grant: TopicGrant, now: Date, loaded: Loaded? = nil, waitedForRoom: Bool = false
+    ) -> Step {
         assert(grant.topic == notification.topic, "a grant for another topic")
-        guard log.hasRoom else { return nil }
+        guard waitedForRoom || log.hasRoom else { return .needs(.logRoom) }
         // Check 1: the topic is the provider's (then it has its app); a
         // topic that is not is no app's to log (`Refusal.event`).
-        guard let app = grant.app else { return (rules.topicNotAllowed.result, nil) }
+        guard let app = grant.app else { return .decided(result: rules.topicNotAllowed.result, durable: nil) }
         let liveActivity = grant.kind == .liveactivity
         // A device token already found to be its app's active registration: one
         // lookup of its entry, which takes the rate window too.
         let key = TokenKey(environment: environment, bytes: notification.token)
         if !liveActivity, let (token, refusal) = registrations.takeKnown(key, bundleID: grant.bundleID, now: now) {
-            if let refusal { return reject(notification, of: app, refusal, now: now) }
-            return carryOut(notification, of: app, token, now: now)
+            if let refusal { return Self.step(reject(notification, of: app, refusal, now: now)) }
+            return Self.step(carryOut(notification, of: app, token, now: now))
         }
         // One of the app's virtual tokens: found without opening it (a token that opens is never one).
         let virtual = virtuals.take(notification.token, environment: environment, app: app, bundleID: grant.bundleID, now: now)
         if case .found(let found) = virtual {
-            return carryOut(notification, of: app, to: found, bundleID: grant.bundleID, environment: environment, now: now)
+            return Self.step(carryOut(notification, of: app, to: found, bundleID: grant.bundleID, environment: environment, now: now))
         }
         let token: CheckedToken
         switch registrations.check(key, bundleID: grant.bundleID, liveActivity: liveActivity, now: now) {
         case .success(let checked): token = checked
         case .failure(let failure):
-            // A token the app takes on first use is decided after waiting for its row.
-            if failure.problem == .unopened, case .firstUse = virtual { return nil }
-            return reject(notification, of: app, rules.refusal(failure.problem), now: now)
+            // A token the app takes on first use needs its row first.
+            if failure.problem == .unopened, case .firstUse = virtual { return .needs(.firstUse) }
+            return Self.step(reject(notification, of: app, rules.refusal(failure.problem), now: now))
         }
-        // Not known (the registration, or a Live Activity's end): decided after waiting.
-        guard let (problem, epoch) = registrations.cached(token, now: now) else { return nil }
+        // The registration (or a Live Activity's end), from the cache or as loaded.
+        guard let (problem, epoch) = registrations.cached(token, now: now) ?? loaded.map({ ($0.problem, $0.epoch) }) else {
+            return .needs(.registration(token))
+        }
         // Not held any more (an older generation), removed, or its activity ended.
-        if let problem { return reject(notification, of: app, tokenProblem: problem, environment: environment, now: now) }
-        if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, of: app, refusal, now: now) }
-        return carryOut(notification, of: app, token, now: now)
+        if let problem { return Self.step(reject(notification, of: app, tokenProblem: problem, environment: environment, now: now)) }
+        if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return Self.step(reject(notification, of: app, refusal, now: now)) }
+        return Self.step(carryOut(notification, of: app, token, now: now))
     }
 
-    /// `admitAtOnce` once it declined: waits for room in the delivery log
-    /// and for the store, then decides.
-    private func admitAfterWaiting(_ notification: PushNotification, environment: Environment, grant: TopicGrant) async
+    private static func step(_ decided: (result: AcceptResult, durable: Pending<Void>?)) -> Step {
+        .decided(result: decided.result, durable: decided.durable)
+    }
+
+    /// `decide` once it needed something: waits for room in the delivery
+    /// log (a log that cannot keep up holds the providers back), loads
+    /// what the decision needs, and decides again — each need at most once,
+    /// since what was loaded is handed in.
+    private func decideAfterLoading(_ notification: PushNotification, environment: Environment, grant: TopicGrant) async
         -> (result: AcceptResult, durable: Pending<Void>?)
     {
-        assert(grant.topic == notification.topic, "a grant for another topic")
-        // A delivery log that cannot keep up holds the providers back.
         await log.waitForRoom()
-        let now = clock.now()
-        // Check 1: the topic is the provider's (then it has its app); a
-        // topic that is not is no app's to log (`Refusal.event`).
-        guard let app = grant.app else { return (rules.topicNotAllowed.result, nil) }
-        let token: CheckedToken
-        let liveActivity = grant.kind == .liveactivity
-        switch registrations.check(TokenKey(environment: environment, bytes: notification.token), bundleID: grant.bundleID, liveActivity: liveActivity, now: now) {
-        case .success(let checked): token = checked
-        case .failure(let failure):
-            guard failure.problem == .unopened else { return reject(notification, of: app, rules.refusal(failure.problem), now: now) }
-            return await admitVirtualAfterWaiting(notification, of: app, bundleID: grant.bundleID, environment: environment, now: now)
+        var loaded: Loaded?
+        var registeredOnFirstUse = false
+        while true {
+            let now = clock.now()
+            switch decide(notification, environment: environment, grant: grant, now: now, loaded: loaded, waitedForRoom: true) {
+            case .decided(let result, let durable):
+                return (result, durable)
+            case .needs(.logRoom):
+                await log.waitForRoom()
+            case .needs(.registration(let token)):
+                let epoch = registrations.epoch
+                do {
+                    loaded = Loaded(problem: try await registrations.problem(of: token, now: now), epoch: epoch)
+                } catch {
+                    logger.error("store failed reading a registration", metadata: ["courier.error": "\(error)"])
+                    return refusedForTheStore(notification, grant: grant, now: now)
+                }
+            case .needs(.firstUse):
+                // Registered, yet not found (its app's limit reached meanwhile): a token it does not take.
+                if registeredOnFirstUse, let app = grant.app { return reject(notification, of: app, rules.refusal(.unopened), now: now) }
+                registeredOnFirstUse = true
+                do {
+                    try await virtuals.registerOnFirstUse(notification.token, environment: environment, bundleID: grant.bundleID, now: now)
+                } catch {
+                    logger.error("store failed registering a virtual token", metadata: ["courier.error": "\(error)"])
+                    return refusedForTheStore(notification, grant: grant, now: now)
+                }
+            }
         }
-        // Read before the registration: a change while it is loaded makes the token's mark stale.
-        let epoch = registrations.epoch
-        let problem: TokenProblem?
-        do {
-            problem = try await registrations.problem(of: token, now: now)
-        } catch {
-            logger.error("store failed reading a registration", metadata: ["courier.error": "\(error)"])
-            return reject(notification, of: app, DeliveryRules.Refusal(.serviceUnavailable), now: now)
-        }
-        if let problem { return reject(notification, of: app, tokenProblem: problem, environment: environment, now: now) }
-        if let refusal = registrations.takeRate(token, registeredIn: epoch, now: now) { return reject(notification, of: app, refusal, now: now) }
-        return carryOut(notification, of: app, token, now: now)
     }
 
-    /// A push to a token that did not open, once the store may be waited
-    /// for: a virtual token of an app that takes any token on first use is
-    /// registered first.
-    private func admitVirtualAfterWaiting(_ notification: PushNotification, of app: AppNumber, bundleID: String, environment: Environment, now: Date) async
-        -> (result: AcceptResult, durable: Pending<Void>?)
-    {
-        var lookup = virtuals.take(notification.token, environment: environment, app: app, bundleID: bundleID, now: now)
-        if case .firstUse = lookup {
-            do {
-                try await virtuals.registerOnFirstUse(notification.token, environment: environment, bundleID: bundleID, now: now)
-            } catch {
-                logger.error("store failed registering a virtual token", metadata: ["courier.error": "\(error)"])
-                return reject(notification, of: app, DeliveryRules.Refusal(.serviceUnavailable), now: now)
-            }
-            lookup = virtuals.take(notification.token, environment: environment, app: app, bundleID: bundleID, now: now)
-        }
-        guard case .found(let found) = lookup else { return reject(notification, of: app, rules.refusal(.unopened), now: now) }
-        return carryOut(notification, of: app, to: found, bundleID: bundleID, environment: environment, now: now)
+    /// `ServiceUnavailable` for a notification whose decision needed the store, which failed.
+    private func refusedForTheStore(_ notification: PushNotification, grant: TopicGrant, now: Date) -> (result: AcceptResult, durable: Pending<Void>?) {
+        guard let app = grant.app else { return (rules.topicNotAllowed.result, nil) }
+        return reject(notification, of: app, DeliveryRules.Refusal(.serviceUnavailable), now: now)
     }
 
     /// Carries out a push to a virtual device: refused (uninstalled: with
