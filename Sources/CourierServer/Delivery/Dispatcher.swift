@@ -226,8 +226,10 @@ public final class Dispatcher: Sendable {
     private enum Need {
         /// Room in the delivery log.
         case logRoom
-        /// A checked token's registration (or its Live Activity's end), from the store.
-        case registration(CheckedToken)
+        /// A checked token's registration (or its Live Activity's end), from
+        /// the store. Boxed: a `Step` stays two words and a tag, what every
+        /// decided notification returns through.
+        indirect case registration(CheckedToken)
         /// The row of a token its app takes on first use.
         case firstUse
     }
