@@ -227,8 +227,8 @@ public final class Dispatcher: Sendable {
         /// Room in the delivery log.
         case logRoom
         /// A checked token's registration (or its Live Activity's end), from
-        /// the store. Boxed: a `Step` stays two words and a tag, what every
-        /// decided notification returns through.
+        /// the store. Boxed, so that a `Step`, which every decided
+        /// notification returns through, is no larger than its decided case.
         indirect case registration(CheckedToken)
         /// The row of a token its app takes on first use.
         case firstUse
