@@ -140,9 +140,9 @@ public protocol FeedbackStore: Sendable {
 public protocol VirtualTokenStore: Sendable {
     // MARK: Virtual tokens
     /// Adds the tokens not there yet (one there keeps its state), in one
-    /// transaction; how many were added.
+    /// transaction; the tokens added.
     @discardableResult
-    func addVirtualTokens(_ tokens: [VirtualToken]) async throws -> Int
+    func addVirtualTokens(_ tokens: [VirtualToken]) async throws -> [[UInt8]]
     /// One virtual token, nil when there is none.
     func virtualToken(environment: Environment, bundleID: String, token: [UInt8]) async throws -> VirtualToken?
     /// Virtual tokens in (environment, bundle id, token) order: an app's in

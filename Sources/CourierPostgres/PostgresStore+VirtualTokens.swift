@@ -4,10 +4,10 @@ import PostgresNIO
 
 /// Virtual tokens (`Store`'s "Virtual tokens").
 extension PostgresStore {
-    public func addVirtualTokens(_ tokens: [VirtualToken]) async throws -> Int {
-        guard !tokens.isEmpty else { return 0 }
+    public func addVirtualTokens(_ tokens: [VirtualToken]) async throws -> [[UInt8]] {
+        guard !tokens.isEmpty else { return [] }
         return try await transaction { connection in
-            var added = 0
+            var added: [[UInt8]] = []
             for chunk in tokens.slices(of: Self.rowsPerStatement) {
                 added += try await self.query(
                     """
@@ -21,7 +21,7 @@ extension PostgresStore {
                             .millis($0.uninstalledAt),
                         ]
                     }, on: connection
-                ).count
+                ).map { try $0.bytes("token") }
             }
             return added
         }

@@ -4,11 +4,11 @@ import SQLiteNIO
 
 /// Virtual tokens (`Store`'s "Virtual tokens").
 extension SQLiteStore {
-    public func addVirtualTokens(_ tokens: [VirtualToken]) async throws -> Int {
-        guard !tokens.isEmpty else { return 0 }
+    public func addVirtualTokens(_ tokens: [VirtualToken]) async throws -> [[UInt8]] {
+        guard !tokens.isEmpty else { return [] }
         let chunks = tokens.slices(of: Self.rowsPerStatement)
         return try await transaction {
-            var added = 0
+            var added: [[UInt8]] = []
             for chunk in chunks {
                 added += try await self.connection.query(
                     """
@@ -22,7 +22,7 @@ extension SQLiteStore {
                             .millis($0.uninstalledAt),
                         ]
                     }
-                ).count
+                ).map { try $0.bytes("token") }
             }
             return added
         }

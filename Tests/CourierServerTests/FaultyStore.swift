@@ -122,7 +122,7 @@ final class FaultyStore: Store {
     func feedback(environment: Environment, topic: String) async throws -> [FeedbackEntry] { try await base.feedback(environment: environment, topic: topic) }
     func removeFeedback(_ entries: [FeedbackEntry]) async throws { try await base.removeFeedback(entries) }
     func pendingCount() async throws -> Int { try await base.pendingCount() }
-    func addVirtualTokens(_ tokens: [VirtualToken]) async throws -> Int { try await base.addVirtualTokens(tokens) }
+    func addVirtualTokens(_ tokens: [VirtualToken]) async throws -> [[UInt8]] { try await base.addVirtualTokens(tokens) }
     func virtualToken(environment: Environment, bundleID: String, token: [UInt8]) async throws -> VirtualToken? {
         try await base.virtualToken(environment: environment, bundleID: bundleID, token: token)
     }

@@ -14,6 +14,13 @@ struct VirtualDeviceRoutes {
     /// A body of that many tokens in hex, with room for the JSON around them.
     static let bodyLimit = 8 * 1024 * 1024
 
+    /// Whether a path is the registration route's, `/v1/apps/{bundleID}/virtual-tokens`:
+    /// the one request whose body may be `bodyLimit`.
+    static func isRegistration(_ path: String) -> Bool {
+        let parts = path.split(separator: "/", omittingEmptySubsequences: false)
+        return parts.count == 5 && parts[0].isEmpty && parts[1] == "v1" && parts[2] == "apps" && !parts[3].isEmpty && parts[4] == "virtual-tokens"
+    }
+
     func add(to api: RouterGroup<BasicRequestContext>) {
         api.post("apps/:bundleID/virtual-tokens") { [dispatcher] request, context in
             let bundleID = try await Self.app(context, dispatcher)
@@ -33,7 +40,7 @@ struct VirtualDeviceRoutes {
             }
             do {
                 let added = try await dispatcher.addVirtualTokens(tokens, bundleID: bundleID, environment: environment)
-                let total = try await dispatcher.virtualTokens(bundleID: bundleID, environment: environment, after: nil, limit: 0).total
+                let total = try await dispatcher.virtualTokenCount(bundleID: bundleID, environment: environment)
                 return EditedResponse(
                     status: .created,
                     response: VirtualTokensAdded(bundleID: bundleID, environment: environment.rawValue, added: added, existing: tokens.count - added, total: total))

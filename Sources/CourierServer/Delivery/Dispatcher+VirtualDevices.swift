@@ -15,6 +15,9 @@ extension Dispatcher {
     /// online: each must be of Apple's length and none a token Courier
     /// issued (in either environment), else nothing is registered. A token
     /// registered already keeps its state. How many were new.
+    ///
+    /// This node takes in what it wrote without reading it back; the others
+    /// read the token, or (several) the app's tokens, again.
     func addVirtualTokens(_ tokens: [[UInt8]], bundleID: String, environment: Environment) async throws -> Int {
         for (index, token) in tokens.enumerated() {
             guard token.count == VirtualToken.length else {
@@ -27,8 +30,15 @@ extension Dispatcher {
         let now = clock.now()
         let added = try await store.addVirtualTokens(
             tokens.map { VirtualToken(environment: environment, bundleID: bundleID, token: $0, registeredAt: now) })
-        try await virtualTokensChanged(VirtualDevices.AppKey(environment: environment, bundleID: bundleID), token: tokens.count == 1 ? tokens[0] : nil)
-        return added
+        // What was added is online and installed; one there already kept its state, as kept here.
+        virtuals.keep(added.map { VirtualToken(environment: environment, bundleID: bundleID, token: $0, registeredAt: now) })
+        announce(VirtualDevices.AppKey(environment: environment, bundleID: bundleID), tokens)
+        return added.count
+    }
+
+    /// How many virtual tokens the app has in the environment.
+    func virtualTokenCount(bundleID: String, environment: Environment) async throws -> Int {
+        try await store.virtualTokenCount(environment: environment, bundleID: bundleID)
     }
 
     /// The app's virtual tokens in the environment, in token order after
@@ -51,7 +61,8 @@ extension Dispatcher {
             let changed = try await store.updateVirtualToken(
                 environment: environment, bundleID: bundleID, token: token, offline: offline, uninstalled: uninstalled)
         else { return nil }
-        try await virtualTokensChanged(VirtualDevices.AppKey(environment: environment, bundleID: bundleID), token: token)
+        virtuals.keep([changed])
+        announce(VirtualDevices.AppKey(environment: environment, bundleID: bundleID), [token])
         if offline == false {
             await takeHeld(ofVirtual: token, bundleID: bundleID, environment: environment, delivered: changed.uninstalledAt == nil)
         }
@@ -67,15 +78,17 @@ extension Dispatcher {
             removing = try await store.virtualTokens(environment: environment, bundleID: bundleID, after: nil, limit: nil).filter(\.offline).map(\.token)
         }
         let removed = try await store.removeVirtualTokens(environment: environment, bundleID: bundleID, tokens: tokens)
-        try await virtualTokensChanged(VirtualDevices.AppKey(environment: environment, bundleID: bundleID), token: tokens?.count == 1 ? tokens?[0] : nil)
+        let app = VirtualDevices.AppKey(environment: environment, bundleID: bundleID)
+        virtuals.forget(tokens, of: app)
+        announce(app, tokens)
         for token in removing { await takeHeld(ofVirtual: token, bundleID: bundleID, environment: environment, delivered: false) }
         return removed
     }
 
-    /// Takes in a change of the store's virtual tokens here, and tells the other nodes.
-    private func virtualTokensChanged(_ app: VirtualDevices.AppKey, token: [UInt8]?) async throws {
-        if let token { try await virtuals.reload(app, token: token) } else { try await virtuals.reload(app) }
-        cluster?.virtualTokensChanged(app, token: token)
+    /// Tells the other nodes that the app's virtual tokens changed in the
+    /// store: one token, or (several, or every one: nil) the app's.
+    private func announce(_ app: VirtualDevices.AppKey, _ tokens: [[UInt8]]?) {
+        cluster?.virtualTokensChanged(app, token: tokens?.count == 1 ? tokens?[0] : nil)
     }
 
     /// Takes what is held for a virtual device out of the store:

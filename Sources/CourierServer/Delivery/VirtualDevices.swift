@@ -21,7 +21,9 @@ struct VirtualTokenKey: Hashable {
         guard token.count == VirtualToken.length else { return nil }
         var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
         withUnsafeMutableBytes(of: &words) { raw in
-            for (index, byte) in token.enumerated() { raw[index] = byte }
+            if token.withContiguousStorageIfAvailable({ raw.copyMemory(from: UnsafeRawBufferPointer($0)) }) == nil {
+                for (index, byte) in token.enumerated() { raw[index] = byte }
+            }
         }
         (word0, word1, word2, word3) = words
         self.app = app
@@ -102,6 +104,9 @@ final class VirtualDevices: Sendable {
     }
 
     private let state = Mutex(State())
+    /// Whether any virtual token is kept: without one, and without an app
+    /// that takes any token, a push looks nothing up here (one load).
+    private let anyKept = Atomic<Bool>(false)
     private let store: any VirtualTokenStore & ProvisioningStore
     private let rules: DeliveryRules
     /// The apps that take any token of Apple's format on first use.
@@ -151,6 +156,7 @@ final class VirtualDevices: Sendable {
         }
         let count = entries.count
         state.withLock { $0.replaceAll(entries) }
+        noteKept()
         // The rows read are gone: what they took goes back to the system, not kept beside the entries.
         if count >= Self.page / 10 { MemoryReturn.giveBack() }
     }
@@ -175,27 +181,50 @@ final class VirtualDevices: Sendable {
         var loaded: [(VirtualTokenKey, VirtualEntry)] = []
         try await read(app) { loaded.append(($0, $1)) }
         state.withLock { $0.replace(AppSlot(app: AppNumber(app.bundleID), environment: app.environment), with: loaded) }
+        noteKept()
         if loaded.count >= Self.page / 10 { MemoryReturn.giveBack() }
     }
 
     /// Reads one token of an app again: kept as the store has it, or forgotten.
     func reload(_ app: AppKey, token: [UInt8]) async throws {
         let stored = try await store.virtualToken(environment: app.environment, bundleID: app.bundleID, token: token)
-        let number = AppNumber(app.bundleID)
-        guard let stored else {
-            guard let key = VirtualTokenKey(environment: app.environment, app: number, token: token) else { return }
-            state.withLock { $0.set(key, nil) }
-            return
-        }
-        keep(stored, app: number)
+        guard let stored else { return forget([token], of: app) }
+        keep([stored])
     }
 
-    /// Keeps one token as the store has it now (registered on first use).
-    private func keep(_ token: VirtualToken, app: AppNumber) {
-        guard let key = VirtualTokenKey(environment: token.environment, app: app, token: token.token) else { return }
-        let entry = VirtualEntry(token, deviceID: Self.deviceID(environment: token.environment, bundleID: token.bundleID, token: token.token))
-        state.withLock { $0.set(key, entry) }
+    /// Keeps tokens as the store has them now (registered, changed):
+    /// what this node wrote itself, taken in without reading it back.
+    func keep(_ tokens: [VirtualToken]) {
+        let entries = tokens.compactMap { token in
+            VirtualTokenKey(environment: token.environment, app: AppNumber(token.bundleID), token: token.token).map {
+                ($0, VirtualEntry(token, deviceID: Self.deviceID(environment: token.environment, bundleID: token.bundleID, token: token.token)))
+            }
+        }
+        state.withLock { state in
+            for (key, entry) in entries { state.set(key, entry) }
+        }
+        noteKept()
     }
+
+    /// Forgets an app's tokens that were removed (nil: every one of the app in the environment).
+    func forget(_ tokens: [[UInt8]]?, of app: AppKey) {
+        let number = AppNumber(app.bundleID)
+        state.withLock { state in
+            guard let tokens else { return state.replace(AppSlot(app: number, environment: app.environment), with: []) }
+            for token in tokens {
+                if let key = VirtualTokenKey(environment: app.environment, app: number, token: token) { state.set(key, nil) }
+            }
+        }
+        noteKept()
+    }
+
+    /// Records whether any token is kept now (`anyKept`).
+    private func noteKept() {
+        anyKept.store(state.withLock { !$0.entries.isEmpty }, ordering: .relaxed)
+    }
+
+    /// Nothing virtual to look up: no token kept and no app that takes any.
+    private var nothingToLookUp: Bool { acceptAnyToken.isEmpty && !anyKept.load(ordering: .relaxed) }
 
     /// Virtual tokens known now.
     var count: Int { state.withLock { $0.entries.count } }
@@ -226,7 +255,7 @@ final class VirtualDevices: Sendable {
     /// Looks a token up for a push to `app` in `environment` and, when it
     /// is installed, counts the push in its rate window (check 6).
     func take(_ token: [UInt8], environment: Environment, app: AppNumber, bundleID: String, now: Date) -> Lookup {
-        guard let key = VirtualTokenKey(environment: environment, app: app, token: token) else { return .none }
+        guard !nothingToLookUp, let key = VirtualTokenKey(environment: environment, app: app, token: token) else { return .none }
         enum Answer {
             case found(Found)
             case absent(count: Int)
@@ -252,7 +281,7 @@ final class VirtualDevices: Sendable {
     /// Whether a token that did not open is the app's (registered, or
     /// taken on first use): a fault rule may match its push.
     func belongs(_ token: [UInt8], environment: Environment, app: AppNumber, bundleID: String) -> Bool {
-        guard let key = VirtualTokenKey(environment: environment, app: app, token: token) else { return false }
+        guard !nothingToLookUp, let key = VirtualTokenKey(environment: environment, app: app, token: token) else { return false }
         let (known, count) = state.withLock { ($0.entries[key] != nil, $0.count(of: AppSlot(app: app, environment: environment))) }
         return known || (count < firstUseLimit && acceptAnyToken.contains(AppKey(environment: environment, bundleID: bundleID)))
     }
@@ -262,9 +291,7 @@ final class VirtualDevices: Sendable {
     /// state), and keeps it as the store has it.
     func registerOnFirstUse(_ token: [UInt8], environment: Environment, bundleID: String, now: Date) async throws {
         try await store.addVirtualTokens([VirtualToken(environment: environment, bundleID: bundleID, token: token, registeredAt: now)])
-        if let stored = try await store.virtualToken(environment: environment, bundleID: bundleID, token: token) {
-            keep(stored, app: AppNumber(bundleID))
-        }
+        if let stored = try await store.virtualToken(environment: environment, bundleID: bundleID, token: token) { keep([stored]) }
     }
 
     /// The virtual device of a token, when it is one of the app's.
