@@ -52,6 +52,15 @@ import Testing
         }
     }
 
+    /// Only the registration route of virtual tokens may have its larger body.
+    @Test func theLargerBodyIsTheVirtualTokenRegistrationsAlone() {
+        #expect(VirtualDeviceRoutes.isRegistration("/v1/apps/com.example.demo/virtual-tokens"))
+        for path in ["/v1/faults/virtual-tokens", "/v1/apps/com.example.demo/x/virtual-tokens", "/v1/apps//virtual-tokens", "/x/v1/apps/a/virtual-tokens",
+            "/v1/apps/com.example.demo/virtual-tokens/00ff"] {
+            #expect(!VirtualDeviceRoutes.isRegistration(path), "\(path)")
+        }
+    }
+
     /// One node's scope: its rules in memory, no other node's devices.
     @Test func oneNodesScopeIsItsOwnState() async throws {
         let faults = FaultInjector()

@@ -138,6 +138,6 @@ struct AdminRequestChecks: RouterMiddleware {
     /// virtual tokens (up to 100,000 of 64 hex digits) `VirtualDeviceRoutes.bodyLimit`.
     /// Read only once the request is authenticated (`AdminAccess`).
     static func bodyLimit(_ request: Request, _ context: Context) -> Int {
-        request.method == .post && request.uri.path.hasSuffix("/virtual-tokens") ? VirtualDeviceRoutes.bodyLimit : context.maxUploadSize
+        request.method == .post && VirtualDeviceRoutes.isRegistration(request.uri.path) ? VirtualDeviceRoutes.bodyLimit : context.maxUploadSize
     }
 }
