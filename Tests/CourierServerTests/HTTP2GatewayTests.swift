@@ -786,4 +786,31 @@ extension HTTP2ProtocolTableTests {
             await server.disconnect(device)
         }
     }
+
+    /// A connection whose first request names an app created after its
+    /// team's topics were read (by another connection): its decision
+    /// waits twice, for the key and then for the team's topics read
+    /// again; the push is accepted, and the token is still the
+    /// connection's first valid one, so its stream limit is lifted.
+    @Test func aFirstRequestForALaterAppLiftsTheStreamLimit() async throws {
+        try await withTestServer(configure: { $0.http2.maxConcurrentStreams = 250 }) { server in
+            let device = try await server.device()
+            let demoToken = try await device.client.register("com.example.demo")
+            let authorization = jwt(key: try server.demoAuthKey(), issuedAt: server.clock.now())
+            let earlier = try await server.http2Connection()
+            #expect(try await RawPush(token: demoToken, authorization: authorization).send(on: earlier).status == 200)
+            await earlier.close()
+
+            _ = try await server.application.provisioner.createApp(bundleID: "com.example.later", teamID: "DEMOTEAM01")
+            let laterToken = try await device.client.register("com.example.later")
+            let connection = try await server.http2Connection()
+            let later = RawPush(token: laterToken, topic: "com.example.later", authorization: authorization)
+            #expect(try await later.send(on: connection).status == 200)
+            // The raised limit comes in a SETTINGS frame after the answer.
+            #expect(try await later.send(on: connection).status == 200)
+            #expect(connection.announcedMaxConcurrentStreams == [1, 250])
+            await connection.close()
+            await server.disconnect(device)
+        }
+    }
 }

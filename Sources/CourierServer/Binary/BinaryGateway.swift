@@ -108,10 +108,12 @@ final class BinaryGateway: ListenerInterface {
         case closes
     }
 
-    /// Hands one notification to the dispatcher, without waiting.
-    /// The frame's inbox entry, when it is decided here, goes into
-    /// `read` (the connection records a read's entries at once).
-    fileprivate func admitAtOnce(
+    /// Decides one frame, without waiting: its payload, the fault rules,
+    /// then the dispatcher. The frame's inbox entry, when it is decided
+    /// here, goes into `read` (the connection records a read's entries at
+    /// once); what waits goes on from the notification
+    /// (`decideAfterWaiting`), nothing is decided twice.
+    fileprivate func decide(
         _ frame: BinaryNotificationFrame, grant: TopicGrant, sender: BinaryProviderConnection?, now: Date, read: inout ReadOutcomes
     ) -> Admission {
         let notification: PushNotification
@@ -139,6 +141,24 @@ final class BinaryGateway: ListenerInterface {
             }
             return .decided(outcome((result, durable)))
         }
+    }
+
+    /// The rest of `decide` for a notification that waits: a fault rule's
+    /// `delay`, then the dispatcher's `admission` (made here after a
+    /// delay); its inbox entry recorded and its outcome counted.
+    fileprivate func decideAfterWaiting(
+        _ notification: PushNotification, grant: TopicGrant, delay: Duration?, fault: String?, admission: Dispatcher.Admission?, fields: BinaryFrameFields,
+        sender: BinaryProviderConnection?
+    ) async -> (result: AcceptResult, durable: Pending<Void>?) {
+        if let delay { try? await Task.sleep(for: delay) }
+        let deciding = admission ?? dispatcher.admit(notification, environment: environment, grant: grant, now: dispatcher.clock.now())
+        let decided = await deciding.decided()
+        var late = ReadOutcomes()
+        received(Self.outcome(of: decided.result), into: &late) {
+            entry(fields, notification, sender: sender, outcome: $0, now: dispatcher.clock.now(), fault: fault)
+        }
+        finish(&late)
+        return decided
     }
 
     /// What a fault rule makes of a notification: a refusal (its binary
@@ -400,7 +420,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
             }
             refuse(failure.answers ? failure.status : nil, failure.identifier, context: context)
         case .notification(let frame):
-            switch gateway.admitAtOnce(frame, grant: grant, sender: sender, now: now, read: &outcomes) {
+            switch gateway.decide(frame, grant: grant, sender: sender, now: now, read: &outcomes) {
             case .decided(let outcome):
                 settle(outcome, command: frame.command, identifier: frame.identifier, context: context)
             case .closes:
@@ -414,15 +434,8 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
                 let (gateway, loop) = (self.gateway, context.eventLoop)
                 let bound = NIOLoopBound((self, context), eventLoop: loop)
                 work.start {
-                    if let delay { try? await Task.sleep(for: delay) }
-                    let dispatcher = gateway.dispatcher
-                    let deciding = admission ?? dispatcher.admit(notification, environment: gateway.environment, grant: grant, now: dispatcher.clock.now())
-                    let decided = await deciding.decided()
-                    var late = BinaryGateway.ReadOutcomes()
-                    gateway.received(BinaryGateway.outcome(of: decided.result), into: &late) {
-                        gateway.entry(fields, notification, sender: sender, outcome: $0, now: gateway.dispatcher.clock.now(), fault: fault)
-                    }
-                    gateway.finish(&late)
+                    let decided = await gateway.decideAfterWaiting(
+                        notification, grant: grant, delay: delay, fault: fault, admission: admission, fields: fields, sender: sender)
                     loop.execute {
                         let (handler, context) = bound.value
                         switch handler.machine.dispatcherDecided() {

@@ -207,111 +207,154 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         case notification(PushNotification, TopicGrant)
     }
 
-    /// Decides one request whose headers parsed, without waiting when
-    /// nothing has to (docs/protocol.md §2): trust, topic, header values,
-    /// payload, fault rules, then the dispatcher. What does have to wait
-    /// starts over in `answerAfterWaiting` (nothing was done yet), or
-    /// goes on from the notification (`dispatchAfterWaiting`: a fault's
-    /// delay, the store).
-    func decide(_ head: HTTP2RequestHead, headers: HPACKHeaders, body: ByteBuffer, connection: HTTP2ConnectionHandle) -> Decision {
-        let id = UUID.notificationID()
-        let apnsID = head.apnsID ?? id.lowercasedString
-        var seen = Seen()
-        func waitsFromTheStart() -> Decision {
-            .waits { await self.answerAfterWaiting(head, headers: headers, body: body, connection: connection, id: id) }
+    /// A request on its way to its decision.
+    private struct Request: Sendable {
+        let head: HTTP2RequestHead
+        let headers: HPACKHeaders
+        let body: ByteBuffer
+        let connection: HTTP2ConnectionHandle
+        /// The notification's id when `apns-id` names none.
+        let id: UUID
+        let apnsID: String
+
+        init(head: HTTP2RequestHead, headers: HPACKHeaders, body: ByteBuffer, connection: HTTP2ConnectionHandle) {
+            (self.head, self.headers, self.body, self.connection) = (head, headers, body, connection)
+            id = .notificationID()
+            apnsID = head.apnsID ?? id.lowercasedString
         }
-        var provider: Provider
-        switch connection.trust {
-        case .token(let trust):
-            guard let outcome = trust.authenticateAtOnce(head.authorization, now: clock.now(), keys: keys) else { return waitsFromTheStart() }
-            switch admit(outcome, trust: trust, connection: connection, apnsID: apnsID) {
-            case .failure(let refused): return .answered(recorded(refused.answer, headers, body, connection, seen))
-            case .success(let known): provider = known
+    }
+
+    /// What a request's decision has to load before it can be made
+    /// (`decideAfterLoading` loads it).
+    private enum Need {
+        /// The token's key, from the store.
+        case key(TokenTrust)
+        /// The provider's team's topics, read again: an app added since
+        /// its token was verified.
+        case topics(Provider)
+    }
+
+    /// What was loaded for a request's decision.
+    private enum Loaded {
+        case nothing
+        /// The request's token, checked with its key from the store.
+        case authenticated(TokenTrust.Outcome)
+        /// The provider, its team's topics read again.
+        case provider(Provider)
+    }
+
+    /// A decision, or what it needs first (nothing was done yet).
+    private enum Step {
+        case decided(Decision)
+        case needs(Need)
+    }
+
+    /// Decides one request whose headers parsed, without waiting when
+    /// nothing has to (docs/protocol.md §2). What has to be loaded first
+    /// — a key, a team's topics — is loaded in the listener's work, and
+    /// the same decision is made again with it (`decideAfterLoading`).
+    func decide(_ head: HTTP2RequestHead, headers: HPACKHeaders, body: ByteBuffer, connection: HTTP2ConnectionHandle) -> Decision {
+        let request = Request(head: head, headers: headers, body: body, connection: connection)
+        switch decide(request, loaded: .nothing) {
+        case .decided(let decision): return decision
+        case .needs(let need): return .waits { await self.decideAfterLoading(request, need: need) }
+        }
+    }
+
+    /// Loads what a request's decision needs and makes it again, until it
+    /// is made (twice at most: a key, then a team's topics).
+    private func decideAfterLoading(_ request: Request, need: Need) async -> HTTP2Answer {
+        var need = need
+        while true {
+            let loaded: Loaded
+            switch need {
+            case .key(let trust):
+                loaded = .authenticated(await trust.authenticate(request.head.authorization, now: clock.now(), keys: keys))
+            case .topics(var provider):
+                // Not read (the store failed): the topic stays disallowed.
+                if let refreshed = await provider.tokenTrust?.refreshTopics(keys: keys) { provider.identity = refreshed }
+                provider.tokenTrust = nil
+                loaded = .provider(provider)
             }
-        case .certificate, .unusableCertificate:
-            switch certified(connection.trust, apnsID: apnsID) {
-            case .failure(let refused): return .answered(recorded(refused.answer, headers, body, connection, seen))
+            switch decide(request, loaded: loaded) {
+            case .needs(let next): need = next
+            case .decided(.answered(let answer)): return answer
+            case .decided(.waits(let answer)): return await answer()
+            case .decided(.committing(let durable, let answer)):
+                do {
+                    try await durable.value
+                    return answer(true)
+                } catch {
+                    return answer(false)
+                }
+            }
+        }
+    }
+
+    /// The one decision of a request, with what was loaded for it: trust,
+    /// topic, header values, payload, fault rules, then the dispatcher.
+    /// A fault's delay and a dispatcher that has to wait go on from the
+    /// notification (`dispatchAfterWaiting`).
+    private func decide(_ request: Request, loaded: Loaded) -> Step {
+        let apnsID = request.apnsID
+        var seen = Seen()
+        var provider: Provider
+        switch loaded {
+        case .provider(let known): provider = known
+        case .nothing, .authenticated:
+            let found: Result<Provider, Refused>
+            switch request.connection.trust {
+            case .token(let trust):
+                let outcome: TokenTrust.Outcome
+                if case .authenticated(let checked) = loaded {
+                    outcome = checked
+                } else {
+                    guard let checked = trust.authenticateAtOnce(request.head.authorization, now: clock.now(), keys: keys) else { return .needs(.key(trust)) }
+                    outcome = checked
+                }
+                found = admit(outcome, trust: trust, connection: request.connection, apnsID: apnsID)
+            case .certificate, .unusableCertificate:
+                found = certified(request.connection.trust, apnsID: apnsID)
+            }
+            switch found {
+            case .failure(let refused): return .decided(.answered(recorded(refused.answer, request, seen)))
             case .success(let known): provider = known
             }
         }
         seen.identity = provider.identity
         let notification: PushNotification
         let grant: TopicGrant
-        switch prepare(head, body: body, provider: provider, id: id, apnsID: apnsID, seen: &seen) {
+        switch prepare(request.head, body: request.body, provider: provider, id: request.id, apnsID: apnsID, seen: &seen) {
         case .refused(var answer):
             answer.liftStreamLimit = provider.first
-            return .answered(recorded(answer, headers, body, connection, seen))
-        case .refreshTopics: return waitsFromTheStart()
+            return .decided(.answered(recorded(answer, request, seen)))
+        case .refreshTopics: return .needs(.topics(provider))
         case .notification(let n, let g): (notification, grant) = (n, g)
         }
         let first = provider.first
         var delay: Duration?
-        switch fault(notification, grant: grant, first: first, apnsID: apnsID, connection: connection, seen: &seen) {
-        case .answered(let answer): return .answered(recorded(answer, headers, body, connection, seen))
+        switch fault(notification, grant: grant, first: first, apnsID: apnsID, connection: request.connection, seen: &seen) {
+        case .answered(let answer): return .decided(.answered(recorded(answer, request, seen)))
         case .delay(let duration): delay = duration
         case .none: break
         }
         let admission = delay == nil ? dispatcher.admit(notification, environment: environment, grant: grant, now: clock.now()) : nil
         guard case .decided(let result, let decidedDurable) = admission else {
             let (waiting, delayed) = (seen, delay)
-            return .waits {
-                await self.dispatchAfterWaiting(
-                    notification, grant: grant, delay: delayed, admission: admission, first: first, apnsID: apnsID, headers: headers, body: body,
-                    connection: connection, seen: waiting)
-            }
+            return .decided(
+                .waits {
+                    await self.dispatchAfterWaiting(notification, grant: grant, delay: delayed, admission: admission, first: first, request: request, seen: waiting)
+                })
         }
         var answer = Self.answer(result, apnsID: apnsID)
         answer.liftStreamLimit = first
-        guard let durable = decidedDurable else { return .answered(recorded(answer, headers, body, connection, seen)) }
+        guard let durable = decidedDurable else { return .decided(.answered(recorded(answer, request, seen))) }
         let (accepted, committed) = (answer, seen)
-        return .committing(durable) { done in
-            self.recorded(done ? accepted : .failure(.internalServerError, apnsID: apnsID), headers, body, connection, committed)
-        }
+        return .decided(
+            .committing(durable) { done in
+                self.recorded(done ? accepted : .failure(.internalServerError, apnsID: apnsID), request, committed)
+            })
     }
-
-    /// `decide` for a request that has to wait before its provider or its
-    /// topic is known.
-    private func answerAfterWaiting(_ head: HTTP2RequestHead, headers: HPACKHeaders, body: ByteBuffer, connection: HTTP2ConnectionHandle, id: UUID) async
-        -> HTTP2Answer
-    {
-        let apnsID = head.apnsID ?? id.lowercasedString
-        var seen = Seen()
-        var provider: Provider
-        switch await knownProvider(head.authorization, connection: connection, apnsID: apnsID) {
-        case .failure(let refused): return recorded(refused.answer, headers, body, connection, seen)
-        case .success(let found): provider = found
-        }
-        seen.identity = provider.identity
-        var prepared = prepare(head, body: body, provider: provider, id: id, apnsID: apnsID, seen: &seen)
-        if case .refreshTopics = prepared {
-            // A team's app added since the token was verified.
-            guard let refreshed = await provider.tokenTrust?.refreshTopics(keys: keys) else {
-                return recorded(.failure(.topicDisallowed, apnsID: apnsID), headers, body, connection, seen)
-            }
-            provider.identity = refreshed
-            provider.tokenTrust = nil
-            seen.identity = refreshed
-            prepared = prepare(head, body: body, provider: provider, id: id, apnsID: apnsID, seen: &seen)
-        }
-        switch prepared {
-        case .refused(var answer):
-            answer.liftStreamLimit = provider.first
-            return recorded(answer, headers, body, connection, seen)
-        case .refreshTopics:
-            return recorded(.failure(.topicDisallowed, apnsID: apnsID), headers, body, connection, seen)
-        case .notification(let notification, let grant):
-            var delay: Duration?
-            switch fault(notification, grant: grant, first: provider.first, apnsID: apnsID, connection: connection, seen: &seen) {
-            case .answered(let answer): return recorded(answer, headers, body, connection, seen)
-            case .delay(let duration): delay = duration
-            case .none: break
-            }
-            return await dispatchAfterWaiting(
-                notification, grant: grant, delay: delay, admission: nil, first: provider.first, apnsID: apnsID, headers: headers, body: body,
-                connection: connection, seen: seen)
-        }
-    }
-
     /// What a fault rule that matches a notification does to its request.
     private enum FaultStep {
         case none
@@ -350,14 +393,13 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
     /// `delay`, then the dispatcher's `admission` (made here after a
     /// delay), and its commit.
     private func dispatchAfterWaiting(
-        _ notification: PushNotification, grant: TopicGrant, delay: Duration?, admission: Dispatcher.Admission?, first: Bool, apnsID: String,
-        headers: HPACKHeaders, body: ByteBuffer, connection: HTTP2ConnectionHandle, seen: Seen
+        _ notification: PushNotification, grant: TopicGrant, delay: Duration?, admission: Dispatcher.Admission?, first: Bool, request: Request, seen: Seen
     ) async -> HTTP2Answer {
         if let delay { try? await Task.sleep(for: delay) }
         let admission = admission ?? dispatcher.admit(notification, environment: environment, grant: grant, now: clock.now())
-        var answer = Self.answer(await dispatcher.settled(admission), apnsID: apnsID)
+        var answer = Self.answer(await dispatcher.settled(admission), apnsID: request.apnsID)
         answer.liftStreamLimit = first
-        return recorded(answer, headers, body, connection, seen)
+        return recorded(answer, request, seen)
     }
 
     /// Who sent a request: its connection's certificate, or the token in
@@ -460,6 +502,10 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         answer.uniqueID = seen.uniqueID
         answer.entry = entry(headers, body: body, answer: answer, connection: connection, seen: seen)
         return answer
+    }
+
+    private func recorded(_ answer: HTTP2Answer, _ request: Request, _ seen: Seen) -> HTTP2Answer {
+        recorded(answer, request.headers, request.body, request.connection, seen)
     }
 
     /// Counts a request's answer (`ServerMetrics`) and makes its inbox
