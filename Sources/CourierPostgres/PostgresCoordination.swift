@@ -160,14 +160,16 @@ extension PostgresStore: NodeCoordination {
     public func shareInbox(_ entries: [SharedInboxEntry]) async throws {
         // Like hand-overs: transient, not waiting for the disk.
         for chunk in entries.slices(of: Self.rowsPerStatement) {
-            try await query(
-                """
-                INSERT INTO inbox_entries (node_id, sequence, format, entry, written_at)
-                SELECT v.node_id, v.sequence, v.format, v.entry, \(Self.now) FROM (VALUES \(Self.rows(chunk.count, of: 4)))
-                    AS v(node_id, sequence, format, entry)
-                ON CONFLICT (node_id, sequence) DO NOTHING
-                """, chunk.flatMap { [Value.text($0.node), .integer(Int($0.sequence)), .integer($0.format), .bytes($0.bytes)] },
-                relaxed: true)
+            try await abandonable(relaxed: true) { connection in
+                try await query(
+                    """
+                    INSERT INTO inbox_entries (node_id, sequence, format, entry, written_at)
+                    SELECT v.node_id, v.sequence, v.format, v.entry, \(Self.now) FROM (VALUES \(Self.rows(chunk.count, of: 4)))
+                        AS v(node_id, sequence, format, entry)
+                    ON CONFLICT (node_id, sequence) DO NOTHING
+                    """, chunk.flatMap { [Value.text($0.node), .integer(Int($0.sequence)), .integer($0.format), .bytes($0.bytes)] },
+                    on: connection)
+            }
         }
     }
 
@@ -202,7 +204,9 @@ extension PostgresStore: NodeCoordination {
     }
 
     public func publish(_ payload: String, to channel: String) async throws {
-        try await query("SELECT pg_notify($1, $2)", [.text(channel), .text(payload)], relaxed: true)
+        try await abandonable(relaxed: true) { connection in
+            try await query("SELECT pg_notify($1, $2)", [.text(channel), .text(payload)], on: connection)
+        }
     }
 
     public func messages(on channels: [String], listening: @escaping @Sendable () -> Void) -> AsyncStream<NodeMessage> {

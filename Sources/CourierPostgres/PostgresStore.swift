@@ -153,6 +153,9 @@ public final class PostgresStore: Store {
         var binds = PostgresBindings(capacity: values.count)
         for value in values { value.bind(into: &binds) }
         let query = PostgresQuery(unsafeSQL: sql, binds: binds)
+        // A statement written to a connection already closed would wait for
+        // an answer forever (`abandonable` closes it when the task is cancelled).
+        if let connection, connection.isClosed || Task.isCancelled { throw StoreError(.unavailable, "the statement's task was cancelled") }
         do {
             let rows =
                 if let connection {
@@ -174,14 +177,15 @@ public final class PostgresStore: Store {
         while true {
             attempt += 1
             do {
-                return try await client.withConnection { connection in
+                return try await abandonable { connection in
                     try await self.query("BEGIN", on: connection)
                     do {
                         let result = try await body(connection)
                         try await self.query("COMMIT", on: connection)
                         return result
                     } catch {
-                        _ = try? await self.query("ROLLBACK", on: connection)
+                        // A cancelled one's connection is closed: PostgreSQL rolls back.
+                        if !Task.isCancelled { _ = try? await self.query("ROLLBACK", on: connection) }
                         throw error
                     }
                 }
@@ -190,6 +194,25 @@ public final class PostgresStore: Store {
                 logger.debug("transaction run again", metadata: ["reason": "\(conflict.message)"])
             } catch let error as PSQLError {
                 throw Self.storeError(error)
+            }
+        }
+    }
+
+    /// Runs `body` on a connection of the pool (`relaxed`: the pool that
+    /// does not wait for the disk) that is closed when the task is
+    /// cancelled meanwhile, so that `body` ends at once. postgres-nio
+    /// leases a connection until its task is cancelled, but a statement
+    /// sent waits for its answer however long that takes: a caller with a
+    /// deadline (a node's stop) would wait for a server that does not
+    /// answer. PostgreSQL rolls back what a closed connection began.
+    @discardableResult
+    func abandonable<T: Sendable>(relaxed: Bool = false, _ body: (PostgresConnection) async throws -> T) async throws -> T {
+        try await (relaxed ? relaxedClient : client).withConnection { connection in
+            try await withTaskCancellationHandler {
+                try await body(connection)
+            } onCancel: {
+                let closing: EventLoopFuture<Void> = connection.close()
+                _ = closing
             }
         }
     }

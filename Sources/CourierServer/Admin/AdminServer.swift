@@ -20,6 +20,8 @@ public struct AdminServer: Service {
     let inbox: NotificationInbox
     let faults: FaultInjector
     let dispatcher: Dispatcher
+    /// The server's counters, for `/metrics`.
+    let metrics: ServerMetrics
     let connections: ConnectionCounts
     let ports: BoundPorts
     /// Teams, apps, keys, certificates and devices (`ProvisioningRoutes`).
@@ -40,7 +42,7 @@ public struct AdminServer: Service {
 
     init(
         configuration: CourierConfiguration, token: String, inbox: NotificationInbox, faults: FaultInjector, dispatcher: Dispatcher,
-        connections: ConnectionCounts, ports: BoundPorts, provisioner: Provisioner, afterRevocation: @escaping @Sendable () async -> Void,
+        metrics: ServerMetrics, cluster: Cluster?, connections: ConnectionCounts, ports: BoundPorts, provisioner: Provisioner, afterRevocation: @escaping @Sendable () async -> Void,
         providerConnections: @escaping @Sendable () -> [ProviderConnectionState], ready: @escaping @Sendable () async -> Bool, logger: Logger
     ) {
         self.configuration = configuration
@@ -48,6 +50,7 @@ public struct AdminServer: Service {
         self.inbox = inbox
         self.faults = faults
         self.dispatcher = dispatcher
+        self.metrics = metrics
         self.connections = connections
         self.ports = ports
         self.provisioner = provisioner
@@ -57,7 +60,7 @@ public struct AdminServer: Service {
         self.logger = logger
         sessions = ConsoleSessions(clock: dispatcher.clock, secure: configuration.network.adminUsesTLS)
         consoleProvider = ConsoleProvider(provisioner: provisioner, configuration: configuration, ports: ports, logger: logger)
-        scope = AdminScope(cluster: dispatcher.cluster, faults: faults, inbox: inbox)
+        scope = AdminScope(cluster: cluster, faults: faults, inbox: inbox)
     }
 
     public func run() async throws {
@@ -110,13 +113,13 @@ public struct AdminServer: Service {
             return Status(status: "ready")
         }
         let held = HeldCount { [dispatcher] in try await dispatcher.heldCount() }
-        router.get("/metrics") { [dispatcher, connections, inbox] _, _ in
+        router.get("/metrics") { [dispatcher, metrics, connections, inbox] _, _ in
             let snapshot = ServerMetrics.Snapshot(
-                connections: connections.counts(), devicesOnline: dispatcher.sessions.online, deliveryLogBacklog: dispatcher.log.backlog,
+                connections: connections.counts(), devicesOnline: dispatcher.devicesOnline, deliveryLogBacklog: dispatcher.deliveryLogBacklog,
                 notificationsHeld: await held.value(now: dispatcher.clock.now()), inboxEntries: inbox.count)
             return Response(
                 status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
-                body: ResponseBody(byteBuffer: ByteBuffer(bytes: dispatcher.metrics.page(snapshot))))
+                body: ResponseBody(byteBuffer: ByteBuffer(bytes: metrics.page(snapshot))))
         }
         router.get("/openapi.json") { _, _ in
             Response(

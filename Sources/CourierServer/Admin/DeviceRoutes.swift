@@ -16,14 +16,14 @@ struct DeviceRoutes {
             let node = scope.node
             let remote = scope.remoteDevices()
             let all =
-                dispatcher.sessions.sessions(limit: limit).map { (key: $0.key, node: node, since: $0.connectedAt) }
+                dispatcher.connectedDevices(limit: limit).map { (key: $0.key, node: node, since: $0.connectedAt) }
                 + remote.map { (key: $0.key, node: Optional($0.node), since: $0.since) }
             var devices: [DeviceJSON] = []
             for device in all.sorted(by: { ($0.since, $0.key.deviceID) < ($1.since, $1.key.deviceID) }).prefix(limit) {
                 let registrations = try await dispatcher.registrations(ofDevice: device.key.deviceID).filter { $0.environment == device.key.environment }
                 devices.append(DeviceJSON(device.key, node: device.node, connectedAt: device.since, registrations: registrations))
             }
-            return DeviceList(online: dispatcher.sessions.online + remote.count, devices: devices)
+            return DeviceList(online: dispatcher.devicesOnline + remote.count, devices: devices)
         }
         api.post("tokens/:token/unregister") { [dispatcher] request, context in
             let text = try context.parameters.require("token")

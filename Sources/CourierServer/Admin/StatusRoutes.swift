@@ -16,10 +16,10 @@ struct StatusRoutes {
         api.get("status") { [dispatcher, connections, inbox, ports, configuration] _, _ in
             ServerStatus(
                 listeners: ports.all, payloadLimits: ["http2": configuration.limits.payload.http2, "http2VoIP": configuration.limits.payload.http2VoIP],
-                devicesOnline: dispatcher.sessions.online, connections: connections.counts(),
+                devicesOnline: dispatcher.devicesOnline, connections: connections.counts(),
                 notificationsHeld: try await dispatcher.heldCount(),
                 inbox: ServerStatus.InboxStatus(entries: inbox.count, capacity: inbox.capacity),
-                deliveryLogBacklog: dispatcher.log.backlog)
+                deliveryLogBacklog: dispatcher.deliveryLogBacklog)
         }
         api.get("connections") { [providerConnections] request, _ in
             let parameters = query(request)

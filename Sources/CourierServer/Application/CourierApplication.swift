@@ -64,7 +64,7 @@ public struct CourierApplication: Sendable {
     let policy: ConnectionPolicy
 
     /// This node's id among several sharing a PostgreSQL store; nil with SQLite.
-    public var node: String? { dispatcher.cluster?.node }
+    public var node: String? { dispatcher.node }
 
     /// The connection sweep (the timer, every `qos.tickInterval`; tests
     /// call it after moving the clock): idle HTTP/2 connections, and the
@@ -118,7 +118,7 @@ public struct CourierApplication: Sendable {
             let dispatcher = Dispatcher(
                 store: provisioner.store, codecs: codecs, clock: clock, qos: configuration.qos, log: log, feedback: feedback, metrics: metrics,
                 channelLimit: configuration.limits.channelsPerApp, cluster: cluster, acceptAnyToken: configuration.virtualDevices.apps, logger: logger)
-            try await dispatcher.virtuals.load()
+            try await dispatcher.loadVirtualDevices()
             if let directory = report.demoDeviceDirectory, let bundleID = report.demoBundleID {
                 report.demoDeviceToken = try await registerDemoApp(bundleID, deviceDirectory: directory, dispatcher: dispatcher, store: provisioner.store)
             }
@@ -143,10 +143,12 @@ public struct CourierApplication: Sendable {
             var channelGateways: [Environment: HTTP2Gateway] = [:]
             for environment in Environment.allCases {
                 http2Gateways[environment] = try HTTP2Gateway(
-                    environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, keys: keys,
+                    environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher,
+                    broadcasts: dispatcher.broadcasts, metrics: metrics, keys: keys,
                     inbox: inbox, faults: faults, policy: policy, logger: logger)
                 channelGateways[environment] = try HTTP2Gateway(
-                    environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, keys: keys,
+                    environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher,
+                    broadcasts: dispatcher.broadcasts, metrics: metrics, keys: keys,
                     inbox: inbox, faults: faults, policy: policy, managesChannels: true, logger: logger)
             }
             // Both ports of both environments: swept together, listed together.
@@ -167,8 +169,8 @@ public struct CourierApplication: Sendable {
                     environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, policy: policy, feedback: feedback,
                     logger: logger)
                 let binary = try BinaryGateway(
-                    environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, inbox: inbox,
-                    faults: faults, policy: policy, logger: logger)
+                    environment: environment, configuration: configuration, tls: tls, provisioner: provisioner, dispatcher: dispatcher, metrics: metrics,
+                    inbox: inbox, faults: faults, policy: policy, logger: logger)
                 binaryGateways.append(binary)
                 services += [
                     PortListener(device, configuration: configuration, policy: policy, ports: ports, metrics: metrics),
@@ -184,7 +186,8 @@ public struct CourierApplication: Sendable {
             // Stops first at shutdown; its long polls end at once (NotificationInbox.close).
             services.append(
                 AdminServer(
-                    configuration: configuration, token: admin.token, inbox: inbox, faults: faults, dispatcher: dispatcher, connections: policy.open,
+                    configuration: configuration, token: admin.token, inbox: inbox, faults: faults, dispatcher: dispatcher, metrics: metrics,
+                    cluster: cluster, connections: policy.open,
                     ports: ports, provisioner: provisioner,
                     afterRevocation: { await Self.sweep(allHTTP2, policy) },
                     providerConnections: { [binaryGateways] in

@@ -23,6 +23,8 @@ import Synchronization
 final class BinaryGateway: ListenerInterface {
     let basics: PortBasics
     let dispatcher: Dispatcher
+    /// Counts every frame's outcome.
+    let metrics: ServerMetrics
     /// Every notification frame, with its outcome.
     let inbox: NotificationInbox
     /// The admin API's fault rules.
@@ -38,7 +40,7 @@ final class BinaryGateway: ListenerInterface {
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher,
-        inbox: NotificationInbox, faults: FaultInjector, policy: ConnectionPolicy, logger: Logger
+        metrics: ServerMetrics, inbox: NotificationInbox, faults: FaultInjector, policy: ConnectionPolicy, logger: Logger
     ) throws {
         self.inbox = inbox
         self.faults = faults
@@ -48,6 +50,7 @@ final class BinaryGateway: ListenerInterface {
             .binary, environment, configuration: configuration, policy: policy, authority: tls,
             context: try ServerTLS.context(provisioner: provisioner, maximumVersion: .tlsv12), peers: .providers(checkingEnvironment: true), logger: logger)
         self.dispatcher = dispatcher
+        self.metrics = metrics
         silence = SilenceSweeps(timeout: policy.connections.binaryIdle)
         decoderLimits = BinaryDecoderLimits(
             tokenLength: configuration.limits.tokenLength, legacyPayload: configuration.limits.payload.binaryLegacy,
@@ -199,7 +202,7 @@ final class BinaryGateway: ListenerInterface {
         if outcome.isAccepted {
             read.accepted += 1
         } else {
-            dispatcher.metrics.received(.binary, environment, outcome)
+            metrics.received(.binary, environment, outcome)
         }
         if inbox.isRecording { read.entries.append(entry(outcome)) }
     }
@@ -207,7 +210,7 @@ final class BinaryGateway: ListenerInterface {
     /// A read's outcomes: its inbox entries recorded, its acceptances counted.
     fileprivate func finish(_ read: inout ReadOutcomes) {
         if read.accepted > 0 {
-            dispatcher.metrics.accepted(.binary, environment, count: read.accepted)
+            metrics.accepted(.binary, environment, count: read.accepted)
             read.accepted = 0
         }
         guard !read.entries.isEmpty else { return }

@@ -500,31 +500,39 @@ final class Cluster: Sendable {
 
     /// At a graceful stop: this node and its devices' presence removed, and
     /// announced (its devices move to other nodes). A store that does not
-    /// answer within `stopLimit` seconds is left to the other nodes' timeout.
-    func stop() async {
-        let done = OnceFlag()
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            Task {
-                // What the inbox recorded last goes to the others first. (The outbox
-                // ended with the service's tasks: what it still held, the departures
-                // of this node's devices, the node's removal covers.)
-                outboxInput.finish()
-                await shareInbox()
-                do {
-                    try await coordination.removeNode(node)
-                    await publish(.gone(node: node))
-                } catch {
-                    logger.error("store failed removing the node", metadata: ["courier.error": "\(error)"])
-                }
-                if done.set() { continuation.resume() }
+    /// answer within `limit` is left to the other nodes' timeout: the
+    /// leaving is cancelled (the store's statements end with their task,
+    /// `PostgresStore.abandonable`) and awaited, in one task group.
+    func stop(within limit: Duration = .seconds(Cluster.stopLimit)) async {
+        // The outbox ended with the service's tasks: what it still held, the
+        // departures of this node's devices, the node's removal covers.
+        outboxInput.finish()
+        let left = await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                await self.leave()
+                return true
             }
-            Task {
-                try? await Task.sleep(for: .seconds(Self.stopLimit))
-                if done.set() {
-                    logger.warning("the store did not answer at shutdown; the other nodes remove this one after their timeout")
-                    continuation.resume()
-                }
+            group.addTask {
+                try? await Task.sleep(for: limit)
+                return false
             }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+        if !left { logger.warning("the store did not answer at shutdown; the other nodes remove this one after their timeout") }
+    }
+
+    /// What `stop` does within its limit.
+    private func leave() async {
+        // What the inbox recorded last goes to the others first.
+        await shareInbox()
+        do {
+            try await coordination.removeNode(node)
+            await publish(.gone(node: node))
+        } catch {
+            guard !Task.isCancelled else { return }
+            logger.error("store failed removing the node", metadata: ["courier.error": "\(error)"])
         }
     }
 

@@ -2,7 +2,6 @@ import CourierCore
 import Foundation
 import Logging
 import ServiceLifecycle
-import Synchronization
 
 /// Runs the cluster: the subscription to the other nodes' messages and
 /// the heartbeat. Placed after the store's writers and before every
@@ -92,17 +91,5 @@ struct ClusterService: Service {
             subscribedContinuation.finish()
         }
         await cluster.stop()
-    }
-}
-
-/// Set once; `set` says whether this call set it.
-final class OnceFlag: Sendable {
-    private let flag = Mutex(false)
-
-    func set() -> Bool {
-        flag.withLock { set in
-            defer { set = true }
-            return !set
-        }
     }
 }

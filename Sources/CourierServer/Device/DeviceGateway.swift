@@ -150,7 +150,7 @@ final class DeviceGateway: ListenerInterface {
                 let token = try await dispatcher.register(deviceID: session.deviceID, generation: generation, bundleID: bundleID, environment: environment)
                 link.send(.appTokenResponse(requestID: requestID, bundleID: bundleID, token: token, status: token == nil ? .unknownApp : .ok))
             case .requestToken(let bundleID, let requestID, let kind, let session, let generation):
-                let issued = try await dispatcher.registrations.issueLiveActivityToken(
+                let issued = try await dispatcher.issueLiveActivityToken(
                     deviceID: session.deviceID, generation: generation, bundleID: bundleID, environment: environment,
                     pushToStart: kind == .liveActivityPushToStart)
                 link.send(
@@ -164,13 +164,13 @@ final class DeviceGateway: ListenerInterface {
                 let done = try await dispatcher.unregister(deviceID: session.deviceID, bundleID: bundleID, environment: environment)
                 link.send(.unregisterAck(requestID: requestID, status: done ? .ok : .unknownApp))
             case .subscribe(let bundleID, let requestID, let channelID, let lastDeliveryID, let session):
-                let (outcome, replay) = try await dispatcher.broadcasts.subscribe(
+                let (outcome, replay) = try await dispatcher.subscribe(
                     session, bundleID: bundleID, channelID: channelID, lastDeliveryID: lastDeliveryID)
                 link.send(.channelAck(requestID: requestID, status: Self.code(outcome)))
                 // The channel's stored broadcast, after the answer.
                 replay?.send()
             case .unsubscribe(let bundleID, let requestID, let channelID, let session):
-                link.send(.channelAck(requestID: requestID, status: Self.code(dispatcher.broadcasts.unsubscribe(session, bundleID: bundleID, channelID: channelID))))
+                link.send(.channelAck(requestID: requestID, status: Self.code(dispatcher.unsubscribe(session, bundleID: bundleID, channelID: channelID))))
             case .filter(let hashes, let session):
                 await dispatcher.filter(hashes, for: session)
             case .keepAlive, .acknowledge:

@@ -53,7 +53,6 @@ extension HTTP2Gateway {
         // Another team's app: TopicMismatch, for a token as for a certificate (Apple's broadcast reason table).
         guard grant.allowed else { return refused(.topicMismatch) }
         if oversized { return refused(.payloadTooLarge) }
-        let broadcasts = dispatcher.broadcasts
         do {
             guard try await broadcasts.isEnabled(bundleID: bundleID) else { return refused(.featureNotEnabled) }
             switch head.operation {
@@ -105,7 +104,7 @@ extension HTTP2Gateway {
         case .failure(let reason): return .failure(reason, requestID: requestID)
         case .success(let checked): fields = checked
         }
-        guard let channel = try await dispatcher.broadcasts.channel(id: fields.channelID, bundleID: bundleID, environment: environment) else {
+        guard let channel = try await broadcasts.channel(id: fields.channelID, bundleID: bundleID, environment: environment) else {
             return .failure(.channelNotRegistered, requestID: requestID)
         }
         // A channel that stores nothing takes only "now or never".
@@ -120,7 +119,7 @@ extension HTTP2Gateway {
         case .success(let result): summary = result
         }
         // One request reaches every subscriber: a channel is rate-limited as a device token is.
-        guard dispatcher.broadcasts.admit(channel) else { return .failure(.tooManyRequests, requestID: requestID) }
+        guard broadcasts.admit(channel) else { return .failure(.tooManyRequests, requestID: requestID) }
         var notification = PushNotification(
             id: UUID(uuidString: requestID) ?? UUID(), token: [], topic: Topic(bundleID: bundleID, kind: .liveactivity).description,
             payload: Array(buffer: body), expiration: channel.storagePolicy == .noStorage ? never : fields.expiration,
@@ -128,7 +127,7 @@ extension HTTP2Gateway {
         // In the sandbox a random delivery id, as every notification there has.
         notification.identify(in: environment)
         seen.payload = notification.payload
-        let (sent, exists) = try await dispatcher.broadcasts.send(notification, on: channel)
+        let (sent, exists) = try await broadcasts.send(notification, on: channel)
         guard exists else { return .failure(.channelNotRegistered, requestID: requestID) }
         logger.debug("broadcast sent", metadata: ["courier.channel": "\(channel.id)", "courier.devices": "\(sent)"])
         // In the sandbox, `apns-unique-id` as a device push's 200 carries it.

@@ -24,6 +24,10 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
     /// The channel management port: only `/1/apps/…` requests.
     let managesChannels: Bool
     let dispatcher: Dispatcher
+    /// The channel port's channels (`BroadcastRequests.swift`).
+    let broadcasts: Broadcasts
+    /// Counts every request's answer.
+    let metrics: ServerMetrics
     let keys: ProviderKeys
     /// Every request that reached an answer, with the answer.
     let inbox: NotificationInbox
@@ -39,7 +43,7 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
 
     init(
         environment: Environment, configuration: CourierConfiguration, tls: ServerTLS, provisioner: Provisioner, dispatcher: Dispatcher,
-        keys: ProviderKeys, inbox: NotificationInbox, faults: FaultInjector, policy: ConnectionPolicy, managesChannels: Bool = false, logger: Logger
+        broadcasts: Broadcasts, metrics: ServerMetrics, keys: ProviderKeys, inbox: NotificationInbox, faults: FaultInjector, policy: ConnectionPolicy, managesChannels: Bool = false, logger: Logger
     ) throws {
         self.inbox = inbox
         self.faults = faults
@@ -50,6 +54,8 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
             context: try ServerTLS.context(provisioner: provisioner, alpn: ["h2"], verification: .optionalVerification),
             peers: .providers(checkingEnvironment: false), logger: logger)
         self.dispatcher = dispatcher
+        self.broadcasts = broadcasts
+        self.metrics = metrics
         self.keys = keys
     }
 
@@ -515,7 +521,7 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         let outcome: InboxOutcome =
             (200..<300).contains(answer.status)
             ? .accepted : .refused(status: answer.status, reason: answer.reason?.rawValue ?? "status \(answer.status)")
-        dispatcher.metrics.received(.http2, environment, outcome)
+        metrics.received(.http2, environment, outcome)
         guard inbox.isRecording else { return nil }
         var token = seen.token
         if token == nil, let path = headers.first(name: ":path"), path.hasPrefix("/3/device/") { token = Hex.decode(path.dropFirst("/3/device/".count)) }
