@@ -660,6 +660,53 @@ struct ClusterTests {
         await running.value
         #expect(await nodes.stop(), "every node stops cleanly")
     }
+
+    /// A node the others took for dead while its devices stayed connected
+    /// to it (stopped past the timeout: a stalled process, or a network
+    /// cut from the database) records its devices' presence again when it
+    /// beats again, and sends them what the others held for them
+    /// meanwhile, without waiting for them to connect again — also when
+    /// the node that held it no longer remembers doing so (stopped here).
+    @Test func aNodeTakenForDeadSendsWhatWasHeldForItsDevicesMeanwhile() async throws {
+        let nodes = try await Nodes.start(["node-a", "node-b"])
+        defer { nodes.kill() }
+        let (device, running, token) = try await nodes.connectedDevice("node-b", logger: logger)
+        #expect(try await nodes.eventually { try await nodes.devices("node-a").contains { $0["node"] as? String == "node-b" } })
+
+        // node-b stops past the timeout: node-a removes it, and holds a push for its device.
+        nodes.nodes["node-b"]?.program.signal(SIGSTOP)
+        #expect(try await nodes.eventually { try await nodes.devices("node-a").isEmpty }, "node-b taken for dead")
+        let provider = try nodes.provider("node-a", logger: logger)
+        let pushed = try await provider.send(
+            HTTP2Push(token: token, payload: Array(#"{"aps":{"alert":"meanwhile"}}"#.utf8), topic: "com.example.demo", expiration: Date().addingTimeInterval(3600)))
+        #expect(pushed.status == 200)
+        await provider.close()
+        // node-a stops: nothing remembers the push but the store.
+        nodes.nodes["node-a"]?.program.signal(SIGTERM)
+        #expect(await nodes.nodes["node-a"]?.program.waitForExit() == 0)
+        nodes.nodes["node-a"] = nil
+
+        // node-b goes on: the device, still connected to it, gets the push.
+        nodes.nodes["node-b"]?.program.signal(SIGCONT)
+        let payload = await withTaskGroup(of: String?.self) { group in
+            group.addTask {
+                var received = device.notifications.makeAsyncIterator()
+                return await received.next().map { String(decoding: $0.payload, as: UTF8.self) }
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(20))
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+        #expect(payload == #"{"aps":{"alert":"meanwhile"}}"#)
+        #expect(await device.connections == 1, "the device did not connect again")
+        await device.stop()
+        await running.value
+        #expect(await nodes.stop(), "every node stops cleanly")
+    }
 }
 
 /// The apns-ids accepted so far, appended by several tasks.

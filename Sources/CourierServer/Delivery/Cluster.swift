@@ -452,13 +452,18 @@ final class Cluster: Sendable {
     /// Records this node alive; removes nodes silent for `nodeTimeout`
     /// (their devices' presence with them) and announces them gone. When
     /// the others had taken this node for dead (a database outage, a
-    /// stalled beat), its devices' presence is recorded again.
-    func beat() async {
+    /// stalled beat, a network cut), its devices' presence is recorded
+    /// again, and those devices are returned: what the others held for
+    /// them meanwhile, as for devices offline, is theirs to take
+    /// (`Dispatcher.drain`).
+    @discardableResult
+    func beat() async -> [DeviceSession] {
         let now = clock.now()
+        var recorded: [DeviceSession] = []
         do {
             if try await coordination.heartbeat(node: node) {
                 logger.warning("this node had been taken for dead; its devices' presence is recorded again")
-                await recordAgain()
+                recorded = await recordAgain()
             }
             try await coordination.clearRelayed(before: now.addingTimeInterval(-Self.recentWindow))
             // Alone, this node keeps its inbox to itself (until a node joins).
@@ -475,6 +480,7 @@ final class Cluster: Sendable {
         } catch {
             logger.error("store failed recording the node's heartbeat", metadata: ["courier.error": "\(error)"])
         }
+        return recorded
     }
 
     /// At start: what this node held before (a crash under the same id) is
@@ -492,10 +498,12 @@ final class Cluster: Sendable {
         await publish(.joined(node: node))
     }
 
-    /// Records every device connected here again, each with a new generation.
-    private func recordAgain() async {
+    /// Records every device connected here again, each with a new
+    /// generation; returns them.
+    private func recordAgain() async -> [DeviceSession] {
         let sessions = state.withLock { state in state.local.values.map(\.session) }
         for session in sessions { await connected(session) }
+        return sessions
     }
 
     /// At a graceful stop: this node and its devices' presence removed, and

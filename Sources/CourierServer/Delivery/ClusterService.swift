@@ -78,7 +78,8 @@ struct ClusterService: Service {
                     while !Task.isCancelled {
                         try? await Task.sleep(for: .seconds(cluster.heartbeatInterval))
                         if Task.isCancelled { break }
-                        await cluster.beat()
+                        // Taken for dead meanwhile: what the others held for this node's devices goes to them.
+                        for session in await cluster.beat() { await dispatcher.drain(session) }
                         // What a lost message would have announced is taken at the latest now.
                         handOverSignal.yield()
                         inboxSignal.yield()
