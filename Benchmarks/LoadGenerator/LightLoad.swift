@@ -79,7 +79,7 @@ final class LightDevice: ChannelInboundHandler {
         }
         switch message {
         case .notification(let notification):
-            collector.record(notification.payload)
+            collector.record(notification.payload, deliveryID: notification.deliveryID)
             context.write(wrapOutboundOut(DeviceMessage.ack(deliveryID: notification.deliveryID, status: DeviceAckStatus.handled)), promise: nil)
             unflushed = true
         case .connectAck(let status, _, _, _, _, _):
@@ -137,15 +137,18 @@ let demoBundleID = "com.example.demo"
 /// `tokens` each registers the demo app as soon as it is connected, as an
 /// app starting does; with them, device `index` presents `tokens[index]`.
 func connectLightDevices(
-    _ contexts: [(NIOSSLContext, DeviceCredentials)], tokens: [[UInt8]]?, wave: Int, collector: Collector, arguments: Arguments
+    _ contexts: [(NIOSSLContext, DeviceCredentials)], tokens: [[UInt8]]?, wave: Int, collector: Collector, arguments: Arguments,
+    place: (@Sendable (Int) -> (host: String, source: String?))? = nil
 ) async throws -> [(channel: any Channel, token: [UInt8])] {
     let group = MultiThreadedEventLoopGroup.singleton
     @Sendable func connect(_ index: Int) async throws -> (any Channel, EventLoopFuture<Void>) {
         let (context, credentials) = contexts[index]
         let held = tokens.map { [$0[index]] } ?? credentials.tokens(in: .production)
-        return try await ClientBootstrap(group: group)
-            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
-            .connect(host: arguments.host, port: arguments.devicePort) { channel in
+        let (host, source) = place?(index) ?? (arguments.host, nil)
+        var bootstrap = ClientBootstrap(group: group).channelOption(.tcpOption(.tcp_nodelay), value: 1)
+        if let source { bootstrap = bootstrap.bind(to: try SocketAddress(ipAddress: source, port: 0)) }
+        return try await bootstrap
+            .connect(host: host, port: arguments.devicePort) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let device = LightDevice(
                         tokens: held, generation: credentials.file.generation, collector: collector, connected: channel.eventLoop.makePromise())
@@ -196,11 +199,11 @@ func inWaves<T: Sendable>(_ count: Int, wave: Int, _ body: @escaping @Sendable (
 
 /// One binary provider connection with the demo certificate, and the
 /// first answer the gateway sends on it.
-func rawProviderConnection(_ arguments: Arguments) async throws -> (any Channel, EventLoopFuture<[UInt8]>) {
+func rawProviderConnection(_ arguments: Arguments, host: String? = nil) async throws -> (any Channel, EventLoopFuture<[UInt8]>) {
     let context = try NIOSSLContext(configuration: demoProviderTLS(arguments).configuration())
     return try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
         .channelOption(.tcpOption(.tcp_nodelay), value: 1)
-        .connect(host: arguments.host, port: arguments.binaryPort) { channel in
+        .connect(host: host ?? arguments.host, port: arguments.binaryPort) { channel in
             channel.eventLoop.makeCompletedFuture {
                 let reader = ErrorResponseReader(promise: channel.eventLoop.makePromise())
                 try channel.pipeline.syncOperations.addHandler(try NIOSSLClientHandler(context: context, serverHostname: "localhost"))

@@ -82,6 +82,14 @@ struct Arguments: ParsableCommand {
     var token: String?
     @Flag(help: "binary-raw: the load device stays connected, and reads and acknowledges every notification (counted).")
     var connected = false
+    @Option(help: "cluster: the nodes' addresses, comma-separated (each with --device-port and --binary-port); device i connects to node i mod N.")
+    var nodes: String?
+    @Option(help: "cluster: this host's source addresses, comma-separated; device i connects from address i mod S.")
+    var sources: String?
+    @Option(name: .customLong("first-device"), help: "The first identity's number (identities first..first+devices-1 in DATA/load-devices): load processes side by side take ranges of their own.")
+    var firstDevice = 0
+    @Option(name: .customLong("durable-seconds"), help: "cluster: after saturation, pushes that may be stored (expiry in an hour) at --rate for this long, then each provider connection's count of accepted ones, and a wait for every one of them (Benchmarks/cluster: a node is cut or killed meanwhile).")
+    var durableSeconds = 0.0
 }
 
 /// The server's configuration as the load generator opens its store:
@@ -113,8 +121,23 @@ final class Collector: Sendable {
     private let state = Mutex<(latencies: [Double], sendTimes: [UInt64], count: Int)>(([], [], 0))
     /// Where each phase's latencies are written (`PATH.fixed`, `PATH.saturation`), if anywhere.
     private let latencyFile: String?
+    /// The delivery ids seen, when notifications received more than once are counted (`duplicates`).
+    private let seen: Mutex<(ids: Set<UUID>, duplicates: Int)>?
 
-    init(latencyFile: String? = nil) { self.latencyFile = latencyFile }
+    init(latencyFile: String? = nil, distinct: Bool = false) {
+        self.latencyFile = latencyFile
+        seen = distinct ? Mutex(([], 0)) : nil
+    }
+
+    /// Notifications received again (the same delivery id), with `distinct`.
+    var duplicates: Int { seen?.withLock { $0.duplicates } ?? 0 }
+
+    func record(_ payload: [UInt8], deliveryID: UUID) {
+        seen?.withLock { seen in
+            if !seen.ids.insert(deliveryID).inserted { seen.duplicates += 1 }
+        }
+        record(payload)
+    }
 
     func record(_ payload: [UInt8]) {
         let now = nanoseconds()
@@ -225,7 +248,7 @@ struct LoadGenerator {
         let started = Date()
         let base = arguments.data + "/load-devices"
         var directories: [String] = []
-        for index in 0..<arguments.devices {
+        for index in arguments.firstDevice..<(arguments.firstDevice + arguments.devices) {
             let directory = base + "/\(index)"
             if !FileManager.default.fileExists(atPath: directory + "/identity.json") {
                 _ = try await provisioner.issueDeviceIdentity(directory: directory)
@@ -240,6 +263,10 @@ struct LoadGenerator {
         }
         if arguments.light {
             try await lightDelivery(arguments, directories: directories)
+            return
+        }
+        if arguments.mode == "cluster" {
+            try await clusterDelivery(arguments, directories: directories)
             return
         }
         if arguments.mode == "tls-idle" {

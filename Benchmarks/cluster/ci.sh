@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The small version of the several-hosts run, for CI: three nodes on
+# PostgreSQL, each on a host of its own (hosts.sh), a few hundred devices of
+# the Python device library, pushes that may be stored sent round-robin over
+# the nodes, one node cut from PostgreSQL and the other nodes for a while and
+# healed; every accepted push must reach its device once
+# (Benchmarks/cluster/partition.py). Skipped, with a message, where network
+# namespaces cannot be made.
+#
+#   Benchmarks/cluster/ci.sh COURIER PYTHON      (from the repository, as root)
+#
+# Environment: DEVICES (300), RATE (300/s), PUSH_SECONDS (25), CUT_SECONDS (10).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+[ $# -eq 2 ] || { echo "usage: Benchmarks/cluster/ci.sh COURIER PYTHON" >&2; exit 2; }
+export COURIER=$1
+python=$2
+if ! ip netns add "ci-probe-$$" 2>/dev/null; then
+  echo "cluster/ci.sh: skipped: network namespaces cannot be made here (root and ip netns needed)"
+  exit 0
+fi
+ip netns del "ci-probe-$$"
+cut_seconds=${CUT_SECONDS:-10}
+
+HOSTS_LIBRARY=1 source Benchmarks/cluster/hosts.sh
+trap teardown EXIT
+trap 'exit 130' INT TERM
+start_hosts 3 1
+echo "== 3 nodes ($NODE_HOSTS), PostgreSQL on 10.77.0.2"
+ip netns exec "${prefix}load1" env PARTITION_DEBUG="${PARTITION_DEBUG:-}" "$python" Benchmarks/cluster/partition.py --data "$CLUSTER_DIR/node1" \
+  --nodes "$(echo "$NODE_HOSTS" | tr ' ' ',')" --devices "${DEVICES:-300}" --rate "${RATE:-300}" --seconds "${PUSH_SECONDS:-25}" \
+  > "$CLUSTER_DIR/partition.log" 2>&1 &
+load=$!
+until grep -q "^durable phase: [0-9]* pushes" "$CLUSTER_DIR/partition.log" 2>/dev/null; do
+  kill -0 "$load" 2>/dev/null || { cat "$CLUSTER_DIR/partition.log"; echo "cluster/ci.sh: the load ended before its pushes"; exit 1; }
+  sleep 0.1
+done
+sleep 5
+echo "cutting node 2 from PostgreSQL and the other nodes for $cut_seconds s at $(date +%T.%N)"
+cut_node 2
+sleep "$cut_seconds"
+heal_node 2
+echo "healed node 2 at $(date +%T.%N)"
+status=0
+wait "$load" || status=$?
+cat "$CLUSTER_DIR/partition.log"
+if [ "$status" != 0 ]; then
+  for k in 1 2 3; do echo "-- node $k's log (last 30 lines)"; tail -30 "$CLUSTER_DIR/node$k.log"; done
+fi
+exit "$status"
