@@ -108,22 +108,16 @@ start_node() { # K: in its namespace, with the first node's data (its CA and key
 node_pid() { echo "${node_pids[$1]}"; }
 kill_node() { kill -KILL "${node_pids[$1]}"; wait "${node_pids[$1]}" 2>/dev/null || true; }
 
-# The node's host loses every route to PostgreSQL and to the other nodes.
-cut_node() { # K
-  local k=$1 other
-  in_ns "${prefix}node$k" ip route add blackhole 10.77.0.2/32
+# The node's host loses (add) or regains (del) every route to PostgreSQL and to the other nodes.
+blackhole() { # add|del K
+  local change=$1 k=$2 other
+  in_ns "${prefix}node$k" ip route "$change" blackhole 10.77.0.2/32
   for other in $(seq "$CLUSTER_NODES"); do
-    [ "$other" = "$k" ] || in_ns "${prefix}node$k" ip route add blackhole "$(node_address "$other")/32"
+    [ "$other" = "$k" ] || in_ns "${prefix}node$k" ip route "$change" blackhole "$(node_address "$other")/32"
   done
 }
-
-heal_node() { # K
-  local k=$1 other
-  in_ns "${prefix}node$k" ip route del blackhole 10.77.0.2/32
-  for other in $(seq "$CLUSTER_NODES"); do
-    [ "$other" = "$k" ] || in_ns "${prefix}node$k" ip route del blackhole "$(node_address "$other")/32"
-  done
-}
+cut_node() { blackhole add "$1"; }
+heal_node() { blackhole del "$1"; }
 
 start_hosts() { # NODES LOADS
   local nodes=$1 loads=$2 k j s

@@ -13,15 +13,7 @@ import Testing
 @Suite(.enabled(if: PostgresServer.available, Comment(rawValue: PostgresServer.unavailable)), .timeLimit(.minutes(1)))
 struct ClusterOutboxTests {
     @Test func messagesReachTheOtherNodesInTheOrderTheyWereAsked() async throws {
-        let server = try await PostgresServer.shared()
-        let logger = Logger(label: "outbox-test")
-        let settings = PostgresSettings(
-            host: server.host, port: server.port, database: try await server.createDatabase(), user: server.user, password: server.password)
-        let store = try await PostgresStore.open(settings, logger: logger)
-        let clock = ManualWallClock(Date())
-        let cluster = Cluster(
-            node: "node-a", coordination: store, faults: FaultInjector(), inbox: NotificationInbox(capacity: 10, maxAge: 60, clock: clock, node: "node-a"),
-            heartbeatInterval: 1, nodeTimeout: 10, clock: clock, logger: logger)
+        let (store, cluster) = try await Self.cluster(logger: Logger(label: "outbox-test"))
         let (listening, ready) = AsyncStream.makeStream(of: Void.self)
         let messages = store.messages(on: [Cluster.broadcastChannel]) { ready.yield() }
         var subscribed = listening.makeAsyncIterator()
@@ -48,5 +40,24 @@ struct ClusterOutboxTests {
         #expect(heard == (0..<count).map(UInt64.init))
         outbox.cancel()
         await store.close()
+    }
+
+    /// A fresh database of the shared test server, and a node's cluster on it
+    /// (`node`); more nodes on the same store with `on:`.
+    static func cluster(node: String = "node-a", on existing: PostgresStore? = nil, logger: Logger) async throws -> (PostgresStore, Cluster) {
+        let store: PostgresStore
+        if let existing {
+            store = existing
+        } else {
+            let server = try await PostgresServer.shared()
+            let settings = PostgresSettings(
+                host: server.host, port: server.port, database: try await server.createDatabase(), user: server.user, password: server.password)
+            store = try await PostgresStore.open(settings, logger: logger)
+        }
+        let clock = ManualWallClock(Date())
+        let cluster = Cluster(
+            node: node, coordination: store, faults: FaultInjector(), inbox: NotificationInbox(capacity: 10, maxAge: 60, clock: clock, node: node),
+            heartbeatInterval: 1, nodeTimeout: 10, clock: clock, logger: logger)
+        return (store, cluster)
     }
 }

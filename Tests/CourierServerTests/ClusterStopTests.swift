@@ -13,15 +13,8 @@ import Testing
 @Suite(.enabled(if: PostgresServer.available, Comment(rawValue: PostgresServer.unavailable)), .timeLimit(.minutes(1)))
 struct ClusterStopTests {
     @Test func aNodeWhoseStoreDoesNotAnswerStopsAtItsLimit() async throws {
-        let server = try await PostgresServer.shared()
         let logger = Logger(label: "stop-test")
-        let settings = PostgresSettings(
-            host: server.host, port: server.port, database: try await server.createDatabase(), user: server.user, password: server.password)
-        let store = try await PostgresStore.open(settings, logger: logger)
-        let clock = ManualWallClock(Date())
-        let cluster = Cluster(
-            node: "node-a", coordination: store, faults: FaultInjector(), inbox: NotificationInbox(capacity: 10, maxAge: 60, clock: clock, node: "node-a"),
-            heartbeatInterval: 1, nodeTimeout: 10, clock: clock, logger: logger)
+        let (store, cluster) = try await ClusterOutboxTests.cluster(logger: logger)
         try await cluster.start()
         #expect(try await store.liveNodes() == ["node-a"])
 
@@ -45,9 +38,7 @@ struct ClusterStopTests {
         #expect(try await store.liveNodes() == ["node-a"])
 
         // With the store answering, the node is removed.
-        let again = Cluster(
-            node: "node-b", coordination: store, faults: FaultInjector(), inbox: NotificationInbox(capacity: 10, maxAge: 60, clock: clock, node: "node-b"),
-            heartbeatInterval: 1, nodeTimeout: 10, clock: clock, logger: logger)
+        let (_, again) = try await ClusterOutboxTests.cluster(node: "node-b", on: store, logger: logger)
         try await again.start()
         await again.stop(within: .seconds(30))
         #expect(try await store.liveNodes() == ["node-a"])
