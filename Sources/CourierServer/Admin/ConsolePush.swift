@@ -20,7 +20,10 @@ actor ConsoleProvider {
     let configuration: CourierConfiguration
     let ports: BoundPorts
     let logger: Logger
-    private var keys: [String: Task<AuthKey, any Error>] = [:]
+    /// Each team's key, once known.
+    private var keys: [String: AuthKey] = [:]
+    /// The pushes waiting while a team's key is looked up or made.
+    private var lookingUp: [String: [CheckedContinuation<AuthKey, any Error>]] = [:]
     private var clients: [String: HTTP2ProviderClient] = [:]
 
     init(provisioner: Provisioner, configuration: CourierConfiguration, ports: BoundPorts, logger: Logger) {
@@ -36,7 +39,7 @@ actor ConsoleProvider {
         let result = try await client(teamID: teamID, environment: environment).send(push)
         // Refused for its key: sent again with a new one only when the key
         // was revoked (not for a fault rule that answers the same reason).
-        guard result.reason == Reason(.invalidProviderToken), let key = try await keys[teamID]?.value,
+        guard result.reason == Reason(.invalidProviderToken), let key = keys[teamID],
             try await provisioning.authKey(id: key.keyID)?.revokedAt != nil
         else { return result }
         await forget(teamID: teamID)
@@ -59,19 +62,24 @@ actor ConsoleProvider {
         return client
     }
 
-    /// The team's console key: one at a time is looked up or made.
+    /// The team's console key: looked up or made once, in the first
+    /// push's task, while the pushes that ask meanwhile wait for it.
     private func key(teamID: String) async throws -> AuthKey {
-        if let pending = keys[teamID] { return try await pending.value }
-        let task = Task { [provisioner, provisioning, directory = directory(teamID)] in
-            try await Self.storedOrNewKey(teamID: teamID, directory: directory, provisioner: provisioner, provisioning: provisioning)
+        if let key = keys[teamID] { return key }
+        if lookingUp[teamID] != nil {
+            return try await withCheckedThrowingContinuation { lookingUp[teamID, default: []].append($0) }
         }
-        keys[teamID] = task
+        lookingUp[teamID] = []
+        let result: Result<AuthKey, any Error>
         do {
-            return try await task.value
+            result = .success(
+                try await Self.storedOrNewKey(teamID: teamID, directory: directory(teamID), provisioner: provisioner, provisioning: provisioning))
         } catch {
-            keys[teamID] = nil
-            throw error
+            result = .failure(error)
         }
+        if case .success(let key) = result { keys[teamID] = key }
+        for waiting in lookingUp.removeValue(forKey: teamID) ?? [] { waiting.resume(with: result) }
+        return try result.get()
     }
 
     private func directory(_ teamID: String) -> String {
