@@ -237,6 +237,35 @@ extension TestServer {
         }
     }
 
+    /// Test pushes sent at once for a team without a console key make one
+    /// key between them: the first looks it up or makes it, the others wait.
+    @Test func testPushesAtOnceMakeOneKey() async throws {
+        try await withTestServer { server in
+            let device = try await server.device()
+            let token = Hex.encode(try await device.client.register("com.example.demo"))
+            func keys() async throws -> [String] {
+                let teams = try await server.admin("GET", "/v1/teams").object["teams"] as? [[String: Any]] ?? []
+                let team = teams.first { $0["id"] as? String == "DEMOTEAM01" }
+                return (team?["authKeys"] as? [[String: Any]] ?? []).compactMap { $0["keyID"] as? String }
+            }
+            let before = try await keys()
+            let statuses = try await withThrowingTaskGroup(of: Int?.self) { group in
+                for _ in 0..<8 {
+                    group.addTask {
+                        try await server.admin(
+                            "POST", "/v1/push",
+                            body: #"{"environment": "production", "team": "DEMOTEAM01", "topic": "com.example.demo", "token": "\#(token)", "payload": "{}"}"#
+                        ).object["status"] as? Int
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(statuses == Array(repeating: 200, count: 8))
+            #expect(try await keys().count == before.count + 1, "one key made for the eight")
+            await server.disconnect(device)
+        }
+    }
+
     @Test func theTestPushGoesThroughTheHTTP2APIItsInboxAndItsFaults() async throws {
         try await withTestServer { server in
             let device = try await server.device()
