@@ -75,6 +75,11 @@ extension TestServer {
             let second = try await server.admin("GET", "/v1/apps/com.example.demo/virtual-tokens?environment=production&after=\(next)")
             #expect((second.object["tokens"] as? [[String: Any]])?.compactMap { $0["token"] as? String } == [tokens.map(Hex.encode).max()!])
             #expect(second.object["next"] is NSNull || second.object["next"] == nil)
+            // `after` is a token: not empty, not text.
+            for bad in ["", "zz"] {
+                let refused = try await server.admin("GET", "/v1/apps/com.example.demo/virtual-tokens?environment=production&after=\(bad)")
+                #expect(refused.status == 400, "after=\(bad)")
+            }
             // Per environment.
             let sandbox = try await server.admin("GET", "/v1/apps/com.example.demo/virtual-tokens?environment=sandbox")
             #expect(sandbox.object["total"] as? Int == 0)

@@ -54,7 +54,7 @@ struct VirtualDeviceRoutes {
             let environment = try Self.environment(parameters["environment"])
             let limit = try InboxQuery.integer(parameters, "limit", default: 1000, range: 1...10_000)
             let after = try parameters["after"].map { text in
-                guard let token = Hex.decode(text) else { throw HTTPError(.badRequest, message: "'after' ('\(text.prefix(80))') is not a token in hex") }
+                guard let token = Hex.decode(text), !token.isEmpty else { throw HTTPError(.badRequest, message: "'after' ('\(text.prefix(80))') is not a token in hex") }
                 return token
             }
             let (tokens, total) = try await dispatcher.virtualTokens(bundleID: bundleID, environment: environment, after: after, limit: limit)
