@@ -45,6 +45,18 @@ status=0
 wait "$load" || status=$?
 cat "$CLUSTER_DIR/partition.log"
 if [ "$status" != 0 ]; then
-  for k in 1 2 3; do echo "-- node $k's log (last 30 lines)"; tail -30 "$CLUSTER_DIR/node$k.log"; done
+  for k in 1 2 3; do echo "-- node $k's log (warnings and errors)"; { grep -E "warning|error|critical" "$CLUSTER_DIR/node$k.log" || true; } | tail -30; done
+  # What the store still holds for a device with a push missing and not replaced, and what waits to be handed over.
+  for device in $(grep -o "(device [0-9a-f]*)" "$CLUSTER_DIR/partition.log" | tr -d '()' | cut -d' ' -f2 | sort -u); do
+    echo "-- held for device $device"
+    in_ns "${prefix}db" runuser -u postgres -- psql -h 10.77.0.2 -U courier -d courier -Atc \
+      "SELECT delivery_id, convert_from(payload, 'UTF8'), accepted_at FROM pending_notifications WHERE device_id = x'$device'::bigint" || true
+  done
+  echo "-- hand-overs waiting"
+  in_ns "${prefix}db" runuser -u postgres -- psql -h 10.77.0.2 -U courier -d courier -Atc \
+    "SELECT node_id, device_id, convert_from(payload, 'UTF8') FROM handovers" || true
+  echo "-- presence"
+  in_ns "${prefix}db" runuser -u postgres -- psql -h 10.77.0.2 -U courier -d courier -Atc \
+    "SELECT node_id, count(*) FROM device_presence GROUP BY node_id" || true
 fi
 exit "$status"

@@ -161,7 +161,8 @@ async def main() -> int:
                     replaced += count
                 else:
                     unexplained += count
-                    examples.append(f"{payload.decode()} to {token.hex()}: {sorted(events.get(payload, set()))}")
+                    device = next((n["received"][0].get("device") for n in log if n.get("received")), None)
+                    examples.append(f"{payload.decode()} to {token.hex()} (device {device}): {sorted(events.get(payload, set()))}")
                     if os.environ.get("PARTITION_DEBUG"):
                         number = json.loads(payload)["n"]
                         for n in sorted(log, key=lambda n: json.loads(n["received"][0]["payload"])["n"] if n.get("received") else 0):
