@@ -155,8 +155,7 @@ final class VirtualDevices: Sendable {
             }
         }
         let count = entries.count
-        state.withLock { $0.replaceAll(entries) }
-        noteKept()
+        change { $0.replaceAll(entries) }
         // The rows read are gone: what they took goes back to the system, not kept beside the entries.
         if count >= Self.page / 10 { MemoryReturn.giveBack() }
     }
@@ -180,8 +179,7 @@ final class VirtualDevices: Sendable {
     func reload(_ app: AppKey) async throws {
         var loaded: [(VirtualTokenKey, VirtualEntry)] = []
         try await read(app) { loaded.append(($0, $1)) }
-        state.withLock { $0.replace(AppSlot(app: AppNumber(app.bundleID), environment: app.environment), with: loaded) }
-        noteKept()
+        change { $0.replace(AppSlot(app: AppNumber(app.bundleID), environment: app.environment), with: loaded) }
         if loaded.count >= Self.page / 10 { MemoryReturn.giveBack() }
     }
 
@@ -200,27 +198,30 @@ final class VirtualDevices: Sendable {
                 ($0, VirtualEntry(token, deviceID: Self.deviceID(environment: token.environment, bundleID: token.bundleID, token: token.token)))
             }
         }
-        state.withLock { state in
+        change { state in
             for (key, entry) in entries { state.set(key, entry) }
         }
-        noteKept()
     }
 
     /// Forgets an app's tokens that were removed (nil: every one of the app in the environment).
     func forget(_ tokens: [[UInt8]]?, of app: AppKey) {
         let number = AppNumber(app.bundleID)
-        state.withLock { state in
+        change { state in
             guard let tokens else { return state.replace(AppSlot(app: number, environment: app.environment), with: []) }
             for token in tokens {
                 if let key = VirtualTokenKey(environment: app.environment, app: number, token: token) { state.set(key, nil) }
             }
         }
-        noteKept()
     }
 
-    /// Records whether any token is kept now (`anyKept`).
-    private func noteKept() {
-        anyKept.store(state.withLock { !$0.entries.isEmpty }, ordering: .relaxed)
+    /// Changes the tokens kept, and records whether any is kept
+    /// (`anyKept`) under the same lock, so that of two changes at once
+    /// the later one's answer is the one left.
+    private func change(_ body: (inout State) -> Void) {
+        state.withLock { state in
+            body(&state)
+            anyKept.store(!state.entries.isEmpty, ordering: .relaxed)
+        }
     }
 
     /// Nothing virtual to look up: no token kept and no app that takes any.
@@ -290,8 +291,13 @@ final class VirtualDevices: Sendable {
     /// (a token registered meanwhile, here or on another node, keeps its
     /// state), and keeps it as the store has it.
     func registerOnFirstUse(_ token: [UInt8], environment: Environment, bundleID: String, now: Date) async throws {
-        try await store.addVirtualTokens([VirtualToken(environment: environment, bundleID: bundleID, token: token, registeredAt: now)])
-        if let stored = try await store.virtualToken(environment: environment, bundleID: bundleID, token: token) { keep([stored]) }
+        let added = VirtualToken(environment: environment, bundleID: bundleID, token: token, registeredAt: now)
+        if !(try await store.addVirtualTokens([added])).isEmpty {
+            keep([added])
+        } else if let stored = try await store.virtualToken(environment: environment, bundleID: bundleID, token: token) {
+            // Registered meanwhile (another node's first push): kept as that one left it.
+            keep([stored])
+        }
     }
 
     /// The virtual device of a token, when it is one of the app's.
