@@ -23,6 +23,14 @@ struct ClusterService: Service {
                 let (handOvers, handOverSignal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
                 let (faultReloads, faultSignal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
                 let (inboxReads, inboxSignal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+                // A node taken for dead meanwhile: what the others held for its devices goes to them, off the
+                // heartbeat (thousands of devices drained one by one must not stop it beating).
+                let (drains, drainSignal) = AsyncStream.makeStream(of: [DeviceSession].self)
+                group.addTask {
+                    for await sessions in drains {
+                        for session in sessions { await dispatcher.drain(session) }
+                    }
+                }
                 group.addTask {
                     for await _ in handOvers { await dispatcher.takeHandedOver() }
                 }
@@ -55,6 +63,7 @@ struct ClusterService: Service {
                     handOverSignal.finish()
                     faultSignal.finish()
                     inboxSignal.finish()
+                    drainSignal.finish()
                 }
                 group.addTask {
                     // Each time the subscription is in place (at first, and after a lost
@@ -78,8 +87,8 @@ struct ClusterService: Service {
                     while !Task.isCancelled {
                         try? await Task.sleep(for: .seconds(cluster.heartbeatInterval))
                         if Task.isCancelled { break }
-                        // Taken for dead meanwhile: what the others held for this node's devices goes to them.
-                        for session in await cluster.beat() { await dispatcher.drain(session) }
+                        let recorded = await cluster.beat()
+                        if !recorded.isEmpty { drainSignal.yield(recorded) }
                         // What a lost message would have announced is taken at the latest now.
                         handOverSignal.yield()
                         inboxSignal.yield()
