@@ -211,8 +211,7 @@ public final class PostgresStore: Store {
             try await withTaskCancellationHandler {
                 try await body(connection)
             } onCancel: {
-                let closing: EventLoopFuture<Void> = connection.close()
-                _ = closing
+                _ = connection.close() as EventLoopFuture<Void>
             }
         }
     }
