@@ -79,16 +79,21 @@ public struct SharedInboxEntry: Sendable, Hashable {
     }
 }
 
-/// What several nodes sharing one store coordinate through it, and only
-/// through it (no protocol of Courier's own between nodes): each node's
-/// heartbeat, each device's presence, and short messages. PostgreSQL's
+/// What several nodes sharing one store coordinate through it: each
+/// node's heartbeat (with the address it takes direct hand-overs on),
+/// each device's presence, short messages, and the hand-over queue, by
+/// which a push reaches a node that cannot be reached directly. PostgreSQL's
 /// store provides it (`LISTEN`/`NOTIFY`); the SQLite store, which serves
 /// one node, does not.
 public protocol NodeCoordination: Sendable {
     /// Records that `node` is alive now, by the store's clock (the nodes'
     /// clocks may differ); true when its record was not there (its first
     /// beat, or the others took it for dead and removed its presence).
-    func heartbeat(node: String) async throws -> Bool
+    /// `peerAddress`: where it takes hand-overs directly (`host:port`), if
+    /// it does.
+    func heartbeat(node: String, peerAddress: String?) async throws -> Bool
+    /// Where each live node that takes hand-overs directly does, by node.
+    func peerAddresses() async throws -> [String: String]
     /// Removes the nodes that have not beaten for `timeout` seconds (by the
     /// store's clock), with the presence they held and what was handed
     /// over to them; returns their ids.

@@ -168,6 +168,59 @@ public struct CertificateAuthority: Sendable {
         }
     }
 
+    /// The authority of the nodes of several (docs/operations.md): its
+    /// key derived from this CA's key (HKDF-SHA256), so that every node
+    /// holding the same `pki/` makes the same one, with nothing more to
+    /// copy; it signs only node certificates, and a node trusts only it
+    /// on the nodes' port — no provider's or device's certificate, which
+    /// this CA signs, opens a connection there.
+    public func clusterAuthority(now: Date) throws -> CertificateAuthority {
+        var counter: UInt8 = 0
+        while true {
+            let derived = HKDF<SHA256>.deriveKey(
+                inputKeyMaterial: SymmetricKey(data: key.rawRepresentation), info: Array("courier cluster authority v1".utf8) + [counter],
+                outputByteCount: 32)
+            // Almost every 32 bytes are a P-256 key; the next counter for the rare one that is not.
+            if let clusterKey = try? derived.withUnsafeBytes({ try P256.Signing.PrivateKey(rawRepresentation: $0) }) {
+                let name = try DistinguishedName {
+                    OrganizationName("Courier")
+                    CommonName("Courier Cluster CA")
+                }
+                let extensions = try Certificate.Extensions {
+                    Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
+                    Critical(KeyUsage(keyCertSign: true))
+                    SubjectKeyIdentifier(hash: Certificate.PublicKey(clusterKey.publicKey))
+                }
+                let certificate = try Certificate(
+                    version: .v3, serialNumber: Certificate.SerialNumber(), publicKey: Certificate.PublicKey(clusterKey.publicKey),
+                    notValidBefore: self.certificate.notValidBefore, notValidAfter: self.certificate.notValidAfter,
+                    issuer: name, subject: name, signatureAlgorithm: .ecdsaWithSHA256, extensions: extensions,
+                    issuerPrivateKey: Certificate.PrivateKey(clusterKey))
+                return try CertificateAuthority(certificate: certificate, key: clusterKey)
+            }
+            counter += 1
+        }
+    }
+
+    /// A node's certificate, for both ends of the nodes' connections
+    /// (server and client); the subject's CN is the node's id. Valid from a
+    /// day before `now`, so that nodes whose clocks differ accept it.
+    public func issueNodeCertificate(node: String, now: Date, days: Int = 3650) throws -> IssuedCertificate {
+        let subject = try DistinguishedName {
+            OrganizationName("Courier Nodes")
+            CommonName(node)
+        }
+        return try issue(subject: subject, now: now.addingTimeInterval(-86_100), days: days) { publicKey in
+            try Certificate.Extensions {
+                Critical(BasicConstraints.notCertificateAuthority)
+                Critical(KeyUsage(digitalSignature: true))
+                try ExtendedKeyUsage([.serverAuth, .clientAuth])
+                SubjectKeyIdentifier(hash: publicKey)
+                authorityKeyIdentifier
+            }
+        }
+    }
+
     private var authorityKeyIdentifier: AuthorityKeyIdentifier {
         AuthorityKeyIdentifier(keyIdentifier: SubjectKeyIdentifier(hash: certificate.publicKey).keyIdentifier)
     }

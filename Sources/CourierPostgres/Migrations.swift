@@ -254,5 +254,8 @@ enum PostgresMigrations {
                 """
             ]
         ),
+        // The address each node takes direct hand-overs on (`host:port`;
+        // null: none, the database's queue only).
+        Migration(version: 5, statements: ["ALTER TABLE nodes ADD COLUMN peer_address \(text)"]),
     ]
 }

@@ -11,15 +11,23 @@ extension PostgresStore: NodeCoordination {
     /// The store's clock in milliseconds, in SQL.
     private static let now = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
 
-    public func heartbeat(node: String) async throws -> Bool {
+    public func heartbeat(node: String, peerAddress: String?) async throws -> Bool {
         // xmax is 0 on a row this statement inserted (not updated).
         let rows = try await query(
             """
-            INSERT INTO nodes (id, started_at, heartbeat_at) VALUES ($1, \(Self.now), \(Self.now))
-            ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at
+            INSERT INTO nodes (id, started_at, heartbeat_at, peer_address) VALUES ($1, \(Self.now), \(Self.now), $2)
+            ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at, peer_address = excluded.peer_address
             RETURNING (xmax = 0) AS inserted
-            """, [.text(node)])
+            """, [.text(node), peerAddress.map(Value.text) ?? .null])
         return try rows.first?.cell("inserted").decode(Bool.self) ?? false
+    }
+
+    public func peerAddresses() async throws -> [String: String] {
+        var addresses: [String: String] = [:]
+        for row in try await query("SELECT id, peer_address FROM nodes WHERE peer_address IS NOT NULL") {
+            addresses[try row.text("id")] = try row.text("peer_address")
+        }
+        return addresses
     }
 
     public func removeNodes(silentFor timeout: Double) async throws -> [String] {

@@ -127,11 +127,13 @@ public final class HTTP2Connection: Sendable {
     }
 
     /// Connects and completes the TLS handshake. `alpn` empty offers no
-    /// protocol (a client Apple also accepts).
+    /// protocol (a client Apple also accepts). `timeout`: the connection
+    /// and its handshake must be done within it, or the attempt fails.
     public static func connect(
         host: String, port: Int, tls: TLSConfiguration, serverName: String? = nil, alpn: [String] = ["h2"],
-        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+        group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, timeout: Duration = .seconds(10)
     ) async throws -> HTTP2Connection {
+        let limit = TimeAmount.nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000)
         var tls = tls
         tls.applicationProtocols = alpn
         let context = try NIOSSLContext(configuration: tls)
@@ -139,6 +141,7 @@ public final class HTTP2Connection: Sendable {
         let serverName = serverName ?? (host.first?.isNumber == true ? nil : host)
         let (channel, multiplexer, handshake) = try await ClientBootstrap(group: group)
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
+            .connectTimeout(limit)
             .connect(host: host, port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     let signal = HandshakeSignal(promise: channel.eventLoop.makePromise())
@@ -151,6 +154,9 @@ public final class HTTP2Connection: Sendable {
                     return (channel, multiplexer, signal.promise.futureResult)
                 }
             }
+        // A handshake not done in time ends with the connection.
+        let deadline = channel.eventLoop.scheduleTask(in: limit) { channel.close(promise: nil) }
+        defer { deadline.cancel() }
         do {
             try await handshake.get()
         } catch {
@@ -273,6 +279,11 @@ public final class HTTP2Connection: Sendable {
 
     /// How many PING acknowledgements the server sent.
     public var pingAcknowledgements: Int { events.pingAcks }
+
+    /// Starts closing the connection, without waiting.
+    public func startClosing() {
+        channel.close(promise: nil)
+    }
 
     public func close() async {
         try? await channel.close()

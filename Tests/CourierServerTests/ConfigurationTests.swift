@@ -54,7 +54,7 @@ let everyKeyChanged = CourierConfiguration(
     store: .init(
         kind: .postgresql, host: "db.example.com", port: 6543, database: "push", user: "node", passwordFile: "/etc/courier/pgpass",
         passwordEnvironment: "COURIER_PG_PASSWORD", connections: 16, tls: "require", caFile: "/etc/courier/db-ca.pem"),
-    cluster: .init(node: "node-7", heartbeatInterval: 2, nodeTimeout: 20),
+    cluster: .init(node: "node-7", heartbeatInterval: 2, nodeTimeout: 20, directHandOver: false, peerPort: 3199, peerHost: "10.0.0.7"),
     demo: .init(enabled: false, teamID: "ABCDE12345", teamName: "Other", bundleID: "com.example.other"),
     qos: QoSConfiguration(burstWindow: 5, silentBudgetPerHour: 3, retention: 3600, tokenRateLimit: 10, tokenRateWindow: 1, tickInterval: 0.5, keepAlive: 30),
     threads: .init(realtimePriority: 5),

@@ -28,6 +28,9 @@ public final class ServerMetrics: Sendable {
     private let handshakeFailures = LabelledCounters<String>()
     private let deliveryLatency: CoreMetrics.Timer
     private let commitLatency: [StoreWriter: CoreMetrics.Timer]
+    /// Pushes handed over to other nodes, directly and through the store.
+    private let handedDirectly: CoreMetrics.Counter
+    private let handedThroughStore: CoreMetrics.Counter
 
     /// The store's writers whose commits are timed.
     enum StoreWriter: String, CaseIterable {
@@ -95,6 +98,8 @@ public final class ServerMetrics: Sendable {
             commitLatency[writer] = CoreMetrics.Timer(label: "courier_store_commit_seconds", dimensions: [("writer", writer.rawValue)], factory: factory)
         }
         self.commitLatency = commitLatency
+        handedDirectly = CoreMetrics.Counter(label: "courier_handovers_total", dimensions: [("path", "direct")], factory: factory)
+        handedThroughStore = CoreMetrics.Counter(label: "courier_handovers_total", dimensions: [("path", "store")], factory: factory)
     }
 
     private static func slot(_ interface: ProviderInterface, _ environment: Environment) -> Int {
@@ -142,6 +147,12 @@ public final class ServerMetrics: Sendable {
     /// A notification reached its device's connection `after` its acceptance.
     func delivered(after: TimeInterval) {
         deliveryLatency.recordNanoseconds(Int64(max(0, after) * 1e9))
+    }
+
+    /// Pushes handed over to other nodes: `direct` to the node, `store` through the store's queue.
+    func handedOver(direct: Int, store: Int) {
+        if direct > 0 { handedDirectly.increment(by: direct) }
+        if store > 0 { handedThroughStore.increment(by: store) }
     }
 
     /// One commit of a store writer.

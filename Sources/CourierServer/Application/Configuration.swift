@@ -348,11 +348,36 @@ public struct CourierConfiguration: Sendable, Hashable, Codable {
         /// Seconds without a heartbeat after which a node is taken for dead
         /// and its devices' presence removed.
         public var nodeTimeout: Double
+        /// Whether a push for a device on another node is handed to that
+        /// node directly (on its `peerPort`); false: through the database's
+        /// queue only, as before direct hand-overs.
+        public var directHandOver: Bool
+        /// The port this node takes direct hand-overs on (mutual TLS with
+        /// the cluster's certificates, docs/operations.md); 0: any free one.
+        public var peerPort: Int
+        /// The address the other nodes reach that port at; "" is
+        /// `network.host`, unless that is a wildcard (0.0.0.0, ::): then
+        /// this node takes no direct hand-overs until it is given one.
+        public var peerHost: String
 
-        public init(node: String = "", heartbeatInterval: Double = 1, nodeTimeout: Double = 10) {
+        public init(
+            node: String = "", heartbeatInterval: Double = 1, nodeTimeout: Double = 10, directHandOver: Bool = true, peerPort: Int = 2199,
+            peerHost: String = ""
+        ) {
             self.node = node
             self.heartbeatInterval = heartbeatInterval
             self.nodeTimeout = nodeTimeout
+            self.directHandOver = directHandOver
+            self.peerPort = peerPort
+            self.peerHost = peerHost
+        }
+
+        /// The address other nodes are told for `port` (the one bound),
+        /// given the host it is bound on; nil when none can be said.
+        func peerAddress(boundOn host: String, port: Int) -> String? {
+            let named = peerHost.isEmpty ? host : peerHost
+            guard !["0.0.0.0", "::", ""].contains(named) else { return nil }
+            return named.contains(":") ? "[\(named)]:\(port)" : "\(named):\(port)"
         }
 
         static func isNodeID(_ id: String) -> Bool {

@@ -124,6 +124,7 @@ extension CourierConfiguration {
         guard cluster.node.isEmpty || ClusterSettings.isNodeID(cluster.node) else {
             throw ConfigurationError("\(source): 'cluster.node' must be 1 to 40 characters a-z, 0-9 and '-'")
         }
+        guard (0...65535).contains(cluster.peerPort) else { throw ConfigurationError("\(source): 'cluster.peerPort' must be 0 to 65535") }
         guard cluster.heartbeatInterval > 0 else { throw ConfigurationError("\(source): 'cluster.heartbeatInterval' must be more than 0") }
         guard cluster.nodeTimeout >= 2 * cluster.heartbeatInterval else {
             throw ConfigurationError("\(source): 'cluster.nodeTimeout' must be at least twice 'cluster.heartbeatInterval'")

@@ -109,11 +109,15 @@ public struct CourierApplication: Sendable {
             var codecs: [Environment: DeviceTokenCodec] = [:]
             for environment in Environment.allCases { codecs[environment] = try provisioner.tokenCodec(environment) }
             let feedback = FeedbackList(store: provisioner.store, metrics: metrics, logger: logger)
+            // Direct hand-overs between nodes: mutual TLS with the cluster authority's certificates.
+            let nodeTLS = try node.flatMap { node in
+                configuration.cluster.directHandOver ? try NodeTLS(authority: try provisioner.authority(), node: node, now: clock.now()) : nil
+            }
             let cluster = (provisioner.coordination).map {
                 Cluster(
                     node: node!, coordination: $0, faults: faults, inbox: inbox,
                     heartbeatInterval: configuration.cluster.heartbeatInterval, nodeTimeout: configuration.cluster.nodeTimeout, clock: clock,
-                    logger: logger)
+                    links: nodeTLS.map { NodeLinks(tls: $0.client, logger: logger) }, metrics: metrics, logger: logger)
             }
             let dispatcher = Dispatcher(
                 store: provisioner.store, codecs: codecs, clock: clock, qos: configuration.qos, log: log, feedback: feedback, metrics: metrics,
@@ -130,6 +134,21 @@ public struct CourierApplication: Sendable {
                 services.append(ClusterService(cluster: cluster, dispatcher: dispatcher, logger: logger))
                 services.append(cluster.handOvers)
                 faults.shareHits { [cluster] in cluster.counted($0) }
+                if let nodeTLS {
+                    let host = configuration.network.host
+                    let settings = configuration.cluster
+                    services.append(
+                        NodeListener(
+                            host: host, port: settings.peerPort, tls: nodeTLS.server, connections: configuration.connections,
+                            handshakeTimeout: .milliseconds(Int64(configuration.network.handshakeTimeout * 1000)), dispatcher: dispatcher,
+                            listening: { [cluster, logger] port in
+                                guard let address = settings.peerAddress(boundOn: host, port: port) else {
+                                    logger.warning("'network.host' is a wildcard and 'cluster.peerHost' is empty: the other nodes hand pushes over through the store only")
+                                    return
+                                }
+                                cluster.listening(at: address)
+                            }, logger: logger))
+                }
             }
             let keys = ProviderKeys(store: provisioner.store)
             let certificates = CertificateConnections(store: provisioner.store, clock: clock, logger: logger)

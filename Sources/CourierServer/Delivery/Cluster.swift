@@ -15,11 +15,14 @@ import Synchronization
 ///   Every node keeps the others' presence in memory, so a push looks up
 ///   its device without asking the store.
 /// - Hand-over: a push accepted here for a device connected to another
-///   node is written to the store's hand-over queue for that node (one
-///   that may be stored once it is held durably too), by group commit, and
-///   that node is told once per batch (`handover`); it takes what is
-///   queued for it (and at every beat, in case a message was lost) and
-///   sends each to its device. Nothing is replaced on the way.
+///   node (one that may be stored once it is held durably too) is handed
+///   to that node directly, a batch at a time (`NodeLinks`, to the other
+///   node's `NodeListener`), when the node records an address for it;
+///   otherwise, or when it cannot be reached, it is written to the store's
+///   hand-over queue for that node, by group commit, and that node is told
+///   once per batch (`handover`); it takes what is queued for it (and at
+///   every beat, in case a message was lost) and sends each to its device.
+///   Nothing is replaced on the way.
 /// - A push held for a device that is offline everywhere, whose device
 ///   then connects to another node before this node heard of it: when the
 ///   `online` arrives, that node is told to send what is held (`drain`,
@@ -46,8 +49,8 @@ final class Cluster: Sendable {
     let inbox: NotificationInbox
     let heartbeatInterval: TimeInterval
     let nodeTimeout: TimeInterval
-    private let clock: any WallClock
-    private let logger: Logger
+    let clock: any WallClock
+    let logger: Logger
 
     private struct Presence {
         var node: String
@@ -67,6 +70,8 @@ final class Cluster: Sendable {
         var inboxBase: Int64 = 0
         /// Each other node's last inbox entry read.
         var inboxCursors: [String: Int64] = [:]
+        /// Where this node takes hand-overs directly (`host:port`), once its port is bound.
+        var peerAddress: String?
     }
 
     private let state = Mutex(State())
@@ -90,14 +95,18 @@ final class Cluster: Sendable {
     private let outbox: AsyncStream<Errand>
     private let outboxInput: AsyncStream<Errand>.Continuation
 
-    /// Writes the hand-over queue, a batch at a time, and tells each node
-    /// of a batch once (a service of the application's group).
+    /// Hands a batch to each node directly, or writes it to the hand-over
+    /// queue and tells each node of its batch once (a service of the
+    /// application's group).
     let handOvers: GroupCommit<HandedOver, Void>
+    /// The connections to the other nodes; nil: hand-overs go through the store only.
+    let links: NodeLinks?
 
     init(
         node: String, coordination: any NodeCoordination, faults: FaultInjector, inbox: NotificationInbox, heartbeatInterval: TimeInterval,
-        nodeTimeout: TimeInterval, clock: any WallClock, logger: Logger
+        nodeTimeout: TimeInterval, clock: any WallClock, links: NodeLinks? = nil, metrics: ServerMetrics? = nil, logger: Logger
     ) {
+        self.links = links
         self.node = node
         self.coordination = coordination
         self.faults = faults
@@ -107,14 +116,17 @@ final class Cluster: Sendable {
         self.clock = clock
         self.logger = logger
         (outbox, outboxInput) = AsyncStream.makeStream(of: Errand.self)
-        handOvers = GroupCommit { [coordination, logger] batch in
+        handOvers = GroupCommit { [coordination, links, metrics, logger] batch in
+            let through = await Self.handDirectly(batch, links: links)
+            metrics?.handedOver(direct: batch.count - through.count, store: through.count)
+            guard !through.isEmpty else { return batch.map { _ in () } }
             do {
-                try await coordination.handOver(batch)
+                try await coordination.handOver(through)
             } catch {
                 logger.error("store failed handing notifications over to other nodes", metadata: ["courier.error": "\(error)"])
                 throw error
             }
-            for target in Set(batch.map(\.node)) {
+            for target in Set(through.map(\.node)) {
                 do {
                     try await coordination.publish(ClusterMessage.handOver.text, to: Cluster.channel(of: target))
                 } catch {
@@ -126,6 +138,30 @@ final class Cluster: Sendable {
     }
 
     static func channel(of node: String) -> String { "courier_node_" + node }
+
+    /// Hands each node its part of the batch directly, all at once; returns
+    /// what must go through the store's queue (every part, without links).
+    private static func handDirectly(_ batch: [HandedOver], links: NodeLinks?) async -> [HandedOver] {
+        guard let links else { return batch }
+        var parts: [String: [PendingNotification]] = [:]
+        for item in batch { parts[item.node, default: []].append(item.pending) }
+        return await withTaskGroup(of: [HandedOver].self) { group in
+            for (target, part) in parts {
+                group.addTask {
+                    await links.send(part, to: target) ? [] : part.map { HandedOver(node: target, pending: $0) }
+                }
+            }
+            var through: [HandedOver] = []
+            for await refused in group { through += refused }
+            return through
+        }
+    }
+
+    /// This node's port for direct hand-overs is bound: its address is
+    /// recorded at the next beat.
+    func listening(at address: String) {
+        state.withLock { $0.peerAddress = address }
+    }
 
     /// A node id for a node not given one: "node-" and eight random hex digits.
     static func makeNodeID() -> String { "node-" + String(format: "%08x", UInt32.random(in: .min ... .max)) }
@@ -341,53 +377,6 @@ final class Cluster: Sendable {
         send(.publish(.channelDeleted(from: node, environment: environment, id: id), channel: Self.broadcastChannel))
     }
 
-    // MARK: Fault rules
-
-    /// Adds a rule for every node; nil when there are `FaultInjector.capacity` already.
-    func addFault(match: FaultMatch, action: FaultAction, count: Int?, until: Date?, now: Date) async throws -> FaultRule? {
-        guard faults.count < FaultInjector.capacity else { return nil }
-        let rule = FaultRule(
-            id: "f\(try await coordination.nextRuleNumber())", match: match, action: action, remaining: count, until: until, createdAt: now)
-        // Kept as the admin API shows it.
-        let body = String(decoding: try JSONEncoder().encode(FaultJSON(rule)), as: UTF8.self)
-        try await coordination.addRule(SharedRule(id: rule.id, body: body, remaining: count, hits: 0))
-        guard faults.insert(rule) else { return nil }
-        await publish(.faultsChanged(from: node))
-        return rule
-    }
-
-    func removeFault(id: String) async throws -> Bool {
-        guard try await coordination.removeRule(id: id) else { return false }
-        _ = faults.remove(id: id)
-        await publish(.faultsChanged(from: node))
-        return true
-    }
-
-    /// The rules in force with the counts of every node.
-    func listFaults(now: Date) async throws -> [FaultRule] {
-        try await coordination.rules().compactMap { shared -> FaultRule? in
-            guard var rule = (try? JSONDecoder().decode(FaultJSON.self, from: Data(shared.body.utf8)))?.rule() else { return nil }
-            // The counts are the store's.
-            rule.remaining = shared.remaining
-            rule.hits = shared.hits
-            return rule
-        }.filter { rule in rule.until.map { $0 > now } ?? true }
-    }
-
-    /// Reads the shared rules into this node's.
-    func reloadFaults() async {
-        do {
-            faults.replaceAll(try await listFaults(now: clock.now()))
-        } catch {
-            logger.error("store failed reading the fault rules", metadata: ["courier.error": "\(error)"])
-        }
-    }
-
-    /// A rule acted here: counted in the store, and the counts told to the others.
-    func counted(_ rule: FaultRule) {
-        send(.countHit(ruleID: rule.id))
-    }
-
     // MARK: Inbox
 
     /// Entries read from the store at most at once.
@@ -461,10 +450,12 @@ final class Cluster: Sendable {
         let now = clock.now()
         var recorded: [DeviceSession] = []
         do {
-            if try await coordination.heartbeat(node: node) {
+            let peerAddress = state.withLock { $0.peerAddress }
+            if try await coordination.heartbeat(node: node, peerAddress: peerAddress) {
                 logger.warning("this node had been taken for dead; its devices' presence is recorded again")
                 recorded = await recordAgain()
             }
+            if let links { links.update(try await coordination.peerAddresses().filter { $0.key != node }) }
             try await coordination.clearRelayed(before: now.addingTimeInterval(-Self.recentWindow))
             // Alone, this node keeps its inbox to itself (until a node joins).
             if try await coordination.liveNodes().contains(where: { $0 != node }) { inbox.startSharing() } else { inbox.stopSharing() }
@@ -487,7 +478,8 @@ final class Cluster: Sendable {
     /// removed, and it is recorded alive.
     func start() async throws {
         try await coordination.removeNode(node)
-        _ = try await coordination.heartbeat(node: node)
+        _ = try await coordination.heartbeat(node: node, peerAddress: nil)
+        if let links { links.update(try await coordination.peerAddresses().filter { $0.key != node }) }
         // Above what a former run of this node shared, and above what it
         // could have (it cannot have recorded one entry a nanosecond).
         let last = try await coordination.lastSharedInboxSequence(node: node)
@@ -529,6 +521,7 @@ final class Cluster: Sendable {
             return first
         }
         if !left { logger.warning("the store did not answer at shutdown; the other nodes remove this one after their timeout") }
+        await links?.close()
     }
 
     /// What `stop` does within its limit.
@@ -587,7 +580,7 @@ final class Cluster: Sendable {
         }
     }
 
-    private func publish(_ message: ClusterMessage, to channel: String = Cluster.broadcastChannel) async {
+    func publish(_ message: ClusterMessage, to channel: String = Cluster.broadcastChannel) async {
         do {
             try await coordination.publish(message.text, to: channel)
         } catch {

@@ -111,6 +111,12 @@ extension Dispatcher {
             logger.error("store failed reading the notifications handed over", metadata: ["courier.error": "\(error)"])
             return
         }
+        sendHandedOver(handed)
+    }
+
+    /// Sends what another node handed over (through the store's queue, or
+    /// directly: `NodeListener`) to its devices, in order.
+    func sendHandedOver(_ handed: [PendingNotification]) {
         let now = clock.now()
         var events: [DeliveryEvent] = []
         for pending in handed {

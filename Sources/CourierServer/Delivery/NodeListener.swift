@@ -1,0 +1,120 @@
+import CourierCore
+import Foundation
+import Hummingbird
+import HummingbirdCore
+import HummingbirdHTTP2
+import Logging
+import NIOCore
+import NIOSSL
+import NIOTLS
+import ServiceLifecycle
+
+/// The port on which the other nodes hand pushes over to this one
+/// (`cluster.peerPort`, docs/operations.md): HTTP/2 with mutual TLS, where
+/// only a certificate of the cluster authority opens a connection (every
+/// node makes its own from the shared CA's key; a provider's or a
+/// device's certificate does not chain to it). One route:
+/// `POST /v1/handover`, a `HandOverBatch` body, answered 204 once each
+/// push went to its device (or, its device gone, was treated as the
+/// database's queue treats it); 400 for a body that is not one.
+///
+/// Bounded as the other ports are: at most `connections.maxPerListener`
+/// open and `connections.maxPerAddress` from one address, half of them at
+/// most before their handshake, which must end within
+/// `network.handshakeTimeout`.
+struct NodeListener: Service {
+    static let handOverPath = "/v1/handover"
+    /// A body of more is refused (a batch is `NodeLinks.batchLimit` pushes at most).
+    static let maxBody = 32 << 20
+
+    let host: String
+    let port: Int
+    let tls: TLSConfiguration
+    let connections: CourierConfiguration.Connections
+    let handshakeTimeout: TimeAmount
+    let dispatcher: Dispatcher
+    /// Told the port once bound.
+    let listening: @Sendable (Int) -> Void
+    let logger: Logger
+
+    func run() async throws {
+        var logger = logger
+        logger[metadataKey: "courier.listener"] = "nodes"
+        let limits = ListenerGuard(
+            maxOpen: connections.maxPerListener, maxPerAddress: connections.maxPerAddress, unauthenticatedShare: 0.5,
+            maxUnauthenticatedPerAddress: connections.unauthenticatedPerAddress, logInterval: connections.refusalLogInterval, logger: logger)
+        let (tls, timeout) = (self.tls, handshakeTimeout)
+        let server = HTTPServerBuilder { responder in
+            NodeChannel(http2: try HTTP2UpgradeChannel(tlsConfiguration: tls, responder: responder), limits: limits, handshakeTimeout: timeout)
+        }
+        let app = Application(
+            router: router(), server: server,
+            configuration: ApplicationConfiguration(address: .hostname(host, port: port), serverName: "Courier"),
+            onServerRunning: { [listening] channel in listening(channel.localAddress?.port ?? 0) },
+            logger: logger)
+        do {
+            try await app.run()
+        } catch let error as IOError {
+            throw ListenerBindError(listener: "nodes", host: host, port: port, reason: String(cString: strerror(error.errnoCode)), key: "cluster.peerPort")
+        }
+    }
+
+    func router() -> Router<BasicRequestContext> {
+        let router = Router()
+        router.post(RouterPath(Self.handOverPath)) { [dispatcher] request, _ -> HTTPResponse.Status in
+            let body = try await request.body.collect(upTo: Self.maxBody)
+            guard let batch = HandOverBatch.decode(Array(buffer: body)) else {
+                throw HTTPError(.badRequest, message: "the body is not a hand-over batch of this version")
+            }
+            dispatcher.sendHandedOver(batch)
+            return .noContent
+        }
+        return router
+    }
+}
+
+/// A connection of the nodes' port: counted in (or closed at once), its
+/// handshake timed, authenticated once the handshake verified its
+/// certificate; then hummingbird's HTTP/2 channel.
+private struct NodeChannel: ServerChildChannel {
+    typealias Value = HTTP2UpgradeChannel.Value
+    let http2: HTTP2UpgradeChannel
+    let limits: ListenerGuard
+    let handshakeTimeout: TimeAmount
+
+    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        channel.eventLoop.makeCompletedFuture { () -> ListenerGuard.Admission? in
+            try limits.admit(channel)
+        }.flatMap { admission in
+            http2.setup(channel: channel, logger: logger).flatMapThrowing { value in
+                // After the TLS handler, whose handshake event they wait for.
+                let operations = channel.pipeline.syncOperations
+                let tls = try operations.handler(type: NIOSSLServerHandler.self)
+                try operations.addHandler(HandshakeAuthenticates(admission), position: .after(tls))
+                try operations.addHandler(ConnectionTimeout(.handshake, timeout: handshakeTimeout), position: .after(tls))
+                return value
+            }
+        }
+    }
+
+    func handle(value: Value, logger: Logger) async {
+        await http2.handle(value: value, logger: logger)
+    }
+}
+
+/// Moves the connection out of the unauthenticated share when its
+/// handshake completes (its certificate verified during it).
+private final class HandshakeAuthenticates: ChannelInboundHandler, RemovableChannelHandler, Sendable {
+    typealias InboundIn = NIOAny
+    private let admission: ListenerGuard.Admission?
+
+    init(_ admission: ListenerGuard.Admission?) { self.admission = admission }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        context.fireUserInboundEventTriggered(event)
+        if case .handshakeCompleted = event as? TLSUserEvent {
+            admission?.authenticated()
+            context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
+        }
+    }
+}
