@@ -229,7 +229,7 @@ extension StampedSender {
         try await channel.writeAndFlush(batch(count))
     }
 
-    /// Sends `total` messages at `rate` per second from the channel's own
+    /// Sends `total` messages (more) at `rate` per second from the channel's own
     /// event loop: every `interval` the ones due by then go out in one
     /// write, with no thread between the clock and the socket. Returns the
     /// seconds the sending took.
@@ -238,15 +238,17 @@ extension StampedSender {
         let finished = loop.makePromise(of: (sent: Int, seconds: Double).self)
         let start = NIODeadline.now()
         let initial = self
+        // `total` more than were sent before.
+        let base = initial.sent
         loop.execute {
             let state = NIOLoopBoundBox(initial, eventLoop: loop)
             loop.scheduleRepeatedTask(initialDelay: .zero, delay: interval) { task in
                 let elapsed = Double((NIODeadline.now() - start).nanoseconds) / 1e9
-                let due = min(total, Int(elapsed * Double(rate)))
+                let due = base + min(total, Int(elapsed * Double(rate)))
                 if due > state.value.sent {
                     state.value.channel.writeAndFlush(state.value.batch(due - state.value.sent), promise: nil)
                 }
-                if state.value.sent >= total {
+                if state.value.sent >= base + total {
                     task.cancel()
                     finished.succeed((state.value.sent, Double((NIODeadline.now() - start).nanoseconds) / 1e9))
                 }

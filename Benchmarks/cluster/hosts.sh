@@ -27,7 +27,8 @@
 #
 # Environment: COURIER (Benchmarks/.build/release/courier), SOURCES (4),
 # DEVICES_PER_NODE (20000: the device listener's limit), NODE_TIMEOUT (5 s,
-# cluster.nodeTimeout), HEARTBEAT (1 s), POSTGRES_BIN (Debian's newest).
+# cluster.nodeTimeout), HEARTBEAT (1 s), DIRECT (true: cluster.directHandOver),
+# POSTGRES_BIN (Debian's newest).
 # Needs: root (ip netns), iproute2, PostgreSQL's server binaries, runuser.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -82,10 +83,10 @@ node_config() { # K
              "production": {"binary": 40000, "feedback": 40001, "http2": 40002, "device": 40003, "channels": 40004},
              "sandbox": {"binary": 0, "feedback": 0, "http2": 0, "device": 0, "channels": 0},
              "adminHost": "$(node_address "$1")", "adminPort": 8080},
- "logLevel": "warning", "qos": {"tokenRateLimit": 1000000000},
+ "logLevel": "warning", "qos": {"tokenRateLimit": 1000000000}, "inbox": {"capacity": ${INBOX_CAPACITY:-10000}},
  "connections": {"maxPerAddress": 20000, "maxPerDeviceListener": ${DEVICES_PER_NODE:-20000}, "maxPerSandboxDeviceListener": 100, "maxPerListener": 200},
  "store": {"kind": "postgresql", "host": "10.77.0.2", "port": 5432, "database": "courier", "user": "courier"},
- "cluster": {"node": "node$1", "nodeTimeout": ${NODE_TIMEOUT:-5}, "heartbeatInterval": ${HEARTBEAT:-1}}}
+ "cluster": {"node": "node$1", "nodeTimeout": ${NODE_TIMEOUT:-5}, "heartbeatInterval": ${HEARTBEAT:-1}, "directHandOver": ${DIRECT:-true}}}
 JSON
 }
 

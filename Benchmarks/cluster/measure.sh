@@ -14,7 +14,8 @@
 # of the devices, under its descriptor limit), RATE (10000/s), SECONDS_AT_RATE
 # (5), COUNT (100000), CUT (node to cut: none), CUT_SECONDS (30),
 # DURABLE_SECONDS (CUT_SECONDS + 20), KILL (node to SIGKILL in that phase
-# instead), and hosts.sh's (COURIER, SOURCES, NODE_TIMEOUT, HEARTBEAT).
+# instead), and hosts.sh's (COURIER, SOURCES, NODE_TIMEOUT, HEARTBEAT, DIRECT:
+# false hands pushes over through PostgreSQL only).
 # Needs: release builds (cd Benchmarks && swift build -c release --product
 # courier && swift build -c release --product courier-load), and what
 # hosts.sh needs.
@@ -91,6 +92,14 @@ fi
 status=0
 for pid in "${load_pids[@]}"; do wait "$pid" || status=$?; done
 for j in $(seq "$loads"); do echo "-- load host $j"; cat "$CLUSTER_DIR/load$j.log"; done
+# How each node handed pushes over (courier_handovers_total), and its CPU time.
+for k in $(seq "$nodes"); do
+  [ "$k" = "${KILL:-}" ] && continue
+  counts=$(in_ns "${prefix}node$k" curl -s --cacert "$CLUSTER_DIR/node1/pki/ca.pem" "https://$(node_address "$k"):8080/metrics" \
+    | awk '/^courier_handovers_total/ {sub(/courier_handovers_total/, ""); printf "%s ", $0}')
+  cpu=$(awk '{printf "%.1f", ($14 + $15) / 100}' "/proc/$(node_pid "$k")/stat")
+  echo "node $k: hand-overs ${counts:-none}; CPU ${cpu} s"
+done
 for k in $(seq "$nodes"); do
   if grep -qiE "error|warning" "$CLUSTER_DIR/node$k.log"; then
     echo "-- node $k's log (warnings and errors, first 20)"; grep -iE "error|warning" "$CLUSTER_DIR/node$k.log" | head -20

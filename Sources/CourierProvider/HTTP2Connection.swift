@@ -234,6 +234,33 @@ public final class HTTP2Connection: Sendable {
         }
     }
 
+    /// Opens a stream, sends `headers` without ending it, and runs `body`
+    /// with the stream's frames as they come and a writer of its own (a
+    /// request and its answer streamed both ways at once); the stream is
+    /// closed when `body` returns or throws.
+    public func withStream<T: Sendable>(
+        _ headers: [(name: String, value: String, indexing: HPACKIndexing)],
+        _ body: @Sendable (NIOAsyncChannelInboundStream<HTTP2Frame.FramePayload>, NIOAsyncChannelOutboundWriter<HTTP2Frame.FramePayload>) async throws -> T
+    ) async throws -> T {
+        let stream: NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>
+        do {
+            stream = try await multiplexer.openStream { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>(wrappingChannelSynchronously: channel)
+                }
+            }
+        } catch {
+            throw HTTP2ClientError.connectionClosed(events.goAway?.reason)
+        }
+        var hpack = HPACKHeaders()
+        for header in headers { hpack.add(name: header.name, value: header.value, indexing: header.indexing) }
+        let frameHeaders = hpack
+        return try await stream.executeThenClose { inbound, outbound in
+            try await outbound.write(.headers(.init(headers: frameHeaders, endStream: false)))
+            return try await body(inbound, outbound)
+        }
+    }
+
     /// Opens a stream and sends `headers` and the start of a body, without
     /// ending the stream (an upload left unfinished, as a slow or hostile
     /// client leaves it): for checking what a server lets a connection

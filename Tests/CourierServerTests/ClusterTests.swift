@@ -63,7 +63,7 @@ final class Nodes: @unchecked Sendable {
                    "user": "\#(server.user)", "passwordFile": "\#(directory)/pgpass"},
          "cluster": {"node": "\#(name)", "heartbeatInterval": 0.2, "nodeTimeout": 1, "peerPort": 0\#(clusterExtra)}}
         """#.write(toFile: config, atomically: true, encoding: .utf8)
-        nodes[name] = try ServeProcess.start(data: data(name), config: config)
+        nodes[name] = try ServeProcess.start(data: data(name), config: config, mergeStandardError: true)
     }
 
     func port(_ name: String, _ listener: String) throws -> Int {
@@ -155,7 +155,13 @@ final class Nodes: @unchecked Sendable {
     func stop() async -> Bool {
         for node in nodes.values { node.program.signal(SIGTERM) }
         var clean = true
-        for node in nodes.values where await node.program.waitForExit() != 0 { clean = false }
+        for (name, node) in nodes {
+            let status = await node.program.waitForExit()
+            if status != 0 {
+                print("\(name) exited with \(status): \(node.program.output.suffix(15).joined(separator: "\n"))")
+                clean = false
+            }
+        }
         nodes = [:]
         removeTemporaryDirectory(directory)
         return clean

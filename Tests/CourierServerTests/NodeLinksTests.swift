@@ -36,22 +36,38 @@ struct NodeLinksTests {
             .bind(host: "127.0.0.1", port: 0).get()
     }
 
-    @Test func aPeerThatNeverAnswersIsGivenUpWithinTheLimitAndThenLeftAlone() async throws {
+    /// Runs `links` (its requests are its service's child tasks) while
+    /// `body` hands pushes over; what falls back to the store is read from
+    /// the stream `body` is given.
+    func running(_ links: NodeLinks, _ body: @Sendable (AsyncStream<[HandedOver]>) async throws -> Void) async throws {
+        let (stranded, strandedInput) = AsyncStream.makeStream(of: [HandedOver].self)
+        links.fallBack { strandedInput.yield($0) }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await links.run() }
+            try await body(stranded)
+            group.cancelAll()
+        }
+    }
+
+    @Test func aPeerThatNeverAnswersIsGivenUpAndItsPushesGoThroughTheStore() async throws {
         let listener = try await Self.silentListener()
         let links = NodeLinks(tls: try Self.tls().client, limit: .milliseconds(300), pause: .seconds(60), logger: logger)
         links.update(["node-b": "127.0.0.1:\(listener.localAddress!.port!)"])
-        #expect(await links.send([Self.pending()], to: "node-b") == false)
-        // Paused: not tried again (it would take the limit again).
-        let again = ContinuousClock.now
-        #expect(await links.send([Self.pending()], to: "node-b") == false)
-        #expect(ContinuousClock.now - again < .milliseconds(250))
-        await links.close()
+        try await running(links) { stranded in
+            let pending = Self.pending()
+            #expect(links.handOver(pending, to: "node-b"))
+            var fallen = stranded.makeAsyncIterator()
+            #expect(await fallen.next()?.map(\.pending) == [pending])
+            // Left alone now: the next push is not taken (it goes to the store at once).
+            #expect(!links.handOver(Self.pending(), to: "node-b"))
+        }
         try await listener.close()
     }
 
     /// A peer with a node's certificate that speaks HTTP/2 and never
-    /// answers a request: the request is given up within the limit.
-    @Test func aRequestNeverAnsweredIsGivenUpWithinTheLimit() async throws {
+    /// answers a request: the request is given up within the limit, and
+    /// its pushes, with those that came meanwhile, go through the store.
+    @Test func aRequestNeverAnsweredIsGivenUpAndEveryPushWaitingGoesThroughTheStore() async throws {
         let tls = try Self.tls()
         var serverTLS = tls.server
         serverTLS.applicationProtocols = ["h2"]
@@ -67,17 +83,35 @@ struct NodeLinksTests {
             .bind(host: "127.0.0.1", port: 0).get()
         let links = NodeLinks(tls: tls.client, limit: .milliseconds(300), pause: .seconds(60), logger: logger)
         links.update(["node-b": "127.0.0.1:\(listener.localAddress!.port!)"])
-        // Given up, not waited for (the suite's time limit would catch a hang).
-        #expect(await links.send([Self.pending()], to: "node-b") == false)
-        await links.close()
+        try await running(links) { stranded in
+            let pushes = (0..<5).map { _ in Self.pending() }
+            for pending in pushes { #expect(links.handOver(pending, to: "node-b")) }
+            var fallen: [PendingNotification] = []
+            for await part in stranded {
+                fallen += part.map(\.pending)
+                if fallen.count >= pushes.count { break }
+            }
+            #expect(Set(fallen.map(\.notification.deliveryID)) == Set(pushes.map(\.notification.deliveryID)))
+        }
         try await listener.close()
     }
 
     @Test func aNodeWithNoAddressIsNotSentTo() async throws {
         let links = NodeLinks(tls: try Self.tls().client, logger: logger)
-        #expect(await links.send([Self.pending()], to: "node-b") == false)
+        #expect(!links.handOver(Self.pending(), to: "node-b"))
+    }
+
+    /// A node recorded at an address that is not one: its push is taken,
+    /// and falls back to the store.
+    @Test func anAddressThatIsNotOneFallsBackToTheStore() async throws {
+        let links = NodeLinks(tls: try Self.tls().client, logger: logger)
         links.update(["node-b": "not an address"])
-        #expect(await links.send([Self.pending()], to: "node-b") == false)
+        try await running(links) { stranded in
+            let pending = Self.pending()
+            #expect(links.handOver(pending, to: "node-b"))
+            var fallen = stranded.makeAsyncIterator()
+            #expect(await fallen.next()?.map(\.pending) == [pending])
+        }
     }
 
     /// Every node derives the same cluster authority from the same CA, and

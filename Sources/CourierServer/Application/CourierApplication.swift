@@ -117,7 +117,7 @@ public struct CourierApplication: Sendable {
                 Cluster(
                     node: node!, coordination: $0, faults: faults, inbox: inbox,
                     heartbeatInterval: configuration.cluster.heartbeatInterval, nodeTimeout: configuration.cluster.nodeTimeout, clock: clock,
-                    links: nodeTLS.map { NodeLinks(tls: $0.client, logger: logger) }, metrics: metrics, logger: logger)
+                    links: nodeTLS.map { NodeLinks(tls: $0.client, metrics: metrics, logger: logger) }, metrics: metrics, logger: logger)
             }
             let dispatcher = Dispatcher(
                 store: provisioner.store, codecs: codecs, clock: clock, qos: configuration.qos, log: log, feedback: feedback, metrics: metrics,
@@ -133,6 +133,8 @@ public struct CourierApplication: Sendable {
             if let cluster {
                 services.append(ClusterService(cluster: cluster, dispatcher: dispatcher, logger: logger))
                 services.append(cluster.handOvers)
+                // Stops before the store's queue it falls back to.
+                if let links = cluster.links { services.append(links) }
                 faults.shareHits { [cluster] in cluster.counted($0) }
                 if let nodeTLS {
                     let host = configuration.network.host

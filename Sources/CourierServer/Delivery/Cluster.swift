@@ -6,8 +6,9 @@ import Synchronization
 
 /// This node's part among several sharing one PostgreSQL store
 /// (docs/operations.md): where the other nodes' devices are, and the
-/// messages that keep the nodes in step, all through the store
-/// (`NodeCoordination`), never a protocol of Courier's own.
+/// messages that keep the nodes in step, through the store
+/// (`NodeCoordination`); pushes for another node's devices go to it
+/// directly when it can be reached (`NodeLinks`).
 ///
 /// - Presence: a device that connects here is recorded in the store with
 ///   a new generation and announced (`online`); its departure removes the
@@ -116,17 +117,15 @@ final class Cluster: Sendable {
         self.clock = clock
         self.logger = logger
         (outbox, outboxInput) = AsyncStream.makeStream(of: Errand.self)
-        handOvers = GroupCommit { [coordination, links, metrics, logger] batch in
-            let through = await Self.handDirectly(batch, links: links)
-            metrics?.handedOver(direct: batch.count - through.count, store: through.count)
-            guard !through.isEmpty else { return batch.map { _ in () } }
+        handOvers = GroupCommit { [coordination, metrics, logger] batch in
+            metrics?.handedOver(direct: 0, store: batch.count)
             do {
-                try await coordination.handOver(through)
+                try await coordination.handOver(batch)
             } catch {
                 logger.error("store failed handing notifications over to other nodes", metadata: ["courier.error": "\(error)"])
                 throw error
             }
-            for target in Set(through.map(\.node)) {
+            for target in Set(batch.map(\.node)) {
                 do {
                     try await coordination.publish(ClusterMessage.handOver.text, to: Cluster.channel(of: target))
                 } catch {
@@ -135,27 +134,12 @@ final class Cluster: Sendable {
             }
             return batch.map { _ in () }
         }
+        links?.fallBack { [handOvers] stranded in
+            for item in stranded { _ = handOvers.enqueue(item) }
+        }
     }
 
     static func channel(of node: String) -> String { "courier_node_" + node }
-
-    /// Hands each node its part of the batch directly, all at once; returns
-    /// what must go through the store's queue (every part, without links).
-    private static func handDirectly(_ batch: [HandedOver], links: NodeLinks?) async -> [HandedOver] {
-        guard let links else { return batch }
-        var parts: [String: [PendingNotification]] = [:]
-        for item in batch { parts[item.node, default: []].append(item.pending) }
-        return await withTaskGroup(of: [HandedOver].self) { group in
-            for (target, part) in parts {
-                group.addTask {
-                    await links.send(part, to: target) ? [] : part.map { HandedOver(node: target, pending: $0) }
-                }
-            }
-            var through: [HandedOver] = []
-            for await refused in group { through += refused }
-            return through
-        }
-    }
 
     /// This node's port for direct hand-overs is bound: its address is
     /// recorded at the next beat.
@@ -212,8 +196,10 @@ final class Cluster: Sendable {
 
     // MARK: Hand-over
 
-    /// A push for a device connected to `node`, handed over to it.
+    /// A push for a device connected to `node`, handed over to it:
+    /// directly when it can be, else through the store's queue.
     func handOver(_ pending: PendingNotification, to node: String) {
+        if let links, links.handOver(pending, to: node) { return }
         _ = handOvers.enqueue(HandedOver(node: node, pending: pending))
     }
 
@@ -521,7 +507,6 @@ final class Cluster: Sendable {
             return first
         }
         if !left { logger.warning("the store did not answer at shutdown; the other nodes remove this one after their timeout") }
-        await links?.close()
     }
 
     /// What `stop` does within its limit.

@@ -2,108 +2,292 @@ import CourierCore
 import CourierProvider
 import Foundation
 import Logging
+import NIOCore
 import NIOHPACK
+import NIOHTTP2
 import NIOSSL
+import ServiceLifecycle
 import Synchronization
 
-/// This node's connections to the other nodes, for handing pushes over
-/// directly (docs/operations.md): one HTTP/2 connection a node, with
-/// mutual TLS on the cluster authority's certificates, made when the
-/// first push for that node comes and kept. A batch goes as one
-/// `POST /v1/handover`; the other node answers once it has sent each push
-/// to its device (or kept it as the database's queue would). A node that
-/// cannot be reached within `limit` is left alone for `pause`: its pushes
-/// go through the database's queue meanwhile, without waiting.
-final class NodeLinks: Sendable {
-    /// A node's address and its connection, and when a failure lets it be tried again.
+/// This node's links to the other nodes, for handing pushes over directly
+/// (docs/operations.md): to each node one HTTP/2 connection, with mutual
+/// TLS on the cluster authority's certificates, and on it one
+/// `POST /v1/handover` kept open, a stream each way (`HandOverFrames`),
+/// made when the first push for that node comes. A push goes out at once
+/// in a frame, with whatever came for that node meanwhile, while fewer
+/// than `framesInFlight` frames wait for their acknowledgement (else with
+/// the next frame, once one is acknowledged); the other node
+/// takes the frames in order and acknowledges each once its pushes went
+/// to their devices. A node that cannot be reached, or does not
+/// acknowledge a frame within `limit`, is left alone for `pause`: what it
+/// had not acknowledged, and what comes for it meanwhile, goes through the
+/// store's queue (`fallBack`). A service of the application's group: each
+/// link is a child task of its task group.
+final class NodeLinks: Service, Sendable {
+    /// A node's address, its pushes waiting for a frame, its frames
+    /// waiting for their acknowledgement, and whether its link runs.
     private struct Link {
         var address: String
-        var connection: HTTP2Connection?
         var pausedUntil: ContinuousClock.Instant?
+        var queue: [PendingNotification] = []
+        var unacknowledged: [(sequence: UInt64, batch: [PendingNotification], sent: ContinuousClock.Instant)] = []
+        /// The running link's wake-up; nil when no link runs.
+        var wake: AsyncStream<Void>.Continuation?
+        /// Its writer found the queue empty and waits to be woken (woken
+        /// once, not once a push).
+        var writerWaits = false
+
+        init(address: String) { self.address = address }
+    }
+
+    private struct State {
+        var links: [String: Link] = [:]
+        var ended = false
     }
 
     private let tls: TLSConfiguration
     private let limit: Duration
     private let pause: Duration
+    private let metrics: ServerMetrics?
     private let logger: Logger
-    private let links = Mutex([String: Link]())
-    /// Notifications in one request at most.
-    static let batchLimit = 2000
+    private let state = Mutex(State())
+    private let starts: AsyncStream<(node: String, wake: AsyncStream<Void>)>
+    private let startInput: AsyncStream<(node: String, wake: AsyncStream<Void>)>.Continuation
+    /// Where what cannot go directly goes: the store's queue (`Cluster.handOvers`).
+    private let fallback = Mutex<@Sendable ([HandedOver]) -> Void>({ _ in })
 
-    init(tls: TLSConfiguration, limit: Duration = .seconds(1), pause: Duration = .seconds(2), logger: Logger) {
+    /// Notifications in one frame at most.
+    static let batchLimit = 2000
+    /// Frames sent and not yet acknowledged at most, on one link.
+    static let framesInFlight = 2
+
+    init(tls: TLSConfiguration, limit: Duration = .seconds(3), pause: Duration = .seconds(2), metrics: ServerMetrics? = nil, logger: Logger) {
         self.tls = tls
         self.limit = limit
         self.pause = pause
+        self.metrics = metrics
         self.logger = logger
+        (starts, startInput) = AsyncStream.makeStream()
+    }
+
+    /// Where pushes go that cannot go directly (set once, before the service runs).
+    func fallBack(to handOver: @escaping @Sendable ([HandedOver]) -> Void) {
+        fallback.withLock { $0 = handOver }
     }
 
     /// The other nodes' addresses as the store has them now: a node gone,
-    /// or at another address, loses its connection.
+    /// or at another address, loses its link (what it had not taken goes
+    /// through the store).
     func update(_ addresses: [String: String]) {
-        let closing = links.withLock { links -> [HTTP2Connection] in
-            var closing: [HTTP2Connection] = []
-            for (node, link) in links where addresses[node] != link.address {
-                if let connection = link.connection { closing.append(connection) }
-                links[node] = nil
+        let stranded = state.withLock { state -> [HandedOver] in
+            var stranded: [HandedOver] = []
+            for (node, link) in state.links where addresses[node] != link.address {
+                link.wake?.finish()
+                stranded += (link.unacknowledged.flatMap(\.batch) + link.queue).map { HandedOver(node: node, pending: $0) }
+                state.links[node] = nil
             }
-            for (node, address) in addresses where links[node] == nil { links[node] = Link(address: address) }
-            return closing
+            for (node, address) in addresses where state.links[node] == nil { state.links[node] = Link(address: address) }
+            return stranded
         }
-        for connection in closing { connection.startClosing() }
+        fall(stranded)
     }
 
-    /// Whether `node` took the batch; false when it has no address, is
-    /// paused after a failure, or failed now (then paused).
-    func send(_ batch: [PendingNotification], to node: String) async -> Bool {
+    /// Hands a push to `node` directly: in the link's next frame. False
+    /// when it cannot go directly now (no address, left alone after a
+    /// failure, the service ended): the caller uses the store.
+    func handOver(_ pending: PendingNotification, to node: String) -> Bool {
         let now = ContinuousClock.now
-        let known = links.withLock { links -> (address: String, connection: HTTP2Connection?)? in
-            guard let link = links[node], link.pausedUntil.map({ now >= $0 }) ?? true else { return nil }
-            return (link.address, link.connection.flatMap { $0.isUsable ? $0 : nil })
-        }
-        guard let known else { return false }
-        do {
-            let connection: HTTP2Connection
-            if let open = known.connection {
-                connection = open
+        let (taken, start) = state.withLock { state -> (Bool, AsyncStream<Void>?) in
+            guard !state.ended, var link = state.links[node], link.pausedUntil.map({ now >= $0 }) ?? true else { return (false, nil) }
+            link.queue.append(pending)
+            var start: AsyncStream<Void>?
+            if let wake = link.wake {
+                if link.writerWaits {
+                    link.writerWaits = false
+                    wake.yield()
+                }
             } else {
-                connection = try await connect(known.address)
-                let kept = links.withLock { links -> Bool in
-                    guard links[node]?.address == known.address else { return false }
-                    links[node]?.connection = connection
-                    return true
-                }
-                if !kept {
-                    await connection.close()
-                    return false
+                let (stream, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+                wake.yield()
+                link.wake = wake
+                start = stream
+            }
+            state.links[node] = link
+            return (true, start)
+        }
+        if let start { startInput.yield((node, start)) }
+        return taken
+    }
+
+    func run() async throws {
+        await withGracefulShutdownHandler {
+            await withDiscardingTaskGroup { group in
+                for await (node, wake) in starts {
+                    group.addTask { await self.link(node, wake: wake) }
                 }
             }
-            for start in stride(from: 0, to: batch.count, by: Self.batchLimit) {
-                let part = Array(batch[start..<min(batch.count, start + Self.batchLimit)])
-                try await post(part, on: connection)
+        } onGracefulShutdown: {
+            // Each link sends what it has and ends; what is not acknowledged goes through the store.
+            let wakes = self.state.withLock { state in
+                state.ended = true
+                return state.links.values.compactMap(\.wake)
             }
-            return true
-        } catch {
+            for wake in wakes { wake.finish() }
+            self.startInput.finish()
+        }
+        fall(
+            state.withLock { state in
+                state.ended = true
+                defer { state.links = [:] }
+                return state.links.flatMap { node, link in (link.unacknowledged.flatMap(\.batch) + link.queue).map { HandedOver(node: node, pending: $0) } }
+            })
+    }
+
+    private func fall(_ stranded: [HandedOver]) {
+        guard !stranded.isEmpty else { return }
+        fallback.withLock { $0 }(stranded)
+    }
+
+    // MARK: A link
+
+    /// Runs the link to `node` until it fails, is closed by the other
+    /// node, or the node's address changes; then what it had not taken
+    /// goes through the store (and, when something was waiting, the node
+    /// is left alone for `pause`).
+    private func link(_ node: String, wake: AsyncStream<Void>) async {
+        let address = state.withLock { $0.links[node]?.address }
+        var failure: (any Error)?
+        if let address {
+            do {
+                let connection = try await connect(address)
+                do {
+                    try await exchange(with: node, on: connection, wake: wake)
+                } catch {
+                    failure = error
+                }
+                connection.startClosing()
+            } catch {
+                failure = error
+            }
+        }
+        let stranded = state.withLock { state -> [PendingNotification] in
+            guard var link = state.links[node], link.address == address else { return [] }
+            let stranded = link.unacknowledged.flatMap(\.batch) + link.queue
+            link.unacknowledged = []
+            link.queue = []
+            link.wake?.finish()
+            link.wake = nil
+            if !stranded.isEmpty, !state.ended { link.pausedUntil = ContinuousClock.now + pause }
+            state.links[node] = link
+            return stranded
+        }
+        if !stranded.isEmpty, !state.withLock({ $0.ended }) {
             logger.warning(
                 "a node could not be reached directly; its hand-overs go through the store for a while",
-                metadata: ["courier.node": "\(node)", "courier.error": "\(error)"])
-            let closing = links.withLock { links -> HTTP2Connection? in
-                guard links[node]?.address == known.address else { return nil }
-                links[node]?.pausedUntil = ContinuousClock.now + pause
-                defer { links[node]?.connection = nil }
-                return links[node]?.connection
+                metadata: ["courier.node": "\(node)", "courier.error": "\(failure.map { "\($0)" } ?? "the link ended")"])
+        }
+        fall(stranded.map { HandedOver(node: node, pending: $0) })
+    }
+
+    /// The stream's two ways and its watch, until one of them ends.
+    private func exchange(with node: String, on connection: HTTP2Connection, wake: AsyncStream<Void>) async throws {
+        let headers: [(name: String, value: String, indexing: HPACKIndexing)] = [
+            (":method", "POST", .indexable), (":scheme", "https", .indexable), (":path", NodeListener.handOverPath, .indexable),
+            (":authority", "courier-node", .indexable), ("content-type", "application/octet-stream", .indexable),
+        ]
+        try await connection.withStream(headers) { inbound, outbound in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await self.write(to: node, outbound, wake: wake) }
+                group.addTask { try await self.readAcknowledgements(of: node, inbound) }
+                group.addTask { try await self.watch(node) }
+                do {
+                    try await group.next()
+                } catch {
+                    // The other ways end with the connection.
+                    connection.startClosing()
+                    throw error
+                }
+                connection.startClosing()
+                group.cancelAll()
             }
-            if let closing { await closing.close() }
-            return false
         }
     }
 
-    /// Closes every connection (the node stops).
-    func close() async {
-        let all = links.withLock { links in
-            defer { links = [:] }
-            return links.values.compactMap(\.connection)
+    /// Sends what is queued, a frame at a time, each time the link is woken;
+    /// ends when the wake-up is finished (the service stops).
+    private func write(to node: String, _ outbound: NIOAsyncChannelOutboundWriter<HTTP2Frame.FramePayload>, wake: AsyncStream<Void>) async throws {
+        var sequence: UInt64 = 0
+        for await _ in wake {
+            while true {
+                let batch = state.withLock { state -> [PendingNotification]? in
+                    guard var link = state.links[node] else { return nil }
+                    // Nothing to send, or enough frames waiting for their acknowledgement: what comes
+                    // meanwhile goes in one frame once one is acknowledged (a few large frames under load,
+                    // not many small ones).
+                    guard !link.queue.isEmpty, link.unacknowledged.count < Self.framesInFlight else {
+                        link.writerWaits = true
+                        state.links[node] = link
+                        return nil
+                    }
+                    let batch = Array(link.queue.prefix(Self.batchLimit))
+                    link.queue.removeFirst(batch.count)
+                    link.unacknowledged.append((sequence + 1, batch, ContinuousClock.now))
+                    state.links[node] = link
+                    return batch
+                }
+                guard let batch else { break }
+                sequence += 1
+                try await outbound.write(.data(.init(data: .byteBuffer(HandOverFrames.frame(sequence, batch)))))
+            }
         }
-        for connection in all { await connection.close() }
+    }
+
+    /// Takes the other node's acknowledgements: each frame acknowledged is done.
+    private func readAcknowledgements(of node: String, _ inbound: NIOAsyncChannelInboundStream<HTTP2Frame.FramePayload>) async throws {
+        var pending = ByteBuffer()
+        for try await frame in inbound {
+            switch frame {
+            case .headers(let headers):
+                if let status = headers.headers.first(name: ":status"), status != "200" { throw NodeLinkError("answered \(status)") }
+                if headers.endStream { throw NodeLinkError("the other node ended the stream") }
+            case .data(let data):
+                if case .byteBuffer(var bytes) = data.data { pending.writeBuffer(&bytes) }
+                var done = 0
+                while let sequence = pending.readInteger(as: UInt64.self) {
+                    done += state.withLock { state -> Int in
+                        guard var link = state.links[node] else { return 0 }
+                        var count = 0
+                        while let first = link.unacknowledged.first, first.sequence <= sequence {
+                            count += first.batch.count
+                            link.unacknowledged.removeFirst()
+                        }
+                        if link.writerWaits, !link.queue.isEmpty {
+                            link.writerWaits = false
+                            link.wake?.yield()
+                        }
+                        state.links[node] = link
+                        return count
+                    }
+                }
+                pending.discardReadBytes()
+                if done > 0 { metrics?.handedOver(direct: done, store: 0) }
+                if data.endStream { throw NodeLinkError("the other node ended the stream") }
+            case .rstStream(let code):
+                throw NodeLinkError("the other node reset the stream (\(code))")
+            default:
+                continue
+            }
+        }
+        throw NodeLinkError("the connection ended")
+    }
+
+    /// Fails the link when its oldest frame waits longer than `limit`.
+    private func watch(_ node: String) async throws {
+        while true {
+            try await Task.sleep(for: limit / 4)
+            let oldest = state.withLock { $0.links[node]?.unacknowledged.first?.sent }
+            if let oldest, ContinuousClock.now - oldest > limit { throw NodeLinkError("no acknowledgement within \(limit)") }
+        }
     }
 
     private func connect(_ address: String) async throws -> HTTP2Connection {
@@ -112,33 +296,6 @@ final class NodeLinks: Sendable {
         }
         let host = String(address[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
         return try await HTTP2Connection.connect(host: host, port: port, tls: tls, serverName: nil, timeout: limit)
-    }
-
-    /// One request, answered 204 within `limit`; the connection is closed when it is not.
-    private func post(_ batch: [PendingNotification], on connection: HTTP2Connection) async throws {
-        let body = HandOverBatch.encode(batch)
-        let headers: [(name: String, value: String, indexing: HPACKIndexing)] = [
-            (":method", "POST", .indexable), (":scheme", "https", .indexable), (":path", NodeListener.handOverPath, .indexable),
-            (":authority", "courier-node", .indexable), ("content-type", "application/octet-stream", .indexable),
-        ]
-        let limit = self.limit
-        let status = try await withThrowingTaskGroup(of: Int.self) { group in
-            group.addTask { try await connection.request(headers, body: body).status }
-            group.addTask {
-                try await Task.sleep(for: limit)
-                throw NodeLinkError("no answer within \(limit)")
-            }
-            do {
-                let first = try await group.next()!
-                group.cancelAll()
-                return first
-            } catch {
-                // The request ends with its connection.
-                await connection.close()
-                throw error
-            }
-        }
-        guard status == 204 else { throw NodeLinkError("answered \(status)") }
     }
 }
 

@@ -24,8 +24,6 @@ import ServiceLifecycle
 /// `network.handshakeTimeout`.
 struct NodeListener: Service {
     static let handOverPath = "/v1/handover"
-    /// A body of more is refused (a batch is `NodeLinks.batchLimit` pushes at most).
-    static let maxBody = 32 << 20
 
     let host: String
     let port: Int
@@ -61,13 +59,37 @@ struct NodeListener: Service {
 
     func router() -> Router<BasicRequestContext> {
         let router = Router()
-        router.post(RouterPath(Self.handOverPath)) { [dispatcher] request, _ -> HTTPResponse.Status in
-            let body = try await request.body.collect(upTo: Self.maxBody)
-            guard let batch = HandOverBatch.decode(Array(buffer: body)) else {
-                throw HTTPError(.badRequest, message: "the body is not a hand-over batch of this version")
-            }
-            dispatcher.sendHandedOver(batch)
-            return .noContent
+        router.post(RouterPath(Self.handOverPath)) { [dispatcher] request, _ -> Response in
+            // Frames in as they come, each taken in order and acknowledged (`HandOverFrames`).
+            Response(
+                status: .ok, headers: [.contentType: "application/octet-stream"],
+                body: ResponseBody { writer in
+                    // The stream is the other node's for as long as it likes, and ends when this node stops
+                    // (the server waits for its requests; the other node's do not end by themselves): the
+                    // frames are read in a task that the stop cancels, and acknowledged here.
+                    let (acknowledgements, acknowledge) = AsyncStream.makeStream(of: ByteBuffer.self)
+                    try await withThrowingTaskGroup(of: Void.self) { group in
+                        group.addTask {
+                            defer { acknowledge.finish() }
+                            try await cancelWhenGracefulShutdown {
+                                var frames = HandOverFrames.Reader()
+                                for try await part in request.body {
+                                    frames.append(part)
+                                    var taken = ByteBuffer()
+                                    while let (sequence, batch) = try frames.next() {
+                                        dispatcher.sendHandedOver(batch)
+                                        taken.writeInteger(sequence)
+                                    }
+                                    if taken.readableBytes > 0 { acknowledge.yield(taken) }
+                                }
+                            }
+                        }
+                        for await taken in acknowledgements { try await writer.write(taken) }
+                        // Cancelled by the stop: the stream ends as any does.
+                        try? await group.waitForAll()
+                    }
+                    try await writer.finish(nil)
+                })
         }
         return router
     }
