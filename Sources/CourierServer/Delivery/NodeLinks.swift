@@ -33,16 +33,30 @@ final class NodeLinks: Service, Sendable {
         var unacknowledged: [(sequence: UInt64, batch: [PendingNotification], sent: ContinuousClock.Instant)] = []
         /// The running link's wake-up; nil when no link runs.
         var wake: AsyncStream<Void>.Continuation?
-        /// Its writer found the queue empty and waits to be woken (woken
-        /// once, not once a push).
-        var writerWaits = false
+        /// What its writer waits for, if it waits: a push (woken by the
+        /// next one, once, not once a push), or an acknowledgement (woken
+        /// by the next one; pushes meanwhile only queue).
+        var writerWaits: WriterWait?
 
         init(address: String) { self.address = address }
+    }
+
+    private enum WriterWait {
+        case push
+        case acknowledgement
     }
 
     private struct State {
         var links: [String: Link] = [:]
         var ended = false
+
+        /// `body` on the node's link in place (a copy taken out of the
+        /// dictionary and put back would copy its queue at each change);
+        /// nil when there is none.
+        mutating func withLink<T>(_ node: String, _ body: (inout Link) -> T) -> T? {
+            guard links[node] != nil else { return nil }
+            return body(&links[node]!)
+        }
     }
 
     private let tls: TLSConfiguration
@@ -98,22 +112,22 @@ final class NodeLinks: Service, Sendable {
     func handOver(_ pending: PendingNotification, to node: String) -> Bool {
         let now = ContinuousClock.now
         let (taken, start) = state.withLock { state -> (Bool, AsyncStream<Void>?) in
-            guard !state.ended, var link = state.links[node], link.pausedUntil.map({ now >= $0 }) ?? true else { return (false, nil) }
-            link.queue.append(pending)
-            var start: AsyncStream<Void>?
-            if let wake = link.wake {
-                if link.writerWaits {
-                    link.writerWaits = false
-                    wake.yield()
+            guard !state.ended else { return (false, nil) }
+            return state.withLink(node) { link -> (Bool, AsyncStream<Void>?) in
+                guard link.pausedUntil.map({ now >= $0 }) ?? true else { return (false, nil) }
+                link.queue.append(pending)
+                if let wake = link.wake {
+                    if link.writerWaits == .push {
+                        link.writerWaits = nil
+                        wake.yield()
+                    }
+                    return (true, nil)
                 }
-            } else {
                 let (stream, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
                 wake.yield()
                 link.wake = wake
-                start = stream
-            }
-            state.links[node] = link
-            return (true, start)
+                return (true, stream)
+            } ?? (false, nil)
         }
         if let start { startInput.yield((node, start)) }
         return taken
@@ -171,15 +185,18 @@ final class NodeLinks: Service, Sendable {
             }
         }
         let stranded = state.withLock { state -> [PendingNotification] in
-            guard var link = state.links[node], link.address == address else { return [] }
-            let stranded = link.unacknowledged.flatMap(\.batch) + link.queue
-            link.unacknowledged = []
-            link.queue = []
-            link.wake?.finish()
-            link.wake = nil
-            if !stranded.isEmpty, !state.ended { link.pausedUntil = ContinuousClock.now + pause }
-            state.links[node] = link
-            return stranded
+            let ended = state.ended
+            return state.withLink(node) { link -> [PendingNotification] in
+                guard link.address == address else { return [] }
+                let stranded = link.unacknowledged.flatMap(\.batch) + link.queue
+                link.unacknowledged = []
+                link.queue = []
+                link.wake?.finish()
+                link.wake = nil
+                link.writerWaits = nil
+                if !stranded.isEmpty, !ended { link.pausedUntil = ContinuousClock.now + pause }
+                return stranded
+            } ?? []
         }
         if !stranded.isEmpty, !state.withLock({ $0.ended }) {
             logger.warning(
@@ -220,20 +237,19 @@ final class NodeLinks: Service, Sendable {
         for await _ in wake {
             while true {
                 let batch = state.withLock { state -> [PendingNotification]? in
-                    guard var link = state.links[node] else { return nil }
-                    // Nothing to send, or enough frames waiting for their acknowledgement: what comes
-                    // meanwhile goes in one frame once one is acknowledged (a few large frames under load,
-                    // not many small ones).
-                    guard !link.queue.isEmpty, link.unacknowledged.count < Self.framesInFlight else {
-                        link.writerWaits = true
-                        state.links[node] = link
-                        return nil
-                    }
-                    let batch = Array(link.queue.prefix(Self.batchLimit))
-                    link.queue.removeFirst(batch.count)
-                    link.unacknowledged.append((sequence + 1, batch, ContinuousClock.now))
-                    state.links[node] = link
-                    return batch
+                    state.withLink(node) { link -> [PendingNotification]? in
+                        // Nothing to send, or enough frames waiting for their acknowledgement: what comes
+                        // meanwhile goes in one frame once one is acknowledged (a few large frames under load,
+                        // not many small ones).
+                        guard !link.queue.isEmpty, link.unacknowledged.count < Self.framesInFlight else {
+                            link.writerWaits = link.queue.isEmpty ? .push : .acknowledgement
+                            return nil
+                        }
+                        let batch = Array(link.queue.prefix(Self.batchLimit))
+                        link.queue.removeFirst(batch.count)
+                        link.unacknowledged.append((sequence + 1, batch, ContinuousClock.now))
+                        return batch
+                    } ?? nil
                 }
                 guard let batch else { break }
                 sequence += 1
@@ -255,18 +271,18 @@ final class NodeLinks: Service, Sendable {
                 var done = 0
                 while let sequence = pending.readInteger(as: UInt64.self) {
                     done += state.withLock { state -> Int in
-                        guard var link = state.links[node] else { return 0 }
-                        var count = 0
-                        while let first = link.unacknowledged.first, first.sequence <= sequence {
-                            count += first.batch.count
-                            link.unacknowledged.removeFirst()
-                        }
-                        if link.writerWaits, !link.queue.isEmpty {
-                            link.writerWaits = false
-                            link.wake?.yield()
-                        }
-                        state.links[node] = link
-                        return count
+                        state.withLink(node) { link -> Int in
+                            var count = 0
+                            while let first = link.unacknowledged.first, first.sequence <= sequence {
+                                count += first.batch.count
+                                link.unacknowledged.removeFirst()
+                            }
+                            if link.writerWaits == .acknowledgement {
+                                link.writerWaits = nil
+                                link.wake?.yield()
+                            }
+                            return count
+                        } ?? 0
                     }
                 }
                 pending.discardReadBytes()
