@@ -3,8 +3,9 @@
 # PostgreSQL, each on a host of its own (hosts.sh), a few hundred devices of
 # the Python device library, pushes that may be stored sent round-robin over
 # the nodes, one node cut from PostgreSQL and the other nodes for a while and
-# healed; every accepted push must reach its device once
-# (Benchmarks/cluster/partition.py). Skipped, with a message, where network
+# healed; every accepted push must reach its device once, or have been
+# replaced while it was held (Benchmarks/cluster/partition.py), and the other
+# nodes must have taken the cut node for dead. Skipped, with a message, where network
 # namespaces cannot be made.
 #
 #   Benchmarks/cluster/ci.sh COURIER PYTHON      (from the repository, as root)
@@ -44,6 +45,11 @@ echo "healed node 2 at $(date +%T.%N)"
 status=0
 wait "$load" || status=$?
 cat "$CLUSTER_DIR/partition.log"
+# The cut must have done what it is for: the others took node 2 for dead.
+if ! grep -h "nodes stopped beating" "$CLUSTER_DIR/node1.log" "$CLUSTER_DIR/node3.log" | grep -q node2; then
+  echo "cluster/ci.sh: the other nodes never took node 2 for dead: the cut did not cut it"
+  status=1
+fi
 if [ "$status" != 0 ]; then
   for k in 1 2 3; do echo "-- node $k's log (warnings and errors)"; { grep -E "warning|error|critical" "$CLUSTER_DIR/node$k.log" || true; } | tail -30; done
   # What the store still holds for a device with a push missing and not replaced, and what waits to be handed over.
