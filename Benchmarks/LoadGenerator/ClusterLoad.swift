@@ -35,6 +35,8 @@ func clusterDelivery(_ arguments: Arguments, directories: [String]) async throws
     print(
         "connected and registered \(devices.count) light devices over \(nodes.count) nodes from \(max(1, sources.count)) addresses in "
             + "\(String(format: "%.1f", seconds)) s (\(Int(Double(devices.count) / seconds))/s)")
+    // measure.sh acts on this line and the durable phase's as they come: out now, not when the buffer fills.
+    fflush(nil)
     try await settle()
 
     var pushers: [RawPusher] = []
@@ -77,6 +79,7 @@ func clusterDelivery(_ arguments: Arguments, directories: [String]) async throws
     let durable = Int(Double(arguments.rate) * arguments.durableSeconds)
     start = ContinuousClock.now
     print("durable phase: \(durable) pushes at \(arguments.rate)/s from \(Int(Date().timeIntervalSince1970))")
+    fflush(nil)
     let expiry = UInt32(Date().timeIntervalSince1970 + 3600)
     pushers = try await concurrently(pushers.map { RawPusher(channel: $0.channel, tokens: tokens, expiry: expiry) }) { pusher, index in
         _ = try? await pusher.sendAtRate(
