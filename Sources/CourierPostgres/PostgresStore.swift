@@ -82,6 +82,10 @@ public final class PostgresStore: Store {
         self.logger = logger
     }
 
+    /// Milliseconds a transaction may wait for its next statement before
+    /// the server ends it (and releases its locks).
+    static let idleTransactionLimit = "5000"
+
     /// Connects, migrates the schema and returns the store; an error with
     /// a one-line message when the database cannot be reached or refuses
     /// the user.
@@ -91,13 +95,18 @@ public final class PostgresStore: Store {
             tls: settings.tlsConfiguration().map { .require($0) } ?? .disable)
         configuration.options.maximumConnections = settings.connections
         configuration.options.connectTimeout = .seconds(5)
+        // A transaction of Courier's is its statements back to back. One left open by a node that lost the
+        // database mid-way (a network cut) would hold its rows' locks, and every other node's commits to the
+        // same devices would wait on them, until the server noticed the connection gone (minutes): the server
+        // ends it after 5 s idle instead (docs/operations.md).
+        configuration.options.additionalStartupParameters = [("idle_in_transaction_session_timeout", Self.idleTransactionLimit)]
         // The pool's own log (connections it opens and closes) from warnings up.
         var background = logger
         background.logLevel = max(logger.logLevel, .warning)
         let client = PostgresClient(configuration: configuration, backgroundLogger: background)
         var relaxed = configuration
         relaxed.options.maximumConnections = 2
-        relaxed.options.additionalStartupParameters = [("synchronous_commit", "off")]
+        relaxed.options.additionalStartupParameters = [("synchronous_commit", "off"), ("idle_in_transaction_session_timeout", Self.idleTransactionLimit)]
         let relaxedClient = PostgresClient(configuration: relaxed, backgroundLogger: background)
         let runner = Task {
             await withDiscardingTaskGroup { group in

@@ -177,9 +177,11 @@ public final class HTTP2Connection: Sendable {
     /// Waits until the connection is closed; the server's GOAWAY if it sent one.
     public func closed() async -> HTTP2GoAway? { await events.closed() }
 
-    /// Sends one request with exactly these headers (pseudo-headers
-    /// included, in order) and its body; returns the answer.
-    public func request(_ headers: [(name: String, value: String, indexing: HPACKIndexing)], body: [UInt8]?) async throws -> HTTP2RawResponse {
+    /// A new stream, and `headers` as HPACK headers; a connection that
+    /// cannot open one any more is `connectionClosed`.
+    private func openStream(
+        _ headers: [(name: String, value: String, indexing: HPACKIndexing)]
+    ) async throws -> (NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>, HPACKHeaders) {
         let stream: NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>
         do {
             stream = try await multiplexer.openStream { channel in
@@ -192,6 +194,13 @@ public final class HTTP2Connection: Sendable {
         }
         var hpack = HPACKHeaders()
         for header in headers { hpack.add(name: header.name, value: header.value, indexing: header.indexing) }
+        return (stream, hpack)
+    }
+
+    /// Sends one request with exactly these headers (pseudo-headers
+    /// included, in order) and its body; returns the answer.
+    public func request(_ headers: [(name: String, value: String, indexing: HPACKIndexing)], body: [UInt8]?) async throws -> HTTP2RawResponse {
+        let (stream, hpack) = try await openStream(headers)
         let goAway = { [events] in events.goAway?.reason }
         return try await stream.executeThenClose { inbound, outbound in
             let frameHeaders = hpack
@@ -242,19 +251,7 @@ public final class HTTP2Connection: Sendable {
         _ headers: [(name: String, value: String, indexing: HPACKIndexing)],
         _ body: @Sendable (NIOAsyncChannelInboundStream<HTTP2Frame.FramePayload>, NIOAsyncChannelOutboundWriter<HTTP2Frame.FramePayload>) async throws -> T
     ) async throws -> T {
-        let stream: NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>
-        do {
-            stream = try await multiplexer.openStream { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    try NIOAsyncChannel<HTTP2Frame.FramePayload, HTTP2Frame.FramePayload>(wrappingChannelSynchronously: channel)
-                }
-            }
-        } catch {
-            throw HTTP2ClientError.connectionClosed(events.goAway?.reason)
-        }
-        var hpack = HPACKHeaders()
-        for header in headers { hpack.add(name: header.name, value: header.value, indexing: header.indexing) }
-        let frameHeaders = hpack
+        let (stream, frameHeaders) = try await openStream(headers)
         return try await stream.executeThenClose { inbound, outbound in
             try await outbound.write(.headers(.init(headers: frameHeaders, endStream: false)))
             return try await body(inbound, outbound)
