@@ -1,7 +1,7 @@
 import Foundation
 
-/// Notifications one node hands to another directly (the body of a
-/// `POST /v1/handover` between nodes, docs/operations.md), in a binary
+/// Notifications one node hands to another directly (each frame of the
+/// stream between two nodes, `HandOverFrames`; docs/operations.md), in a binary
 /// layout of Courier's own: a version byte (1), a count (4 bytes), then
 /// each notification's fields one after the other. Integers are
 /// big-endian; a time is the bit pattern of its seconds since 1970 as a

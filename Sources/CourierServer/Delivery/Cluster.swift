@@ -17,8 +17,8 @@ import Synchronization
 ///   its device without asking the store.
 /// - Hand-over: a push accepted here for a device connected to another
 ///   node (one that may be stored once it is held durably too) is handed
-///   to that node directly, a batch at a time (`NodeLinks`, to the other
-///   node's `NodeListener`), when the node records an address for it;
+///   to that node directly, on a stream kept open to it (`NodeLinks`, to
+///   the other node's `NodeListener`), when the node records an address;
 ///   otherwise, or when it cannot be reached, it is written to the store's
 ///   hand-over queue for that node, by group commit, and that node is told
 ///   once per batch (`handover`); it takes what is queued for it (and at

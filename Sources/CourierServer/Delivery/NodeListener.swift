@@ -14,9 +14,11 @@ import ServiceLifecycle
 /// only a certificate of the cluster authority opens a connection (every
 /// node makes its own from the shared CA's key; a provider's or a
 /// device's certificate does not chain to it). One route:
-/// `POST /v1/handover`, a `HandOverBatch` body, answered 204 once each
-/// push went to its device (or, its device gone, was treated as the
-/// database's queue treats it); 400 for a body that is not one.
+/// `POST /v1/handover`, kept open by the other node, a stream each way
+/// (`HandOverFrames`): each frame of pushes the request's body brings goes
+/// to its devices (a device gone: as the database's queue treats it) and
+/// is acknowledged in the answer's body, in order; a frame that is not one
+/// ends the stream. A stop ends the streams.
 ///
 /// Bounded as the other ports are: at most `connections.maxPerListener`
 /// open and `connections.maxPerAddress` from one address, half of them at
