@@ -36,24 +36,26 @@ struct NodeLinksTests {
             .bind(host: "127.0.0.1", port: 0).get()
     }
 
-    /// Runs `links` (its requests are its service's child tasks) while
-    /// `body` hands pushes over; what falls back to the store is read from
-    /// the stream `body` is given.
-    func running(_ links: NodeLinks, _ body: @Sendable (AsyncStream<[HandedOver]>) async throws -> Void) async throws {
+    /// Links to `node-b` at `address`, running (their links are their
+    /// service's child tasks) while `body` hands pushes over; what falls
+    /// back to the store is read from the stream `body` is given.
+    func running(
+        _ tls: TLSConfiguration, to address: String, limit: Duration = .milliseconds(300),
+        _ body: @Sendable (NodeLinks, AsyncStream<[HandedOver]>) async throws -> Void
+    ) async throws {
         let (stranded, strandedInput) = AsyncStream.makeStream(of: [HandedOver].self)
-        links.fallBack { strandedInput.yield($0) }
+        let links = NodeLinks(tls: tls, limit: limit, pause: .seconds(60), logger: logger) { strandedInput.yield($0) }
+        links.update(["node-b": address])
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await links.run() }
-            try await body(stranded)
+            try await body(links, stranded)
             group.cancelAll()
         }
     }
 
     @Test func aPeerThatNeverAnswersIsGivenUpAndItsPushesGoThroughTheStore() async throws {
         let listener = try await Self.silentListener()
-        let links = NodeLinks(tls: try Self.tls().client, limit: .milliseconds(300), pause: .seconds(60), logger: logger)
-        links.update(["node-b": "127.0.0.1:\(listener.localAddress!.port!)"])
-        try await running(links) { stranded in
+        try await running(try Self.tls().client, to: "127.0.0.1:\(listener.localAddress!.port!)") { links, stranded in
             let pending = Self.pending()
             #expect(links.handOver(pending, to: "node-b"))
             var fallen = stranded.makeAsyncIterator()
@@ -81,9 +83,7 @@ struct NodeLinksTests {
                 }
             }
             .bind(host: "127.0.0.1", port: 0).get()
-        let links = NodeLinks(tls: tls.client, limit: .milliseconds(300), pause: .seconds(60), logger: logger)
-        links.update(["node-b": "127.0.0.1:\(listener.localAddress!.port!)"])
-        try await running(links) { stranded in
+        try await running(tls.client, to: "127.0.0.1:\(listener.localAddress!.port!)") { links, stranded in
             let pushes = (0..<5).map { _ in Self.pending() }
             for pending in pushes { #expect(links.handOver(pending, to: "node-b")) }
             var fallen: [PendingNotification] = []
@@ -97,16 +97,14 @@ struct NodeLinksTests {
     }
 
     @Test func aNodeWithNoAddressIsNotSentTo() async throws {
-        let links = NodeLinks(tls: try Self.tls().client, logger: logger)
+        let links = NodeLinks(tls: try Self.tls().client, logger: logger) { _ in }
         #expect(!links.handOver(Self.pending(), to: "node-b"))
     }
 
     /// A node recorded at an address that is not one: its push is taken,
     /// and falls back to the store.
     @Test func anAddressThatIsNotOneFallsBackToTheStore() async throws {
-        let links = NodeLinks(tls: try Self.tls().client, logger: logger)
-        links.update(["node-b": "not an address"])
-        try await running(links) { stranded in
+        try await running(try Self.tls().client, to: "not an address", limit: .seconds(3)) { links, stranded in
             let pending = Self.pending()
             #expect(links.handOver(pending, to: "node-b"))
             var fallen = stranded.makeAsyncIterator()

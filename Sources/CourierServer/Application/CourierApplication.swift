@@ -117,7 +117,7 @@ public struct CourierApplication: Sendable {
                 Cluster(
                     node: node!, coordination: $0, faults: faults, inbox: inbox,
                     heartbeatInterval: configuration.cluster.heartbeatInterval, nodeTimeout: configuration.cluster.nodeTimeout, clock: clock,
-                    links: nodeTLS.map { NodeLinks(tls: $0.client, metrics: metrics, logger: logger) }, metrics: metrics, logger: logger)
+                    linkTLS: nodeTLS?.client, metrics: metrics, logger: logger)
             }
             let dispatcher = Dispatcher(
                 store: provisioner.store, codecs: codecs, clock: clock, qos: configuration.qos, log: log, feedback: feedback, metrics: metrics,

@@ -1,6 +1,7 @@
 import CourierCore
 import Foundation
 import Logging
+import NIOSSL
 import ServiceLifecycle
 import Synchronization
 
@@ -96,18 +97,17 @@ final class Cluster: Sendable {
     private let outbox: AsyncStream<Errand>
     private let outboxInput: AsyncStream<Errand>.Continuation
 
-    /// Hands a batch to each node directly, or writes it to the hand-over
-    /// queue and tells each node of its batch once (a service of the
-    /// application's group).
+    /// Writes what is not handed over directly to the store's hand-over
+    /// queue, a batch at a time, and tells each node of its batch once (a
+    /// service of the application's group).
     let handOvers: GroupCommit<HandedOver, Void>
-    /// The connections to the other nodes; nil: hand-overs go through the store only.
+    /// The links to the other nodes (a service too); nil: hand-overs go through the store only.
     let links: NodeLinks?
 
     init(
         node: String, coordination: any NodeCoordination, faults: FaultInjector, inbox: NotificationInbox, heartbeatInterval: TimeInterval,
-        nodeTimeout: TimeInterval, clock: any WallClock, links: NodeLinks? = nil, metrics: ServerMetrics? = nil, logger: Logger
+        nodeTimeout: TimeInterval, clock: any WallClock, linkTLS: TLSConfiguration? = nil, metrics: ServerMetrics? = nil, logger: Logger
     ) {
-        self.links = links
         self.node = node
         self.coordination = coordination
         self.faults = faults
@@ -134,8 +134,11 @@ final class Cluster: Sendable {
             }
             return batch.map { _ in () }
         }
-        links?.fallBack { [handOvers] stranded in
-            for item in stranded { _ = handOvers.enqueue(item) }
+        // What cannot go directly goes through the queue.
+        links = linkTLS.map { [handOvers] tls in
+            NodeLinks(tls: tls, metrics: metrics, logger: logger) { stranded in
+                for item in stranded { _ = handOvers.enqueue(item) }
+            }
         }
     }
 

@@ -39,6 +39,9 @@ final class NodeLinks: Service, Sendable {
         var writerWaits: WriterWait?
 
         init(address: String) { self.address = address }
+
+        /// What the other node has not taken: its frames not acknowledged, then its queue.
+        var untaken: [PendingNotification] { unacknowledged.flatMap(\.batch) + queue }
     }
 
     private enum WriterWait {
@@ -68,25 +71,24 @@ final class NodeLinks: Service, Sendable {
     private let starts: AsyncStream<(node: String, wake: AsyncStream<Void>)>
     private let startInput: AsyncStream<(node: String, wake: AsyncStream<Void>)>.Continuation
     /// Where what cannot go directly goes: the store's queue (`Cluster.handOvers`).
-    private let fallback = Mutex<@Sendable ([HandedOver]) -> Void>({ _ in })
+    private let fallback: @Sendable ([HandedOver]) -> Void
 
     /// Notifications in one frame at most.
     static let batchLimit = 2000
     /// Frames sent and not yet acknowledged at most, on one link.
     static let framesInFlight = 2
 
-    init(tls: TLSConfiguration, limit: Duration = .seconds(3), pause: Duration = .seconds(2), metrics: ServerMetrics? = nil, logger: Logger) {
+    init(
+        tls: TLSConfiguration, limit: Duration = .seconds(3), pause: Duration = .seconds(2), metrics: ServerMetrics? = nil, logger: Logger,
+        fallback: @escaping @Sendable ([HandedOver]) -> Void
+    ) {
         self.tls = tls
+        self.fallback = fallback
         self.limit = limit
         self.pause = pause
         self.metrics = metrics
         self.logger = logger
         (starts, startInput) = AsyncStream.makeStream()
-    }
-
-    /// Where pushes go that cannot go directly (set once, before the service runs).
-    func fallBack(to handOver: @escaping @Sendable ([HandedOver]) -> Void) {
-        fallback.withLock { $0 = handOver }
     }
 
     /// The other nodes' addresses as the store has them now: a node gone,
@@ -97,7 +99,7 @@ final class NodeLinks: Service, Sendable {
             var stranded: [HandedOver] = []
             for (node, link) in state.links where addresses[node] != link.address {
                 link.wake?.finish()
-                stranded += (link.unacknowledged.flatMap(\.batch) + link.queue).map { HandedOver(node: node, pending: $0) }
+                stranded += link.untaken.map { HandedOver(node: node, pending: $0) }
                 state.links[node] = nil
             }
             for (node, address) in addresses where state.links[node] == nil { state.links[node] = Link(address: address) }
@@ -153,13 +155,13 @@ final class NodeLinks: Service, Sendable {
             state.withLock { state in
                 state.ended = true
                 defer { state.links = [:] }
-                return state.links.flatMap { node, link in (link.unacknowledged.flatMap(\.batch) + link.queue).map { HandedOver(node: node, pending: $0) } }
+                return state.links.flatMap { node, link in link.untaken.map { HandedOver(node: node, pending: $0) } }
             })
     }
 
     private func fall(_ stranded: [HandedOver]) {
         guard !stranded.isEmpty else { return }
-        fallback.withLock { $0 }(stranded)
+        fallback(stranded)
     }
 
     // MARK: A link
@@ -184,11 +186,11 @@ final class NodeLinks: Service, Sendable {
                 failure = error
             }
         }
-        let stranded = state.withLock { state -> [PendingNotification] in
+        let (stranded, ended) = state.withLock { state -> ([PendingNotification], Bool) in
             let ended = state.ended
-            return state.withLink(node) { link -> [PendingNotification] in
+            let stranded = state.withLink(node) { link -> [PendingNotification] in
                 guard link.address == address else { return [] }
-                let stranded = link.unacknowledged.flatMap(\.batch) + link.queue
+                let stranded = link.untaken
                 link.unacknowledged = []
                 link.queue = []
                 link.wake?.finish()
@@ -197,8 +199,9 @@ final class NodeLinks: Service, Sendable {
                 if !stranded.isEmpty, !ended { link.pausedUntil = ContinuousClock.now + pause }
                 return stranded
             } ?? []
+            return (stranded, ended)
         }
-        if !stranded.isEmpty, !state.withLock({ $0.ended }) {
+        if !stranded.isEmpty, !ended {
             logger.warning(
                 "a node could not be reached directly; its hand-overs go through the store for a while",
                 metadata: ["courier.node": "\(node)", "courier.error": "\(failure.map { "\($0)" } ?? "the link ended")"])
@@ -231,7 +234,10 @@ final class NodeLinks: Service, Sendable {
     }
 
     /// Sends what is queued, a frame at a time, each time the link is woken;
-    /// ends when the wake-up is finished (the service stops).
+    /// when the wake-up is finished (the service stops), waits for the
+    /// frames sent to be acknowledged (the watch gives up on them after
+    /// `limit`), so that what the other node took does not go through the
+    /// store as well, and ends.
     private func write(to node: String, _ outbound: NIOAsyncChannelOutboundWriter<HTTP2Frame.FramePayload>, wake: AsyncStream<Void>) async throws {
         var sequence: UInt64 = 0
         for await _ in wake {
@@ -256,6 +262,8 @@ final class NodeLinks: Service, Sendable {
                 try await outbound.write(.data(.init(data: .byteBuffer(HandOverFrames.frame(sequence, batch)))))
             }
         }
+        // Only at a stop, or when the node's address changed (its link gone: nothing to wait for).
+        while state.withLock({ $0.links[node]?.unacknowledged.isEmpty == false }) { try await Task.sleep(for: .milliseconds(5)) }
     }
 
     /// Takes the other node's acknowledgements: each frame acknowledged is done.

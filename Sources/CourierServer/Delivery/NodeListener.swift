@@ -21,9 +21,11 @@ import ServiceLifecycle
 /// ends the stream. A stop ends the streams.
 ///
 /// Bounded as the other ports are: at most `connections.maxPerListener`
-/// open and `connections.maxPerAddress` from one address, half of them at
-/// most before their handshake, which must end within
-/// `network.handshakeTimeout`.
+/// open and `connections.maxPerAddress` from one address, at most
+/// `connections.unauthenticatedShare` of them before their handshake,
+/// which must end within `network.handshakeTimeout`, and an address whose
+/// connections end unauthenticated `connections.maxFailedAuthenticationsPerAddress`
+/// times in a second refused for the rest of it.
 struct NodeListener: Service {
     static let handOverPath = "/v1/handover"
 
@@ -41,8 +43,9 @@ struct NodeListener: Service {
         var logger = logger
         logger[metadataKey: "courier.listener"] = "nodes"
         let limits = ListenerGuard(
-            maxOpen: connections.maxPerListener, maxPerAddress: connections.maxPerAddress, unauthenticatedShare: 0.5,
-            maxUnauthenticatedPerAddress: connections.unauthenticatedPerAddress, logInterval: connections.refusalLogInterval, logger: logger)
+            maxOpen: connections.maxPerListener, maxPerAddress: connections.maxPerAddress, unauthenticatedShare: connections.unauthenticatedShare,
+            maxUnauthenticatedPerAddress: connections.unauthenticatedPerAddress, maxFailuresPerAddress: connections.maxFailedAuthenticationsPerAddress,
+            logInterval: connections.refusalLogInterval, logger: logger)
         let (tls, timeout) = (self.tls, handshakeTimeout)
         let server = HTTPServerBuilder { responder in
             NodeChannel(http2: try HTTP2UpgradeChannel(tlsConfiguration: tls, responder: responder), limits: limits, handshakeTimeout: timeout)
