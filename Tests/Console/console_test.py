@@ -26,6 +26,7 @@ import urllib.request
 import uuid
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -157,7 +158,8 @@ class ConsoleTests(unittest.TestCase):
                 type(self).requests.append(message["params"]["request"]["url"])
 
     def wait(self, condition, timeout=20):
-        return WebDriverWait(self.driver, timeout).until(condition)
+        # A condition finds its elements again at each try; one the page replaced meanwhile is tried again.
+        return WebDriverWait(self.driver, timeout, ignored_exceptions=(StaleElementReferenceException,)).until(condition)
 
     def element(self, css, timeout=20):
         return self.wait(EC.presence_of_element_located((By.CSS_SELECTOR, css)), timeout)
@@ -235,9 +237,15 @@ class ConsoleTests(unittest.TestCase):
             area = self.element("textarea[name=payload]")
             area.clear()
             area.send_keys(payload)
+        # Every answer replaces the one before: wait for the earlier one to go, so that its text is never read as
+        # this push's (reading it while the page replaced it was a race: a stale element, or the earlier text).
+        earlier = self.driver.find_elements(By.ID, "answer-status")
         self.element("#send-form button[type=submit]").click()
-        return self.wait(lambda d: (lambda t: t if t and not d.find_element(By.CSS_SELECTOR, "#send-form button[type=submit]").get_attribute("disabled") else None)(
-            d.find_elements(By.ID, "answer-status") and d.find_element(By.ID, "answer-status").text))
+        if earlier:
+            self.wait(EC.staleness_of(earlier[0]))
+        status = self.element("#answer-status")
+        self.wait(lambda d: not d.find_element(By.CSS_SELECTOR, "#send-form button[type=submit]").get_attribute("disabled"))
+        return status.text
 
     # MARK: tests (run in this order)
 
