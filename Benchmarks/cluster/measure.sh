@@ -92,14 +92,25 @@ fi
 status=0
 for pid in "${load_pids[@]}"; do wait "$pid" || status=$?; done
 for j in $(seq "$loads"); do echo "-- load host $j"; cat "$CLUSTER_DIR/load$j.log"; done
-# How each node handed pushes over (courier_handovers_total), and its CPU time.
+# How each node handed pushes over (courier_handovers_total) and gave its inbox entries
+# to the others (courier_inbox_shared_total), and its CPU time.
 for k in $(seq "$nodes"); do
   [ "$k" = "${KILL:-}" ] && continue
-  counts=$(in_ns "${prefix}node$k" curl -s --cacert "$CLUSTER_DIR/node1/pki/ca.pem" "https://$(node_address "$k"):8080/metrics" \
-    | awk '/^courier_handovers_total/ {sub(/courier_handovers_total/, ""); printf "%s ", $0}')
+  page=$(in_ns "${prefix}node$k" curl -s --cacert "$CLUSTER_DIR/node1/pki/ca.pem" "https://$(node_address "$k"):8080/metrics")
+  counts=$(awk '/^courier_handovers_total/ {sub(/courier_handovers_total/, ""); printf "%s ", $0}' <<< "$page")
+  entries=$(awk '/^courier_inbox_shared_total/ {sub(/courier_inbox_shared_total/, ""); printf "%s ", $0}' <<< "$page")
   cpu=$(awk '{printf "%.1f", ($14 + $15) / 100}' "/proc/$(node_pid "$k")/stat")
-  echo "node $k: hand-overs ${counts:-none}; CPU ${cpu} s"
+  echo "node $k: hand-overs ${counts:-none}; inbox entries given ${entries:-none}; CPU ${cpu} s"
 done
+# PostgreSQL's CPU time: its postmaster, the backends it reaped, and those still running.
+postmaster=$(head -1 "$CLUSTER_DIR/pg/data/postmaster.pid" 2>/dev/null || true)
+if [ -n "$postmaster" ] && [ -r "/proc/$postmaster/stat" ]; then
+  pg_cpu=$(awk '{t += $14 + $15 + $16 + $17} END {print t}' "/proc/$postmaster/stat")
+  for child in $(pgrep -P "$postmaster"); do
+    pg_cpu=$((pg_cpu + $(awk '{print $14 + $15}' "/proc/$child/stat" 2>/dev/null || echo 0)))
+  done
+  echo "PostgreSQL: CPU $(awk -v t="$pg_cpu" 'BEGIN {printf "%.1f", t / 100}') s"
+fi
 for k in $(seq "$nodes"); do
   if grep -qiE "error|warning" "$CLUSTER_DIR/node$k.log"; then
     echo "-- node $k's log (warnings and errors, first 20)"; grep -iE "error|warning" "$CLUSTER_DIR/node$k.log" | head -20

@@ -1,21 +1,25 @@
 import Foundation
 
-/// Notifications one node hands to another directly (each frame of the
-/// stream between two nodes, `HandOverFrames`; docs/operations.md), in a binary
-/// layout of Courier's own: a version byte (1), a count (4 bytes), then
-/// each notification's fields one after the other. Integers are
-/// big-endian; a time is the bit pattern of its seconds since 1970 as a
-/// 64-bit float, so it arrives as it left; a string or byte field is its
-/// length (2 bytes; the payload 4) then its bytes; an optional string's
-/// length 0xFFFF means none.
+/// What one node hands to another directly (each frame of the stream
+/// between two nodes, `HandOverFrames`; docs/operations.md): notifications
+/// for its devices, and entries of the sender's admin inbox. A binary
+/// layout of Courier's own: a version byte (2), a count (4 bytes), then
+/// each notification's fields one after the other; then a count of inbox
+/// entries (4 bytes) and each entry's node, sequence (8 bytes), format
+/// (2 bytes) and bytes (length 4 bytes). Version 1 is the notifications
+/// alone (read still, with no entries). Integers are big-endian; a time is
+/// the bit pattern of its seconds since 1970 as a 64-bit float, so it
+/// arrives as it left; a string or byte field is its length (2 bytes; the
+/// payload 4) then its bytes; an optional string's length 0xFFFF means none.
 public enum HandOverBatch {
-    public static let version: UInt8 = 1
-    /// Notifications in one batch at most, as the reader takes them.
+    public static let version: UInt8 = 2
+    /// Notifications, or inbox entries, in one batch at most, as the reader takes them.
     public static let maxCount = 100_000
 
-    public static func encode(_ batch: [PendingNotification]) -> [UInt8] {
+    public static func encode(_ batch: [PendingNotification], inbox: [SharedInboxEntry] = []) -> [UInt8] {
         var writer = Writer()
-        writer.bytes.reserveCapacity(5 + batch.reduce(0) { $0 + 120 + $1.notification.payload.count })
+        writer.bytes.reserveCapacity(
+            9 + batch.reduce(0) { $0 + 120 + $1.notification.payload.count } + inbox.reduce(0) { $0 + 16 + $1.node.utf8.count + $1.bytes.count })
         writer.byte(version)
         writer.integer(UInt32(batch.count))
         for pending in batch {
@@ -41,14 +45,23 @@ public enum HandOverBatch {
             writer.optionalString(n.pushType)
             writer.byte(n.isSilent ? 1 : 0)
         }
+        writer.integer(UInt32(inbox.count))
+        for entry in inbox {
+            writer.string(entry.node)
+            writer.integer(UInt64(bitPattern: entry.sequence))
+            writer.integer(UInt16(clamping: entry.format))
+            writer.integer(UInt32(entry.bytes.count))
+            writer.bytes += entry.bytes
+        }
         return writer.bytes
     }
 
-    /// The batch; nil when the bytes are not one of this version, are cut
-    /// short or run on, or hold a value no notification has.
-    public static func decode(_ bytes: [UInt8]) -> [PendingNotification]? {
+    /// The batch: its notifications and inbox entries; nil when the bytes
+    /// are not one of version 1 or 2, are cut short or run on, or hold a
+    /// value no notification has.
+    public static func decode(_ bytes: [UInt8]) -> (notifications: [PendingNotification], inbox: [SharedInboxEntry])? {
         var reader = Reader(bytes)
-        guard reader.byte() == version, let count = reader.integer(UInt32.self), count <= maxCount else { return nil }
+        guard let version = reader.byte(), version == 1 || version == 2, let count = reader.integer(UInt32.self), count <= maxCount else { return nil }
         var batch: [PendingNotification] = []
         batch.reserveCapacity(Int(count))
         for _ in 0..<count {
@@ -73,7 +86,18 @@ public enum HandOverBatch {
                     deviceID: deviceID, bundleID: bundleID, environment: environmentTag == 0 ? .production : .sandbox, notification: notification,
                     acceptedAt: acceptedAt))
         }
-        return reader.isAtEnd ? batch : nil
+        var inbox: [SharedInboxEntry] = []
+        if version >= 2 {
+            guard let entries = reader.integer(UInt32.self), entries <= maxCount else { return nil }
+            inbox.reserveCapacity(Int(entries))
+            for _ in 0..<entries {
+                guard let node = reader.string(), let sequence = reader.integer(UInt64.self), let format = reader.integer(UInt16.self),
+                    let length = reader.integer(UInt32.self), let entryBytes = reader.take(Int(length))
+                else { return nil }
+                inbox.append(SharedInboxEntry(node: node, sequence: Int64(bitPattern: sequence), format: Int(format), bytes: entryBytes))
+            }
+        }
+        return reader.isAtEnd ? (batch, inbox) : nil
     }
 
     private struct Writer {

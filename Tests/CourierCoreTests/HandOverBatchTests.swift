@@ -25,20 +25,47 @@ struct HandOverBatchTests {
             acceptedAt: Date(timeIntervalSince1970: 2)),
     ]
 
-    @Test func aBatchArrivesAsItLeft() {
-        #expect(HandOverBatch.decode(HandOverBatch.encode(Self.batch)) == Self.batch)
-        #expect(HandOverBatch.decode(HandOverBatch.encode([])) == [])
+    static let inbox: [SharedInboxEntry] = [
+        SharedInboxEntry(node: "node-a", sequence: 1_800_000_000_000_000_001, format: 1, bytes: Array(repeating: 0x5A, count: 600)),
+        SharedInboxEntry(node: "nœud-b", sequence: -1, format: 0xFFFF, bytes: []),
+    ]
+
+    @Test func aBatchArrivesAsItLeft() throws {
+        let both = try #require(HandOverBatch.decode(HandOverBatch.encode(Self.batch, inbox: Self.inbox)))
+        #expect(both.notifications == Self.batch)
+        #expect(both.inbox == Self.inbox)
+        let notifications = try #require(HandOverBatch.decode(HandOverBatch.encode(Self.batch)))
+        #expect(notifications.notifications == Self.batch)
+        #expect(notifications.inbox == [])
+        let entries = try #require(HandOverBatch.decode(HandOverBatch.encode([], inbox: Self.inbox)))
+        #expect(entries.notifications == [])
+        #expect(entries.inbox == Self.inbox)
+    }
+
+    /// Version 1 (a node not yet upgraded) is the notifications alone: read, with no inbox entries.
+    @Test func aVersionOneBatchIsReadWithNoEntries() throws {
+        var bytes = HandOverBatch.encode(Self.batch)
+        bytes[0] = 1
+        bytes.removeLast(4)
+        let read = try #require(HandOverBatch.decode(bytes))
+        #expect(read.notifications == Self.batch)
+        #expect(read.inbox == [])
+        // Version 2 without its entries' count is cut short.
+        bytes[0] = 2
+        #expect(HandOverBatch.decode(bytes) == nil)
     }
 
     @Test func bytesCutShortRunningOnOrOfAnotherVersionAreRefused() {
-        let bytes = HandOverBatch.encode(Self.batch)
-        for length in [0, 1, 4, 5, 40, bytes.count / 2, bytes.count - 1] {
+        let bytes = HandOverBatch.encode(Self.batch, inbox: Self.inbox)
+        for length in [0, 1, 4, 5, 40, bytes.count / 2, bytes.count - 700, bytes.count - 1] {
             #expect(HandOverBatch.decode(Array(bytes.prefix(length))) == nil, "cut at \(length)")
         }
         #expect(HandOverBatch.decode(bytes + [0]) == nil)
-        var later = bytes
-        later[0] = 2
-        #expect(HandOverBatch.decode(later) == nil)
+        for version: UInt8 in [0, 3] {
+            var other = bytes
+            other[0] = version
+            #expect(HandOverBatch.decode(other) == nil, "version \(version)")
+        }
     }
 
     @Test func aValueNoNotificationHasIsRefused() {
@@ -51,9 +78,9 @@ struct HandOverBatchTests {
         var count = one
         count.replaceSubrange(1..<5, with: [0xFF, 0xFF, 0xFF, 0xFF])
         #expect(HandOverBatch.decode(count) == nil)
-        // The priority (the byte before the two absent optional strings and the silent flag).
+        // The priority (the byte before the two absent optional strings, the silent flag and the entries' count).
         var priority = one
-        priority[priority.count - 6] = 7
+        priority[priority.count - 10] = 7
         #expect(HandOverBatch.decode(priority) == nil)
     }
 }

@@ -46,9 +46,19 @@ final class Nodes: @unchecked Sendable {
 
     /// A node's `courier_handovers_total`: directly, and through the store.
     func handOvers(_ name: String) async throws -> (direct: Int, store: Int) {
+        try await paths(name, "courier_handovers_total")
+    }
+
+    /// A node's `courier_inbox_shared_total`: directly, and through the store.
+    func inboxShared(_ name: String) async throws -> (direct: Int, store: Int) {
+        try await paths(name, "courier_inbox_shared_total")
+    }
+
+    /// A counter of a node's with a `path` label: its `direct` and `store` counts.
+    private func paths(_ name: String, _ metric: String) async throws -> (direct: Int, store: Int) {
         let page = try await runProgram("curl", ["-s", "http://127.0.0.1:\(try port(name, "admin"))/metrics"]).stdout
         func count(_ path: String) -> Int {
-            let prefix = "courier_handovers_total{path=\"\(path)\"} "
+            let prefix = metric + "{path=\"\(path)\"} "
             return page.split(separator: "\n").first { $0.hasPrefix(prefix) }.flatMap { Int($0.dropFirst(prefix.count)) } ?? 0
         }
         return (count("direct"), count("store"))
@@ -260,6 +270,16 @@ struct ClusterTests {
         case unreachable
         /// `cluster.directHandOver` false: the store's queue.
         case store
+
+        /// The nodes' `cluster` settings for it.
+        var clusterExtra: String {
+            switch self {
+            case .direct: ""
+            // Loopback, where the nodes' ports are not bound (they listen on 127.0.0.1): refused at once.
+            case .unreachable: #", "peerHost": "127.0.0.2""#
+            case .store: #", "directHandOver": false"#
+            }
+        }
     }
 
     /// Pushes accepted on one node for a device connected to another all
@@ -267,14 +287,7 @@ struct ClusterTests {
     /// `courier_handovers_total` says which way each went.
     @Test(arguments: HandOverPath.allCases)
     func everyPushHandedOverArrivesNoneReplaced(path: HandOverPath) async throws {
-        let extra =
-            switch path {
-            case .direct: ""
-            // Loopback, where the nodes' ports are not bound (they listen on 127.0.0.1): refused at once.
-            case .unreachable: #", "peerHost": "127.0.0.2""#
-            case .store: #", "directHandOver": false"#
-            }
-        let nodes = try await Nodes.start(["node-a", "node-b"], clusterExtra: extra)
+        let nodes = try await Nodes.start(["node-a", "node-b"], clusterExtra: path.clusterExtra)
         defer { nodes.kill() }
         let (device, running, token) = try await nodes.connectedDevice("node-b", logger: logger)
         #expect(try await nodes.eventually { try await nodes.devices("node-a").contains { $0["node"] as? String == "node-b" } })
@@ -523,9 +536,13 @@ struct ClusterTests {
     /// What one node's provider interfaces received is in every node's
     /// admin inbox, with the node that received it: listed, waited for,
     /// in the notification's timeline, and in the inbox of a node started
-    /// later; a clear on one node clears every node's.
-    @Test func theInboxIsEveryNodes() async throws {
-        let nodes = try await Nodes.start(["node-a", "node-b"])
+    /// later; a clear on one node clears every node's. Whichever way the
+    /// entries go (on the links between nodes, or through the store when
+    /// a node cannot be linked to, or direct hand-over is off), and
+    /// `courier_inbox_shared_total` says which way the last went.
+    @Test(arguments: HandOverPath.allCases)
+    func theInboxIsEveryNodes(path: HandOverPath) async throws {
+        let nodes = try await Nodes.start(["node-a", "node-b"], clusterExtra: path.clusterExtra)
         defer { nodes.kill() }
         let token = try await nodes.offlineToken("node-a", logger: logger)
         let onA = try nodes.provider("node-a", logger: logger)
@@ -573,11 +590,22 @@ struct ClusterTests {
             let empty = try await nodes.eventually { (try await nodes.admin(name, "/v1/inbox")["entries"] as? [[String: Any]])?.isEmpty == true }
             #expect(empty, "\(name)'s inbox was cleared")
         }
+        let sharedBefore = try await nodes.inboxShared("node-a")
         #expect(try await onA.send(HTTP2Push(token: token, payload: Array(#"{"aps":{"alert":"after"}}"#.utf8), topic: "com.example.demo")).status == 200)
-        let after = try await nodes.eventually {
-            (try await nodes.admin("node-c", "/v1/inbox")["entries"] as? [[String: Any]])?.map { $0["payload"] as? String } == [#"{"aps":{"alert":"after"}}"#]
+        for name in ["node-b", "node-c"] {
+            let after = try await nodes.eventually {
+                (try await nodes.admin(name, "/v1/inbox")["entries"] as? [[String: Any]])?.map { $0["payload"] as? String } == [#"{"aps":{"alert":"after"}}"#]
+            }
+            #expect(after, "\(name) lists the entry received after the clear, and only it")
         }
-        #expect(after, "node-c lists the entry received after the clear, and only it")
+        // Given to node-b and node-c: on both links (each counts once acknowledged), or once to the store.
+        let sharedAfter = try await nodes.inboxShared("node-a")
+        switch path {
+        case .direct:
+            #expect(sharedAfter.store == sharedBefore.store && sharedAfter.direct >= sharedBefore.direct + 2, "\(sharedBefore) then \(sharedAfter)")
+        case .unreachable, .store:
+            #expect(sharedAfter.store >= sharedBefore.store + 1 && sharedAfter.direct == 0, "\(sharedBefore) then \(sharedAfter)")
+        }
         await onA.close()
         await onB.close()
         #expect(await nodes.stop(), "every node stops cleanly")
@@ -735,7 +763,8 @@ struct ClusterTests {
         await provider.close()
         // node-a stops: nothing remembers the push but the store.
         nodes.nodes["node-a"]?.program.signal(SIGTERM)
-        #expect(await nodes.nodes["node-a"]?.program.waitForExit() == 0)
+        let status = await nodes.nodes["node-a"]?.program.waitForExit()
+        #expect(status == 0, "node-a: \(nodes.nodes["node-a"]?.program.output.suffix(15).joined(separator: "\n") ?? "")")
         nodes.nodes["node-a"] = nil
 
         // node-b goes on: the device, still connected to it, gets the push.

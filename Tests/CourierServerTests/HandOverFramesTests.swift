@@ -16,20 +16,22 @@ struct HandOverFramesTests {
     }
 
     @Test func framesDripFedAByteAtATimeComeOutWholeAndInOrder() throws {
-        let batches = [[Self.pending(1)], [Self.pending(2), Self.pending(3)], []]
+        let batches = [[Self.pending(1)], [Self.pending(2), Self.pending(3)], [], []]
+        let entries = [[], [], [SharedInboxEntry(node: "node-a", sequence: 7, format: 1, bytes: [1, 2, 3])], []]
         var bytes = ByteBuffer()
         for (index, batch) in batches.enumerated() {
-            var frame = HandOverFrames.frame(UInt64(index + 1), batch)
+            var frame = HandOverFrames.frame(UInt64(index + 1), batch, inbox: entries[index])
             bytes.writeBuffer(&frame)
         }
         var reader = HandOverFrames.Reader()
-        var read: [(UInt64, [PendingNotification])] = []
+        var read: [HandOverFrames.Frame] = []
         while let byte = bytes.readSlice(length: 1) {
             reader.append(byte)
             while let frame = try reader.next() { read.append(frame) }
         }
-        #expect(read.map(\.0) == [1, 2, 3])
-        #expect(read.map(\.1) == batches)
+        #expect(read.map(\.sequence) == [1, 2, 3, 4])
+        #expect(read.map(\.notifications) == batches)
+        #expect(read.map(\.inbox) == entries)
     }
 
     @Test func aFrameTooLongOrNotABatchIsRefused() {

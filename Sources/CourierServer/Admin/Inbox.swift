@@ -310,6 +310,17 @@ public final class NotificationInbox: Sendable {
         state.withLock { $0.rings.takeUnshared() }
     }
 
+    /// What this node recorded and keeps, for a node that has not had it
+    /// (several nodes: given first on each new link to another node), oldest
+    /// first.
+    func ownKept() -> [SharedEntry] {
+        let cutoff = clock.now().addingTimeInterval(-maxAge)
+        return state.withLock { state in
+            state.rings.expire(before: cutoff)
+            return state.rings.ownKept()
+        }
+    }
+
     /// Records what other nodes received (`takeUnshared` there), in order;
     /// entries received before the last clear, or older than `maxAge`,
     /// are left out. Returns how many were recorded.

@@ -147,14 +147,26 @@ struct InboxRings {
         sharing = true
         var backlog = false
         for index in teams.indices {
-            let ring = teams[index].ring
-            for position in 0..<ring.count {
-                guard let bytes = ring.ownEncoded(at: position) else { continue }
-                keepUnshared(NotificationInbox.SharedEntry(sequence: ring.sequence(at: position), bytes: bytes), in: index)
+            for entry in ownKept(in: index) {
+                keepUnshared(entry, in: index)
                 backlog = true
             }
         }
         return backlog
+    }
+
+    /// What this node recorded and keeps (not what other nodes gave it), in sequence order.
+    func ownKept() -> [NotificationInbox.SharedEntry] {
+        var entries = teams.indices.flatMap { ownKept(in: $0) }
+        if teams.count > 1 { entries.sort { $0.sequence < $1.sequence } }
+        return entries
+    }
+
+    private func ownKept(in index: Int) -> [NotificationInbox.SharedEntry] {
+        let ring = teams[index].ring
+        return (0..<ring.count).compactMap { position in
+            ring.ownEncoded(at: position).map { NotificationInbox.SharedEntry(sequence: ring.sequence(at: position), bytes: $0) }
+        }
     }
 
     /// Nothing is kept for other nodes until `startSharing`.

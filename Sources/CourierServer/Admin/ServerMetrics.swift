@@ -31,6 +31,8 @@ public final class ServerMetrics: Sendable {
     /// Pushes handed over to other nodes, directly and through the store.
     private let handedDirectly: CoreMetrics.Counter
     private let handedThroughStore: CoreMetrics.Counter
+    private let inboxSharedDirectly: CoreMetrics.Counter
+    private let inboxSharedThroughStore: CoreMetrics.Counter
 
     /// The store's writers whose commits are timed.
     enum StoreWriter: String, CaseIterable {
@@ -100,6 +102,8 @@ public final class ServerMetrics: Sendable {
         self.commitLatency = commitLatency
         handedDirectly = CoreMetrics.Counter(label: "courier_handovers_total", dimensions: [("path", "direct")], factory: factory)
         handedThroughStore = CoreMetrics.Counter(label: "courier_handovers_total", dimensions: [("path", "store")], factory: factory)
+        inboxSharedDirectly = CoreMetrics.Counter(label: "courier_inbox_shared_total", dimensions: [("path", "direct")], factory: factory)
+        inboxSharedThroughStore = CoreMetrics.Counter(label: "courier_inbox_shared_total", dimensions: [("path", "store")], factory: factory)
     }
 
     private static func slot(_ interface: ProviderInterface, _ environment: Environment) -> Int {
@@ -153,6 +157,13 @@ public final class ServerMetrics: Sendable {
     func handedOver(direct: Int, store: Int) {
         if direct > 0 { handedDirectly.increment(by: direct) }
         if store > 0 { handedThroughStore.increment(by: store) }
+    }
+
+    /// Inbox entries given to other nodes: `direct` on a link (one per node
+    /// that acknowledged it), `store` written to the store for the others.
+    func inboxShared(direct: Int, store: Int) {
+        if direct > 0 { inboxSharedDirectly.increment(by: direct) }
+        if store > 0 { inboxSharedThroughStore.increment(by: store) }
     }
 
     /// One commit of a store writer.

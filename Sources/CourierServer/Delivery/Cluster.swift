@@ -33,10 +33,13 @@ import Synchronization
 ///   of registrations forgets what changed (an uninstall seen as 410 on
 ///   every node).
 /// - The admin inbox: while another node is alive (announced `joined`, or
-///   seen at a beat), what this node records is written to the store a
-///   batch at a time and announced (`inbox`), starting with what it kept
-///   from before; the others read it into their own inboxes. A clear is
-///   announced with its time (`inbox-clear`).
+///   seen at a beat), what this node records goes to the others a batch at
+///   a time (`InboxExchange`), starting with what it kept from before: on
+///   the links, in their frames (each new link starts with everything this
+///   node keeps); and, while a node alive records no address (its direct
+///   hand-over off), also written to the store and announced (`inbox`),
+///   for that node to read. A clear is announced with its time
+///   (`inbox-clear`).
 final class Cluster: Sendable {
     /// Seconds a push held for an offline device is remembered, in case its
     /// device turns out to have connected to another node meanwhile.
@@ -49,9 +52,12 @@ final class Cluster: Sendable {
     let faults: FaultInjector
     /// The admin API's inbox, shared by the nodes.
     let inbox: NotificationInbox
+    /// What goes between this node's inbox and the others'.
+    let inboxExchange: InboxExchange
     let heartbeatInterval: TimeInterval
     let nodeTimeout: TimeInterval
     let clock: any WallClock
+    let metrics: ServerMetrics?
     let logger: Logger
 
     private struct Presence {
@@ -67,11 +73,6 @@ final class Cluster: Sendable {
         var local: [ObjectIdentifier: (session: DeviceSession, generation: Int64)] = [:]
         /// Devices something was held for while they were offline everywhere, and when.
         var recentlyHeld: [DeviceKey: Date] = [:]
-        /// Added to this node's inbox sequences for the others: above any a
-        /// former run of this node gave (`start`).
-        var inboxBase: Int64 = 0
-        /// Each other node's last inbox entry read.
-        var inboxCursors: [String: Int64] = [:]
         /// Where this node takes hand-overs directly (`host:port`), once its port is bound.
         var peerAddress: String?
     }
@@ -92,6 +93,8 @@ final class Cluster: Sendable {
         case relay(StoredBroadcast)
         /// A fault rule's hit counted in the store, and its counts announced.
         case countHit(ruleID: String)
+        /// Inbox entries a link to another node could not give: written to the store, and announced.
+        case storeInbox([SharedInboxEntry])
     }
 
     private let outbox: AsyncStream<Errand>
@@ -112,9 +115,12 @@ final class Cluster: Sendable {
         self.coordination = coordination
         self.faults = faults
         self.inbox = inbox
+        let inboxExchange = InboxExchange(node: node, inbox: inbox)
+        self.inboxExchange = inboxExchange
         self.heartbeatInterval = heartbeatInterval
         self.nodeTimeout = nodeTimeout
         self.clock = clock
+        self.metrics = metrics
         self.logger = logger
         (outbox, outboxInput) = AsyncStream.makeStream(of: Errand.self)
         handOvers = GroupCommit { [coordination, metrics, logger] batch in
@@ -134,9 +140,12 @@ final class Cluster: Sendable {
             }
             return batch.map { _ in () }
         }
-        // What cannot go directly goes through the queue.
-        links = linkTLS.map { [handOvers] tls in
-            NodeLinks(tls: tls, metrics: metrics, logger: logger) { stranded in
+        // What cannot go directly goes through the queue, or (inbox entries) the store's shared inbox.
+        links = linkTLS.map { [handOvers, outboxInput] tls in
+            NodeLinks(
+                tls: tls, metrics: metrics, logger: logger, backlog: { inboxExchange.ownKept() },
+                inboxFallback: { outboxInput.yield(.storeInbox($0)) }
+            ) { stranded in
                 for item in stranded { _ = handOvers.enqueue(item) }
             }
         }
@@ -366,60 +375,6 @@ final class Cluster: Sendable {
         send(.publish(.channelDeleted(from: node, environment: environment, id: id), channel: Self.broadcastChannel))
     }
 
-    // MARK: Inbox
-
-    /// Entries read from the store at most at once.
-    static let inboxPage = 1000
-    /// Time between two writes of inbox entries: one statement (and one
-    /// announcement, one read on each other node) for what was recorded
-    /// meanwhile, so that the inbox does not crowd out hand-overs.
-    static let inboxLinger: Duration = .milliseconds(50)
-
-    /// Writes what this node's inbox recorded since the last call to the
-    /// store, and tells the others.
-    func shareInbox() async {
-        let (entries, dropped) = inbox.takeUnshared()
-        if dropped > 0 {
-            logger.warning("the inbox recorded faster than it could be shared; the other nodes miss entries", metadata: ["courier.count": "\(dropped)"])
-        }
-        guard !entries.isEmpty else { return }
-        let base = state.withLock { $0.inboxBase }
-        do {
-            try await coordination.shareInbox(
-                entries.map { SharedInboxEntry(node: node, sequence: base + Int64($0.sequence), format: InboxRing.sharedFormat, bytes: $0.bytes) })
-            await publish(.inboxShared(from: node))
-        } catch {
-            logger.error("store failed sharing inbox entries with the other nodes", metadata: ["courier.error": "\(error)"])
-        }
-    }
-
-    /// Reads what the other nodes' inboxes shared since the last read into this one's.
-    func readInbox() async {
-        guard inbox.isRecording else { return }
-        do {
-            while true {
-                let cursors = state.withLock { $0.inboxCursors }
-                let entries = try await coordination.sharedInbox(except: node, after: cursors, limit: Self.inboxPage)
-                inbox.recordShared(entries.filter { $0.format == InboxRing.sharedFormat }.map { ($0.node, $0.bytes) })
-                state.withLock { state in
-                    for entry in entries { state.inboxCursors[entry.node] = max(state.inboxCursors[entry.node] ?? 0, entry.sequence) }
-                }
-                if entries.count < Self.inboxPage { return }
-            }
-        } catch {
-            logger.error("store failed reading the other nodes' inbox entries", metadata: ["courier.error": "\(error)"])
-        }
-    }
-
-    /// Clears every node's inbox (the admin API's `DELETE /v1/inbox`):
-    /// this one's now, the others' when they hear of it, each dropping
-    /// what was received up to now.
-    func clearInbox() async throws {
-        let at = inbox.clear()
-        try await coordination.clearSharedInbox()
-        await publish(.inboxCleared(from: node, upTo: at))
-    }
-
     private func forget(nodes: [String]) {
         let gone = Set(nodes)
         state.withLock { state in state.presence = state.presence.filter { !gone.contains($0.value.node) } }
@@ -444,13 +399,10 @@ final class Cluster: Sendable {
                 logger.warning("this node had been taken for dead; its devices' presence is recorded again")
                 recorded = await recordAgain()
             }
-            if let links { links.update(try await coordination.peerAddresses().filter { $0.key != node }) }
+            try await refreshPeers()
             try await coordination.clearRelayed(before: now.addingTimeInterval(-Self.recentWindow))
-            // Alone, this node keeps its inbox to itself (until a node joins).
-            if try await coordination.liveNodes().contains(where: { $0 != node }) { inbox.startSharing() } else { inbox.stopSharing() }
             // The store keeps what the inbox keeps (each team's newest `capacity`), none older than `maxAge`.
-            let kept = state.withLock { $0.inboxBase } + Int64(inbox.keptFrom)
-            try await coordination.pruneSharedInbox(node: node, through: kept - 1, olderThan: inbox.maxAge)
+            try await coordination.pruneSharedInbox(node: node, through: inboxExchange.keptFrom - 1, olderThan: inbox.maxAge)
             let gone = try await coordination.removeNodes(silentFor: nodeTimeout)
             if !gone.isEmpty {
                 logger.warning("nodes stopped beating; their devices' presence removed", metadata: ["courier.nodes": "\(gone)"])
@@ -468,15 +420,29 @@ final class Cluster: Sendable {
     func start() async throws {
         try await coordination.removeNode(node)
         _ = try await coordination.heartbeat(node: node, peerAddress: nil)
-        if let links { links.update(try await coordination.peerAddresses().filter { $0.key != node }) }
         // Above what a former run of this node shared, and above what it
         // could have (it cannot have recorded one entry a nanosecond).
         let last = try await coordination.lastSharedInboxSequence(node: node)
-        let base = max(last, Int64(clock.now().timeIntervalSince1970 * 1e9))
-        state.withLock { $0.inboxBase = base }
-        if try await coordination.liveNodes().contains(where: { $0 != node }) { inbox.startSharing() }
+        inboxExchange.start(base: max(last, Int64(clock.now().timeIntervalSince1970 * 1e9)))
+        try await refreshPeers()
         // The others start sharing their inboxes with this node.
         await publish(.joined(node: node))
+    }
+
+    /// The other nodes alive and their addresses, as the store has them:
+    /// the links follow; the inbox is given to the others while there are
+    /// any (alone, this node keeps it to itself until a node joins), and
+    /// through the store too while one of them is not linked to.
+    private func refreshPeers() async throws {
+        let alive = try await coordination.liveNodes().filter { $0 != node }
+        var unlinked = !alive.isEmpty
+        if let links {
+            let addresses = try await coordination.peerAddresses().filter { $0.key != node }
+            unlinked = alive.contains { addresses[$0] == nil }
+            links.update(addresses)
+        }
+        inboxExchange.throughStore = unlinked
+        if alive.isEmpty { inbox.stopSharing() } else { inbox.startSharing() }
     }
 
     /// Records every device connected here again, each with a new
@@ -558,6 +524,8 @@ final class Cluster: Sendable {
             } catch {
                 logger.error("store failed relaying a broadcast to the other nodes", metadata: ["courier.error": "\(error)"])
             }
+        case .storeInbox(let entries):
+            await storeInbox(entries)
         case .countHit(let id):
             do {
                 guard let shared = try await coordination.countRuleHit(id: id) else { return }

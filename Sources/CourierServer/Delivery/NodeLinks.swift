@@ -21,8 +21,12 @@ import Synchronization
 /// to their devices. A node that cannot be reached, or does not
 /// acknowledge a frame within `limit`, is left alone for `pause`: what it
 /// had not acknowledged, and what comes for it meanwhile, goes through the
-/// store's queue (`fallBack`). A service of the application's group: each
-/// link is a child task of its task group.
+/// store's queue (`fallBack`). The frames carry this node's admin inbox
+/// entries too (`share`), a link's first ones everything the inbox keeps
+/// (`backlog`: the other node takes each entry once, `InboxExchange`); a
+/// link that fails gives the entries it had to `inboxFallback` (the
+/// store's shared inbox), and the next starts with the backlog again. A service of the application's group: each link is a
+/// child task of its task group.
 final class NodeLinks: Service, Sendable {
     /// A node's address, its pushes waiting for a frame, its frames
     /// waiting for their acknowledgement, and whether its link runs.
@@ -30,7 +34,11 @@ final class NodeLinks: Service, Sendable {
         var address: String
         var pausedUntil: ContinuousClock.Instant?
         var queue: [PendingNotification] = []
-        var unacknowledged: [(sequence: UInt64, batch: [PendingNotification], sent: ContinuousClock.Instant)] = []
+        /// Inbox entries waiting for a frame.
+        var inbox: [SharedInboxEntry] = []
+        /// The next connection starts with the backlog.
+        var backlogDue = true
+        var unacknowledged: [(sequence: UInt64, batch: [PendingNotification], entries: Int, sent: ContinuousClock.Instant)] = []
         /// The running link's wake-up; nil when no link runs.
         var wake: AsyncStream<Void>.Continuation?
         /// What its writer waits for, if it waits: a push (woken by the
@@ -42,6 +50,25 @@ final class NodeLinks: Service, Sendable {
 
         /// What the other node has not taken: its frames not acknowledged, then its queue.
         var untaken: [PendingNotification] { unacknowledged.flatMap(\.batch) + queue }
+
+        /// Nothing waits for a frame.
+        var isIdle: Bool { queue.isEmpty && inbox.isEmpty }
+
+        /// Wakes the running link's writer if it waits for something to
+        /// send; else starts the link: its wake-up, for a new task.
+        mutating func wakeOrStart() -> AsyncStream<Void>? {
+            if let wake {
+                if writerWaits == .push {
+                    writerWaits = nil
+                    wake.yield()
+                }
+                return nil
+            }
+            let (stream, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+            wake.yield()
+            self.wake = wake
+            return stream
+        }
     }
 
     private enum WriterWait {
@@ -72,18 +99,28 @@ final class NodeLinks: Service, Sendable {
     private let startInput: AsyncStream<(node: String, wake: AsyncStream<Void>)>.Continuation
     /// Where what cannot go directly goes: the store's queue (`Cluster.handOvers`).
     private let fallback: @Sendable ([HandedOver]) -> Void
+    /// Every inbox entry this node keeps (`InboxExchange.ownKept`).
+    private let backlog: @Sendable () -> [SharedInboxEntry]
+    /// Where inbox entries a link could not give go.
+    private let inboxFallback: @Sendable ([SharedInboxEntry]) -> Void
 
-    /// Notifications in one frame at most.
+    /// Notifications, and inbox entries, in one frame at most.
     static let batchLimit = 2000
+    /// Inbox entries waiting for one link at most: past it the oldest are
+    /// dropped (the other node reads slower than this one records).
+    static let inboxLimit = 100_000
     /// Frames sent and not yet acknowledged at most, on one link.
     static let framesInFlight = 2
 
     init(
         tls: TLSConfiguration, limit: Duration = .seconds(3), pause: Duration = .seconds(2), metrics: ServerMetrics? = nil, logger: Logger,
+        backlog: @escaping @Sendable () -> [SharedInboxEntry] = { [] }, inboxFallback: @escaping @Sendable ([SharedInboxEntry]) -> Void = { _ in },
         fallback: @escaping @Sendable ([HandedOver]) -> Void
     ) {
         self.tls = tls
         self.fallback = fallback
+        self.backlog = backlog
+        self.inboxFallback = inboxFallback
         self.limit = limit
         self.pause = pause
         self.metrics = metrics
@@ -93,19 +130,61 @@ final class NodeLinks: Service, Sendable {
 
     /// The other nodes' addresses as the store has them now: a node gone,
     /// or at another address, loses its link (what it had not taken goes
-    /// through the store).
+    /// through the store); a new one's link starts, with the backlog.
     func update(_ addresses: [String: String]) {
-        let stranded = state.withLock { state -> [HandedOver] in
+        let (stranded, started) = state.withLock { state -> ([HandedOver], [(String, AsyncStream<Void>)]) in
             var stranded: [HandedOver] = []
             for (node, link) in state.links where addresses[node] != link.address {
                 link.wake?.finish()
                 stranded += link.untaken.map { HandedOver(node: node, pending: $0) }
                 state.links[node] = nil
             }
-            for (node, address) in addresses where state.links[node] == nil { state.links[node] = Link(address: address) }
-            return stranded
+            var started: [(String, AsyncStream<Void>)] = []
+            for (node, address) in addresses where state.links[node] == nil {
+                var link = Link(address: address)
+                if !state.ended, let wake = link.wakeOrStart() { started.append((node, wake)) }
+                state.links[node] = link
+            }
+            return (stranded, started)
         }
+        for start in started { startInput.yield(start) }
         fall(stranded)
+    }
+
+    /// A node is left alone after a failure now: what is for it goes through the store.
+    var someUnreachable: Bool {
+        let now = ContinuousClock.now
+        return state.withLock { state in state.links.values.contains { $0.pausedUntil.map { now < $0 } ?? false } }
+    }
+
+    /// Gives inbox entries to every other node: in each link's next frame.
+    /// A node left alone after a failure is skipped (the caller writes
+    /// them to the store, `someUnreachable`; its next link starts with the
+    /// backlog).
+    func share(_ entries: [SharedInboxEntry]) {
+        guard !entries.isEmpty else { return }
+        let now = ContinuousClock.now
+        let (started, dropped) = state.withLock { state -> ([(String, AsyncStream<Void>)], Int) in
+            guard !state.ended else { return ([], 0) }
+            var started: [(String, AsyncStream<Void>)] = []
+            var dropped = 0
+            for node in state.links.keys {
+                state.withLink(node) { link in
+                    guard link.pausedUntil.map({ now >= $0 }) ?? true else { return }
+                    link.inbox += entries
+                    if link.inbox.count > Self.inboxLimit {
+                        dropped += link.inbox.count - Self.inboxLimit
+                        link.inbox.removeFirst(link.inbox.count - Self.inboxLimit)
+                    }
+                    if let wake = link.wakeOrStart() { started.append((node, wake)) }
+                }
+            }
+            return (started, dropped)
+        }
+        for start in started { startInput.yield(start) }
+        if dropped > 0 {
+            logger.warning("a node took inbox entries slower than this one recorded them; it misses some", metadata: ["courier.count": "\(dropped)"])
+        }
     }
 
     /// Hands a push to `node` directly: in the link's next frame. False
@@ -118,17 +197,7 @@ final class NodeLinks: Service, Sendable {
             return state.withLink(node) { link -> (Bool, AsyncStream<Void>?) in
                 guard link.pausedUntil.map({ now >= $0 }) ?? true else { return (false, nil) }
                 link.queue.append(pending)
-                if let wake = link.wake {
-                    if link.writerWaits == .push {
-                        link.writerWaits = nil
-                        wake.yield()
-                    }
-                    return (true, nil)
-                }
-                let (stream, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-                wake.yield()
-                link.wake = wake
-                return (true, stream)
+                return (true, link.wakeOrStart())
             } ?? (false, nil)
         }
         if let start { startInput.yield((node, start)) }
@@ -173,9 +242,22 @@ final class NodeLinks: Service, Sendable {
     private func link(_ node: String, wake: AsyncStream<Void>) async {
         let address = state.withLock { $0.links[node]?.address }
         var failure: (any Error)?
+        var reached = false
         if let address {
             do {
                 let connection = try await connect(address)
+                reached = true
+                // A new link: the other node is given everything this node's inbox keeps first.
+                if state.withLock({ $0.links[node]?.backlogDue == true }) {
+                    let kept = backlog()
+                    state.withLock { state in
+                        state.withLink(node) { link in
+                            guard link.address == address, link.backlogDue else { return }
+                            link.backlogDue = false
+                            link.inbox = kept + link.inbox
+                        }
+                    }
+                }
                 do {
                     try await exchange(with: node, on: connection, wake: wake)
                 } catch {
@@ -186,21 +268,29 @@ final class NodeLinks: Service, Sendable {
                 failure = error
             }
         }
-        let (stranded, ended) = state.withLock { state -> ([PendingNotification], Bool) in
+        let (stranded, strandedEntries, ended) = state.withLock { state -> ([PendingNotification], [SharedInboxEntry], Bool) in
             let ended = state.ended
+            var strandedEntries: [SharedInboxEntry] = []
             let stranded = state.withLink(node) { link -> [PendingNotification] in
                 guard link.address == address else { return [] }
                 let stranded = link.untaken
                 link.unacknowledged = []
                 link.queue = []
+                // The entries not sent go through the store (those sent and not acknowledged
+                // are in the next link's backlog).
+                strandedEntries = link.inbox
+                link.inbox = []
+                link.backlogDue = true
                 link.wake?.finish()
                 link.wake = nil
                 link.writerWaits = nil
-                if !stranded.isEmpty, !ended { link.pausedUntil = ContinuousClock.now + pause }
+                // Not reached, or something not taken: left alone for a while (not tried again at each push or inbox batch).
+                if !ended, !stranded.isEmpty || (failure != nil && !reached) { link.pausedUntil = ContinuousClock.now + pause }
                 return stranded
             } ?? []
-            return (stranded, ended)
+            return (stranded, strandedEntries, ended)
         }
+        if !strandedEntries.isEmpty, !ended { inboxFallback(strandedEntries) }
         if !stranded.isEmpty, !ended {
             logger.warning(
                 "a node could not be reached directly; its hand-overs go through the store for a while",
@@ -242,24 +332,26 @@ final class NodeLinks: Service, Sendable {
         var sequence: UInt64 = 0
         for await _ in wake {
             while true {
-                let batch = state.withLock { state -> [PendingNotification]? in
-                    state.withLink(node) { link -> [PendingNotification]? in
+                let frame = state.withLock { state -> (batch: [PendingNotification], inbox: [SharedInboxEntry])? in
+                    state.withLink(node) { link -> (batch: [PendingNotification], inbox: [SharedInboxEntry])? in
                         // Nothing to send, or enough frames waiting for their acknowledgement: what comes
                         // meanwhile goes in one frame once one is acknowledged (a few large frames under load,
                         // not many small ones).
-                        guard !link.queue.isEmpty, link.unacknowledged.count < Self.framesInFlight else {
-                            link.writerWaits = link.queue.isEmpty ? .push : .acknowledgement
+                        guard !link.isIdle, link.unacknowledged.count < Self.framesInFlight else {
+                            link.writerWaits = link.isIdle ? .push : .acknowledgement
                             return nil
                         }
                         let batch = Array(link.queue.prefix(Self.batchLimit))
                         link.queue.removeFirst(batch.count)
-                        link.unacknowledged.append((sequence + 1, batch, ContinuousClock.now))
-                        return batch
+                        let inbox = Array(link.inbox.prefix(Self.batchLimit))
+                        link.inbox.removeFirst(inbox.count)
+                        link.unacknowledged.append((sequence + 1, batch, inbox.count, ContinuousClock.now))
+                        return (batch, inbox)
                     } ?? nil
                 }
-                guard let batch else { break }
+                guard let frame else { break }
                 sequence += 1
-                try await outbound.write(.data(.init(data: .byteBuffer(HandOverFrames.frame(sequence, batch)))))
+                try await outbound.write(.data(.init(data: .byteBuffer(HandOverFrames.frame(sequence, frame.batch, inbox: frame.inbox)))))
             }
         }
         // Only at a stop, or when the node's address changed (its link gone: nothing to wait for).
@@ -276,13 +368,14 @@ final class NodeLinks: Service, Sendable {
                 if headers.endStream { throw NodeLinkError("the other node ended the stream") }
             case .data(let data):
                 if case .byteBuffer(var bytes) = data.data { pending.writeBuffer(&bytes) }
-                var done = 0
+                var (done, entries) = (0, 0)
                 while let sequence = pending.readInteger(as: UInt64.self) {
-                    done += state.withLock { state -> Int in
-                        state.withLink(node) { link -> Int in
-                            var count = 0
+                    let (pushes, shared) = state.withLock { state -> (Int, Int) in
+                        state.withLink(node) { link -> (Int, Int) in
+                            var count = (0, 0)
                             while let first = link.unacknowledged.first, first.sequence <= sequence {
-                                count += first.batch.count
+                                count.0 += first.batch.count
+                                count.1 += first.entries
                                 link.unacknowledged.removeFirst()
                             }
                             if link.writerWaits == .acknowledgement {
@@ -290,11 +383,14 @@ final class NodeLinks: Service, Sendable {
                                 link.wake?.yield()
                             }
                             return count
-                        } ?? 0
+                        } ?? (0, 0)
                     }
+                    done += pushes
+                    entries += shared
                 }
                 pending.discardReadBytes()
                 if done > 0 { metrics?.handedOver(direct: done, store: 0) }
+                if entries > 0 { metrics?.inboxShared(direct: entries, store: 0) }
                 if data.endStream { throw NodeLinkError("the other node ended the stream") }
             case .rstStream(let code):
                 throw NodeLinkError("the other node reset the stream (\(code))")

@@ -15,10 +15,11 @@ import ServiceLifecycle
 /// node makes its own from the shared CA's key; a provider's or a
 /// device's certificate does not chain to it). One route:
 /// `POST /v1/handover`, kept open by the other node, a stream each way
-/// (`HandOverFrames`): each frame of pushes the request's body brings goes
-/// to its devices (a device gone: as the database's queue treats it) and
-/// is acknowledged in the answer's body, in order; a frame that is not one
-/// ends the stream. A stop ends the streams.
+/// (`HandOverFrames`): each frame the request's body brings, its pushes
+/// sent to their devices (a device gone: as the database's queue treats
+/// it) and its inbox entries recorded, is acknowledged in the answer's
+/// body, in order; a frame that is not one ends the stream. A stop ends
+/// the streams.
 ///
 /// Bounded as the other ports are: at most `connections.maxPerListener`
 /// open and `connections.maxPerAddress` from one address, at most
@@ -28,6 +29,8 @@ import ServiceLifecycle
 /// times in a second refused for the rest of it.
 struct NodeListener: Service {
     static let handOverPath = "/v1/handover"
+    /// At a stop: how long another node's connection is given to close.
+    static let closeLimit: Duration = .seconds(2)
 
     let host: String
     let port: Int
@@ -81,9 +84,10 @@ struct NodeListener: Service {
                                 for try await part in request.body {
                                     frames.append(part)
                                     var taken = ByteBuffer()
-                                    while let (sequence, batch) = try frames.next() {
-                                        dispatcher.sendHandedOver(batch)
-                                        taken.writeInteger(sequence)
+                                    while let frame = try frames.next() {
+                                        dispatcher.sendHandedOver(frame.notifications)
+                                        dispatcher.cluster?.inboxExchange.take(frame.inbox)
+                                        taken.writeInteger(frame.sequence)
                                     }
                                     if taken.readableBytes > 0 { acknowledge.yield(taken) }
                                 }
@@ -102,7 +106,8 @@ struct NodeListener: Service {
 
 /// A connection of the nodes' port: counted in (or closed at once), its
 /// handshake timed, authenticated once the handshake verified its
-/// certificate; then hummingbird's HTTP/2 channel.
+/// certificate; then hummingbird's HTTP/2 channel, closed at the latest
+/// `NodeListener.closeLimit` after a stop began.
 private struct NodeChannel: ServerChildChannel {
     typealias Value = HTTP2UpgradeChannel.Value
     let http2: HTTP2UpgradeChannel
@@ -125,7 +130,14 @@ private struct NodeChannel: ServerChildChannel {
     }
 
     func handle(value: Value, logger: Logger) async {
-        await http2.handle(value: value, logger: logger)
+        // At a stop, HTTP/2's graceful close waits for the other node to answer its PING; a node that does
+        // not (stopped, or cut off) would hold this one's stop for ever: its connection is closed after a while.
+        await withGracefulShutdownHandler {
+            await http2.handle(value: value, logger: logger)
+        } onGracefulShutdown: {
+            let channel = value.channel
+            channel.eventLoop.scheduleTask(in: .nanoseconds(Int64(NodeListener.closeLimit / .nanoseconds(1)))) { channel.close(promise: nil) }
+        }
     }
 }
 
