@@ -233,6 +233,50 @@ extension InboxRing {
         #expect(a.takeUnshared().entries.isEmpty)
     }
 
+    /// Between nodes (`InboxExchange`): what a node keeps of its own is
+    /// given with its run's base; another node takes each entry once,
+    /// whichever way and in whatever order it comes (a link's backlog after
+    /// the store gave some), skips its own, and reads the store on from
+    /// what the store gave alone.
+    @Test func anotherNodesEntriesAreTakenOnceWhicheverWayTheyCome() {
+        let a = InboxExchange(node: "node-a", inbox: NotificationInbox(capacity: 10, maxAge: 3600, clock: clock, node: "node-a"))
+        let b = InboxExchange(node: "node-b", inbox: NotificationInbox(capacity: 10, maxAge: 3600, clock: clock, node: "node-b"))
+        a.start(base: 1_000)
+        a.inbox.startSharing()
+        for n in 1...3 { a.inbox.record(record(n, at: clock.now())) }
+        let first = a.takeUnshared().entries
+        #expect(first.map(\.sequence) == [1_001, 1_002, 1_003])
+        #expect(first.allSatisfy { $0.node == "node-a" && $0.format == InboxRing.sharedFormat })
+
+        // Through the store: the second alone, then a link's backlog with all three.
+        #expect(b.take([first[1]], fromStore: true) == 1)
+        #expect(b.storeCursors == ["node-a": 1_002])
+        #expect(b.take(a.ownKept()) == 2, "the first and the third: the second was taken")
+        #expect(b.take(first) == 0, "all three taken already")
+        #expect(b.storeCursors == ["node-a": 1_002], "a link's entries leave the store's cursor alone")
+        #expect(b.inbox.list(InboxFilter(), limit: 10).entries.map(\.apnsID).sorted() == ["id-1", "id-2", "id-3"])
+        #expect(b.take(b.ownKept()) == 0, "its own entries are not another node's")
+        #expect(a.take(first) == 0, "nor are a node's own given back to it")
+    }
+
+    /// A node remembers at most `remembered` sequences of each other node:
+    /// the backlog a link starts with is that node's newest as many, so none
+    /// it took comes back as new (an older one would: forgotten).
+    @Test func theBacklogIsWhatTheOtherNodeRemembers() {
+        let a = InboxExchange(node: "node-a", inbox: NotificationInbox(capacity: 10, maxAge: 3600, clock: clock, node: "node-a"), remembered: 3)
+        let b = InboxExchange(node: "node-b", inbox: NotificationInbox(capacity: 10, maxAge: 3600, clock: clock, node: "node-b"), remembered: 3)
+        a.inbox.startSharing()
+        for n in 1...5 { a.inbox.record(record(n, at: clock.now())) }
+        let all = a.takeUnshared().entries
+        #expect(b.take(all) == 5)
+        #expect(a.ownKept().map(\.sequence) == Array(all.suffix(3)).map(\.sequence))
+        #expect(b.take(a.ownKept()) == 0)
+        #expect(b.take([all[0]]) == 1, "the oldest was forgotten")
+        let defaults = InboxExchange(node: "node-c", inbox: NotificationInbox(capacity: 30_000, maxAge: 3600, clock: clock, node: "node-c"))
+        #expect(defaults.remembered == 120_000)
+        #expect(InboxExchange(node: "node-d", inbox: NotificationInbox(capacity: 10, maxAge: 3600, clock: clock)).remembered == 100_000)
+    }
+
     /// What waits to be shared is bounded per team: another team's flood
     /// drops its own oldest, never this team's entry.
     @Test func whatWaitsToBeSharedIsBoundedPerTeam() {

@@ -33,10 +33,11 @@ final class InboxExchange: Sendable {
 
     private let state = Mutex(State())
 
-    init(node: String, inbox: NotificationInbox) {
+    /// `remembered`: by default 100,000, or four times the inbox's capacity when more.
+    init(node: String, inbox: NotificationInbox, remembered: Int? = nil) {
         self.node = node
         self.inbox = inbox
-        remembered = max(100_000, 4 * inbox.capacity)
+        self.remembered = remembered ?? max(100_000, 4 * inbox.capacity)
     }
 
     /// At start: this run's sequences above `base`.
@@ -61,9 +62,11 @@ final class InboxExchange: Sendable {
         return (shared(entries), dropped)
     }
 
-    /// Everything this node recorded and keeps: what a node newly linked to is given first.
+    /// What this node recorded and keeps, its newest `remembered` (as many
+    /// as the other node remembers having taken, so that none it took
+    /// comes back as new): what a node newly linked to is given first.
     func ownKept() -> [SharedInboxEntry] {
-        shared(inbox.ownKept())
+        shared(Array(inbox.ownKept().suffix(remembered)))
     }
 
     /// The first sequence of this run that the inbox no longer keeps: the store keeps none below it.
