@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # HTTP/2 provider API throughput: h2load against Courier (JWT trust, every
 # request checked) and, in the same run, against nginx answering 200 to the
-# same request over TLS and HTTP/2: the ceiling of this machine.
+# same request over TLS and HTTP/2: the ceiling of this machine; and against
+# h2-floor (Benchmarks/H2Floor), the same answer from a server on Courier's
+# own stack (swift-nio-ssl, swift-nio-http2) with Courier's settings: its
+# floor, with NIO's stream multiplexer (floor-mux) and with the frames taken
+# on the connection as Courier takes them (floor-conn).
 #
 # usage: Benchmarks/h2load/compare.sh [REQUESTS]        (from the repository)
 #        EXPIRATION=<unix time> ... : apns-expiration (default 0); one in the
@@ -20,7 +24,9 @@
 #        SERVER_CPU=0 LOAD_CPU=1 ... : the server pinned to one core and
 #        h2load to another (Benchmarks/ratchet.sh)
 # needs: h2load (Debian nghttp2-client), nginx, openssl; a release build:
-#        swift build -c release --product courier
+#        swift build -c release --product courier; for the floor,
+#        cd Benchmarks && swift build -c release --product h2-floor
+#        (H2FLOOR=path; left out, with a line saying so, when not built)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 requests=${1:-200000}
@@ -114,6 +120,23 @@ http {
 CONF
 [ "${ONLY:-}" = courier ] || nginx -c "$work/nginx.conf" -p "$work/nginx"
 
+# h2-floor, both ways, each pinned as Courier is.
+floor=${H2FLOOR:-Benchmarks/.build/release/h2-floor}
+floors=()
+if [ "${ONLY:-}" != courier ]; then
+  if [ -x "$floor" ]; then
+    for mode in multiplexer connection; do
+      port=$([ "$mode" = multiplexer ] && echo 48444 || echo 48445)
+      "${server_pin[@]}" "$floor" --data "$work/data" --port "$port" --mode "$mode" > "$work/floor-$mode.log" 2>&1 &
+      echo $! > "$work/floor-$mode.pid"
+      for _ in $(seq 100); do grep -q "listening" "$work/floor-$mode.log" && break; sleep 0.1; done
+      floors+=("$mode:$port")
+    done
+  else
+    echo "h2-floor not built ($floor): the floor left out (cd Benchmarks && swift build -c release --product h2-floor)"
+  fi
+fi
+
 # CPU time (user + system, clock ticks) of the processes whose pids are given.
 cpu_ticks() {
   local total=0 pid
@@ -123,7 +146,12 @@ cpu_ticks() {
   echo "$total"
 }
 server_pids() { # name
-  if [ "$1" = courier ]; then cat "$work/courier.pid"; else pgrep -f "nginx: worker process" | tr '\n' ' '; fi
+  case "$1" in
+    courier) cat "$work/courier.pid" ;;
+    floor-mux) cat "$work/floor-multiplexer.pid" ;;
+    floor-conn) cat "$work/floor-connection.pid" ;;
+    *) pgrep -f "nginx: worker process" | tr '\n' ' ' ;;
+  esac
 }
 
 run() { # name url connections
@@ -151,4 +179,9 @@ sleep 0.5
 for c in 1 8; do
   run courier "https://127.0.0.1:42197" "$c"
   [ "${ONLY:-}" = courier ] || run nginx "https://127.0.0.1:48443" "$c"
+  for entry in "${floors[@]}"; do
+    name=floor-mux
+    [ "${entry%%:*}" = connection ] && name=floor-conn
+    run "$name" "https://127.0.0.1:${entry##*:}" "$c"
+  done
 done
