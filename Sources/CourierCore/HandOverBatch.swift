@@ -7,7 +7,8 @@ import Foundation
 /// each notification's fields one after the other; then a count of inbox
 /// entries (4 bytes) and each entry's node, sequence (8 bytes), format
 /// (2 bytes) and bytes (length 4 bytes). Version 1 is the notifications
-/// alone (read still, with no entries). Integers are big-endian; a time is
+/// alone: written when there are no entries, so that a node of the version
+/// before (which reads only version 1) takes the pushes during an upgrade. Integers are big-endian; a time is
 /// the bit pattern of its seconds since 1970 as a 64-bit float, so it
 /// arrives as it left; a string or byte field is its length (2 bytes; the
 /// payload 4) then its bytes; an optional string's length 0xFFFF means none.
@@ -20,7 +21,7 @@ public enum HandOverBatch {
         var writer = Writer()
         writer.bytes.reserveCapacity(
             9 + batch.reduce(0) { $0 + 120 + $1.notification.payload.count } + inbox.reduce(0) { $0 + 16 + $1.node.utf8.count + $1.bytes.count })
-        writer.byte(version)
+        writer.byte(inbox.isEmpty ? 1 : version)
         writer.integer(UInt32(batch.count))
         for pending in batch {
             let n = pending.notification
@@ -45,6 +46,7 @@ public enum HandOverBatch {
             writer.optionalString(n.pushType)
             writer.byte(n.isSilent ? 1 : 0)
         }
+        guard !inbox.isEmpty else { return writer.bytes }
         writer.integer(UInt32(inbox.count))
         for entry in inbox {
             writer.string(entry.node)
@@ -89,7 +91,6 @@ public enum HandOverBatch {
         var inbox: [SharedInboxEntry] = []
         if version >= 2 {
             guard let entries = reader.integer(UInt32.self), entries <= maxCount else { return nil }
-            inbox.reserveCapacity(Int(entries))
             for _ in 0..<entries {
                 guard let node = reader.string(), let sequence = reader.integer(UInt64.self), let format = reader.integer(UInt16.self),
                     let length = reader.integer(UInt32.self), let entryBytes = reader.take(Int(length))

@@ -42,11 +42,12 @@ struct HandOverBatchTests {
         #expect(entries.inbox == Self.inbox)
     }
 
-    /// Version 1 (a node not yet upgraded) is the notifications alone: read, with no inbox entries.
-    @Test func aVersionOneBatchIsReadWithNoEntries() throws {
+    /// Without inbox entries a batch is version 1, the notifications alone,
+    /// as a node of the version before reads it; with entries, version 2.
+    @Test func aBatchWithoutEntriesIsVersionOne() throws {
         var bytes = HandOverBatch.encode(Self.batch)
-        bytes[0] = 1
-        bytes.removeLast(4)
+        #expect(bytes[0] == 1)
+        #expect(HandOverBatch.encode(Self.batch, inbox: Self.inbox)[0] == 2)
         let read = try #require(HandOverBatch.decode(bytes))
         #expect(read.notifications == Self.batch)
         #expect(read.inbox == [])
@@ -78,9 +79,9 @@ struct HandOverBatchTests {
         var count = one
         count.replaceSubrange(1..<5, with: [0xFF, 0xFF, 0xFF, 0xFF])
         #expect(HandOverBatch.decode(count) == nil)
-        // The priority (the byte before the two absent optional strings, the silent flag and the entries' count).
+        // The priority (the byte before the two absent optional strings and the silent flag).
         var priority = one
-        priority[priority.count - 10] = 7
+        priority[priority.count - 6] = 7
         #expect(HandOverBatch.decode(priority) == nil)
     }
 }

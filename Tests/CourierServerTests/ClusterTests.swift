@@ -533,6 +533,45 @@ struct ClusterTests {
         #expect(await nodes.stop(), "every node stops cleanly")
     }
 
+    /// Two nodes that give their inboxes to each other on their streams,
+    /// and a third that joins with direct hand-over off (it cannot be
+    /// linked to): it reads what they kept before it came from the store,
+    /// and what comes after; each entry listed once on every node.
+    @Test func aNodeThatCannotBeLinkedToGetsTheInboxThroughTheStore() async throws {
+        let nodes = try await Nodes.start(["node-a", "node-b"])
+        defer { nodes.kill() }
+        let onA = try nodes.provider("node-a", logger: logger)
+        func refused(_ text: String) async throws {
+            let answer = try await onA.send(HTTP2Push(token: [1, 2, 3], payload: Array(#"{"aps":{"alert":"\#(text)"}}"#.utf8), topic: "com.example.demo"))
+            #expect(answer.status == 400)
+        }
+        func payloads(_ name: String) async throws -> [String] {
+            (try await nodes.admin(name, "/v1/inbox")["entries"] as? [[String: Any]] ?? []).compactMap { $0["payload"] as? String }
+        }
+        try await refused("before")
+        #expect(try await nodes.eventually { try await payloads("node-b") == [#"{"aps":{"alert":"before"}}"#] })
+        #expect(try await nodes.eventually { try await nodes.inboxShared("node-a").direct >= 1 }, "node-a gave it to node-b on their stream")
+
+        nodes.clusterExtra = #", "directHandOver": false"#
+        let copied = try await runProgram("cp", ["-a", nodes.data("node-a"), nodes.data("node-c")])
+        #expect(copied.status == 0)
+        try nodes.start("node-c")
+        let before = try await nodes.eventually { try await payloads("node-c") == [#"{"aps":{"alert":"before"}}"#] }
+        #expect(before, "node-c lists what node-a kept from before it came")
+        try await refused("after")
+        let after = try await nodes.eventually { try await payloads("node-c").contains(#"{"aps":{"alert":"after"}}"#) }
+        #expect(after, "and what node-a received after")
+
+        // Each entry once on every node, whichever ways it came (node-b: its stream and the store).
+        for name in ["node-b", "node-c"] {
+            let once = try await nodes.eventually { try await payloads(name).sorted() == [#"{"aps":{"alert":"after"}}"#, #"{"aps":{"alert":"before"}}"#] }
+            let listed = try await payloads(name)
+            #expect(once, "\(name) lists each entry once: \(listed)")
+        }
+        await onA.close()
+        #expect(await nodes.stop(), "every node stops cleanly")
+    }
+
     /// What one node's provider interfaces received is in every node's
     /// admin inbox, with the node that received it: listed, waited for,
     /// in the notification's timeline, and in the inbox of a node started
@@ -599,13 +638,16 @@ struct ClusterTests {
             #expect(after, "\(name) lists the entry received after the clear, and only it")
         }
         // Given to node-b and node-c: on both links (each counts once acknowledged), or once to the store.
-        let sharedAfter = try await nodes.inboxShared("node-a")
-        switch path {
-        case .direct:
-            #expect(sharedAfter.store == sharedBefore.store && sharedAfter.direct >= sharedBefore.direct + 2, "\(sharedBefore) then \(sharedAfter)")
-        case .unreachable, .store:
-            #expect(sharedAfter.store >= sharedBefore.store + 1 && sharedAfter.direct == 0, "\(sharedBefore) then \(sharedAfter)")
+        // (Acknowledgements are counted as they come: read until both are.)
+        let counted = try await nodes.eventually {
+            let after = try await nodes.inboxShared("node-a")
+            switch path {
+            case .direct: return after.store == sharedBefore.store && after.direct >= sharedBefore.direct + 2
+            case .unreachable, .store: return after.store >= sharedBefore.store + 1 && after.direct == 0
+            }
         }
+        let sharedAfter = try await nodes.inboxShared("node-a")
+        #expect(counted, "\(sharedBefore) then \(sharedAfter)")
         await onA.close()
         await onB.close()
         #expect(await nodes.stop(), "every node stops cleanly")

@@ -255,6 +255,9 @@ extension InboxRing {
         #expect(b.take(first) == 0, "all three taken already")
         #expect(b.storeCursors == ["node-a": 1_002], "a link's entries leave the store's cursor alone")
         #expect(b.inbox.list(InboxFilter(), limit: 10).entries.map(\.apnsID).sorted() == ["id-1", "id-2", "id-3"])
+        b.inbox.startSharing()
+        b.inbox.record(record(9, at: clock.now()))
+        #expect(b.ownKept().count == 1)
         #expect(b.take(b.ownKept()) == 0, "its own entries are not another node's")
         #expect(a.take(first) == 0, "nor are a node's own given back to it")
     }

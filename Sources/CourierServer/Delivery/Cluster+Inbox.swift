@@ -21,16 +21,17 @@ extension Cluster {
             logger.warning("the inbox recorded faster than it could be shared; the other nodes miss entries", metadata: ["courier.count": "\(dropped)"])
         }
         guard !entries.isEmpty else { return }
-        links?.share(entries)
-        guard inboxExchange.throughStore || links?.someUnreachable == true else { return }
+        let everyNode = links?.share(entries) ?? false
+        guard inboxExchange.throughStore || !everyNode else { return }
         await storeInbox(entries)
     }
 
     /// Writes inbox entries to the store for the others, and tells them.
     func storeInbox(_ entries: [SharedInboxEntry]) async {
-        metrics?.inboxShared(direct: 0, store: entries.count)
+        guard !entries.isEmpty else { return }
         do {
             try await coordination.shareInbox(entries)
+            metrics?.inboxShared(direct: 0, store: entries.count)
             await publish(.inboxShared(from: node))
         } catch {
             logger.error("store failed sharing inbox entries with the other nodes", metadata: ["courier.error": "\(error)"])

@@ -330,6 +330,7 @@ final class Cluster: Sendable {
             return [.forgetChannel(id, environment)]
         case .gone(let dead):
             forget(nodes: [dead])
+            // What was taken of its inbox stays remembered: a node taken for dead may come back, its entries with it.
             // This node, taken for dead by another: recorded again at its next beat.
         case .faultsChanged:
             return [.reloadFaults]
@@ -338,6 +339,8 @@ final class Cluster: Sendable {
             return [.readInbox]
         case .joined:
             guard fromAnother else { break }
+            // Until its address is read (next beat), the node that joined reads the store: what this node keeps goes there.
+            if inboxExchange.setThroughStore(true) { send(.storeInbox(inboxExchange.ownKept())) }
             inbox.startSharing()
         case .inboxCleared(_, let upTo):
             guard fromAnother else { break }
@@ -441,7 +444,7 @@ final class Cluster: Sendable {
             unlinked = alive.contains { addresses[$0] == nil }
             links.update(addresses)
         }
-        inboxExchange.throughStore = unlinked
+        if inboxExchange.setThroughStore(unlinked) { send(.storeInbox(inboxExchange.ownKept())) }
         if alive.isEmpty { inbox.stopSharing() } else { inbox.startSharing() }
     }
 

@@ -47,9 +47,16 @@ final class InboxExchange: Sendable {
 
     /// A node alive is not linked to (it records no address, or this node
     /// has no links): this node's entries go through the store too.
-    var throughStore: Bool {
-        get { state.withLock { $0.throughStore } }
-        set { state.withLock { $0.throughStore = newValue } }
+    var throughStore: Bool { state.withLock { $0.throughStore } }
+
+    /// Sets `throughStore`; true when it was off and is now on: what this
+    /// node keeps is to be written to the store then (`ownKept`), since
+    /// the entries of the while before went on the links alone.
+    func setThroughStore(_ on: Bool) -> Bool {
+        state.withLock { state in
+            defer { state.throughStore = on }
+            return on && !state.throughStore
+        }
     }
 
     /// Where a read of the store goes on from: each other node's last entry read there.

@@ -24,8 +24,9 @@ import Synchronization
 /// store's queue (`fallBack`). The frames carry this node's admin inbox
 /// entries too (`share`), a link's first ones everything the inbox keeps
 /// (`backlog`: the other node takes each entry once, `InboxExchange`); a
-/// link that fails gives the entries it had to `inboxFallback` (the
-/// store's shared inbox), and the next starts with the backlog again. A service of the application's group: each link is a
+/// link that fails or stops gives the entries the other node has not
+/// acknowledged to `inboxFallback` (the store's shared inbox), and the
+/// next starts with the backlog again. A service of the application's group: each link is a
 /// child task of its task group.
 final class NodeLinks: Service, Sendable {
     /// A node's address, its pushes waiting for a frame, its frames
@@ -38,7 +39,7 @@ final class NodeLinks: Service, Sendable {
         var inbox: [SharedInboxEntry] = []
         /// The next connection starts with the backlog.
         var backlogDue = true
-        var unacknowledged: [(sequence: UInt64, batch: [PendingNotification], entries: Int, sent: ContinuousClock.Instant)] = []
+        var unacknowledged: [(sequence: UInt64, batch: [PendingNotification], entries: [SharedInboxEntry], sent: ContinuousClock.Instant)] = []
         /// The running link's wake-up; nil when no link runs.
         var wake: AsyncStream<Void>.Continuation?
         /// What its writer waits for, if it waits: a push (woken by the
@@ -46,10 +47,18 @@ final class NodeLinks: Service, Sendable {
         /// by the next one; pushes meanwhile only queue).
         var writerWaits: WriterWait?
 
-        init(address: String) { self.address = address }
+        /// This link's, among those the node had: a link's tasks change only their own.
+        let id: UInt64
+
+        init(address: String, id: UInt64) {
+            self.address = address
+            self.id = id
+        }
 
         /// What the other node has not taken: its frames not acknowledged, then its queue.
         var untaken: [PendingNotification] { unacknowledged.flatMap(\.batch) + queue }
+        /// The inbox entries it has not taken.
+        var untakenEntries: [SharedInboxEntry] { unacknowledged.flatMap(\.entries) + inbox }
 
         /// Nothing waits for a frame.
         var isIdle: Bool { queue.isEmpty && inbox.isEmpty }
@@ -79,13 +88,24 @@ final class NodeLinks: Service, Sendable {
     private struct State {
         var links: [String: Link] = [:]
         var ended = false
+        var nextID: UInt64 = 0
+
+        mutating func newLink(_ address: String) -> Link {
+            nextID += 1
+            return Link(address: address, id: nextID)
+        }
 
         /// `body` on the node's link in place (a copy taken out of the
         /// dictionary and put back would copy its queue at each change);
         /// nil when there is none.
-        mutating func withLink<T>(_ node: String, _ body: (inout Link) -> T) -> T? {
-            guard links[node] != nil else { return nil }
+        mutating func withLink<T>(_ node: String, id: UInt64? = nil, _ body: (inout Link) -> T) -> T? {
+            guard let link = links[node], id.map({ $0 == link.id }) ?? true else { return nil }
             return body(&links[node]!)
+        }
+
+        /// The node's link, if it is still the one of that id.
+        func link(_ node: String, id: UInt64) -> Link? {
+            links[node].flatMap { $0.id == id ? $0 : nil }
         }
     }
 
@@ -95,8 +115,10 @@ final class NodeLinks: Service, Sendable {
     private let metrics: ServerMetrics?
     private let logger: Logger
     private let state = Mutex(State())
-    private let starts: AsyncStream<(node: String, wake: AsyncStream<Void>)>
-    private let startInput: AsyncStream<(node: String, wake: AsyncStream<Void>)>.Continuation
+    /// A link to run: its node, its id, its wake-up.
+    private typealias Start = (node: String, id: UInt64, wake: AsyncStream<Void>)
+    private let starts: AsyncStream<Start>
+    private let startInput: AsyncStream<Start>.Continuation
     /// Where what cannot go directly goes: the store's queue (`Cluster.handOvers`).
     private let fallback: @Sendable ([HandedOver]) -> Void
     /// Every inbox entry this node keeps (`InboxExchange.ownKept`).
@@ -106,6 +128,9 @@ final class NodeLinks: Service, Sendable {
 
     /// Notifications, and inbox entries, in one frame at most.
     static let batchLimit = 2000
+    /// Inbox entries' bytes in one frame at most: with `batchLimit` pushes
+    /// of the largest payload, a frame stays under `HandOverFrames.maxLength`.
+    static let entryBytesLimit = 16 << 20
     /// Inbox entries waiting for one link at most: past it the oldest are
     /// dropped (the other node reads slower than this one records).
     static let inboxLimit = 100_000
@@ -132,17 +157,17 @@ final class NodeLinks: Service, Sendable {
     /// or at another address, loses its link (what it had not taken goes
     /// through the store); a new one's link starts, with the backlog.
     func update(_ addresses: [String: String]) {
-        let (stranded, started) = state.withLock { state -> ([HandedOver], [(String, AsyncStream<Void>)]) in
+        let (stranded, started) = state.withLock { state -> ([HandedOver], [Start]) in
             var stranded: [HandedOver] = []
             for (node, link) in state.links where addresses[node] != link.address {
                 link.wake?.finish()
                 stranded += link.untaken.map { HandedOver(node: node, pending: $0) }
                 state.links[node] = nil
             }
-            var started: [(String, AsyncStream<Void>)] = []
+            var started: [Start] = []
             for (node, address) in addresses where state.links[node] == nil {
-                var link = Link(address: address)
-                if !state.ended, let wake = link.wakeOrStart() { started.append((node, wake)) }
+                var link = state.newLink(address)
+                if !state.ended, let wake = link.wakeOrStart() { started.append((node, link.id, wake)) }
                 state.links[node] = link
             }
             return (stranded, started)
@@ -151,40 +176,40 @@ final class NodeLinks: Service, Sendable {
         fall(stranded)
     }
 
-    /// A node is left alone after a failure now: what is for it goes through the store.
-    var someUnreachable: Bool {
-        let now = ContinuousClock.now
-        return state.withLock { state in state.links.values.contains { $0.pausedUntil.map { now < $0 } ?? false } }
-    }
-
     /// Gives inbox entries to every other node: in each link's next frame.
-    /// A node left alone after a failure is skipped (the caller writes
-    /// them to the store, `someUnreachable`; its next link starts with the
-    /// backlog).
-    func share(_ entries: [SharedInboxEntry]) {
-        guard !entries.isEmpty else { return }
+    /// False when a node was skipped, left alone after a failure (or the
+    /// service ended): the caller writes them to the store (that node's
+    /// next link starts with the backlog).
+    @discardableResult
+    func share(_ entries: [SharedInboxEntry]) -> Bool {
+        guard !entries.isEmpty else { return true }
         let now = ContinuousClock.now
-        let (started, dropped) = state.withLock { state -> ([(String, AsyncStream<Void>)], Int) in
-            guard !state.ended else { return ([], 0) }
-            var started: [(String, AsyncStream<Void>)] = []
+        let (started, dropped, everyNode) = state.withLock { state -> ([Start], Int, Bool) in
+            guard !state.ended else { return ([], 0, false) }
+            var started: [Start] = []
             var dropped = 0
+            var everyNode = true
             for node in state.links.keys {
                 state.withLink(node) { link in
-                    guard link.pausedUntil.map({ now >= $0 }) ?? true else { return }
+                    guard link.pausedUntil.map({ now >= $0 }) ?? true else {
+                        everyNode = false
+                        return
+                    }
                     link.inbox += entries
                     if link.inbox.count > Self.inboxLimit {
                         dropped += link.inbox.count - Self.inboxLimit
                         link.inbox.removeFirst(link.inbox.count - Self.inboxLimit)
                     }
-                    if let wake = link.wakeOrStart() { started.append((node, wake)) }
+                    if let wake = link.wakeOrStart() { started.append((node, link.id, wake)) }
                 }
             }
-            return (started, dropped)
+            return (started, dropped, everyNode)
         }
         for start in started { startInput.yield(start) }
         if dropped > 0 {
             logger.warning("a node took inbox entries slower than this one recorded them; it misses some", metadata: ["courier.count": "\(dropped)"])
         }
+        return everyNode
     }
 
     /// Hands a push to `node` directly: in the link's next frame. False
@@ -192,23 +217,23 @@ final class NodeLinks: Service, Sendable {
     /// failure, the service ended): the caller uses the store.
     func handOver(_ pending: PendingNotification, to node: String) -> Bool {
         let now = ContinuousClock.now
-        let (taken, start) = state.withLock { state -> (Bool, AsyncStream<Void>?) in
+        let (taken, start) = state.withLock { state -> (Bool, Start?) in
             guard !state.ended else { return (false, nil) }
-            return state.withLink(node) { link -> (Bool, AsyncStream<Void>?) in
+            return state.withLink(node) { link -> (Bool, Start?) in
                 guard link.pausedUntil.map({ now >= $0 }) ?? true else { return (false, nil) }
                 link.queue.append(pending)
-                return (true, link.wakeOrStart())
+                return (true, link.wakeOrStart().map { (node, link.id, $0) })
             } ?? (false, nil)
         }
-        if let start { startInput.yield((node, start)) }
+        if let start { startInput.yield(start) }
         return taken
     }
 
     func run() async throws {
         await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
-                for await (node, wake) in starts {
-                    group.addTask { await self.link(node, wake: wake) }
+                for await (node, id, wake) in starts {
+                    group.addTask { await self.link(node, id: id, wake: wake) }
                 }
             }
         } onGracefulShutdown: {
@@ -239,8 +264,8 @@ final class NodeLinks: Service, Sendable {
     /// node, or the node's address changes; then what it had not taken
     /// goes through the store (and, when something was waiting, the node
     /// is left alone for `pause`).
-    private func link(_ node: String, wake: AsyncStream<Void>) async {
-        let address = state.withLock { $0.links[node]?.address }
+    private func link(_ node: String, id: UInt64, wake: AsyncStream<Void>) async {
+        let address = state.withLock { $0.link(node, id: id)?.address }
         var failure: (any Error)?
         var reached = false
         if let address {
@@ -248,18 +273,18 @@ final class NodeLinks: Service, Sendable {
                 let connection = try await connect(address)
                 reached = true
                 // A new link: the other node is given everything this node's inbox keeps first.
-                if state.withLock({ $0.links[node]?.backlogDue == true }) {
+                if state.withLock({ $0.link(node, id: id)?.backlogDue == true }) {
                     let kept = backlog()
                     state.withLock { state in
-                        state.withLink(node) { link in
-                            guard link.address == address, link.backlogDue else { return }
+                        state.withLink(node, id: id) { link in
+                            guard link.backlogDue else { return }
                             link.backlogDue = false
                             link.inbox = kept + link.inbox
                         }
                     }
                 }
                 do {
-                    try await exchange(with: node, on: connection, wake: wake)
+                    try await exchange(with: node, id: id, on: connection, wake: wake)
                 } catch {
                     failure = error
                 }
@@ -271,14 +296,12 @@ final class NodeLinks: Service, Sendable {
         let (stranded, strandedEntries, ended) = state.withLock { state -> ([PendingNotification], [SharedInboxEntry], Bool) in
             let ended = state.ended
             var strandedEntries: [SharedInboxEntry] = []
-            let stranded = state.withLink(node) { link -> [PendingNotification] in
-                guard link.address == address else { return [] }
+            let stranded = state.withLink(node, id: id) { link -> [PendingNotification] in
                 let stranded = link.untaken
                 link.unacknowledged = []
                 link.queue = []
-                // The entries not sent go through the store (those sent and not acknowledged
-                // are in the next link's backlog).
-                strandedEntries = link.inbox
+                // The entries it has not taken go through the store.
+                strandedEntries = link.untakenEntries
                 link.inbox = []
                 link.backlogDue = true
                 link.wake?.finish()
@@ -290,7 +313,7 @@ final class NodeLinks: Service, Sendable {
             } ?? []
             return (stranded, strandedEntries, ended)
         }
-        if !strandedEntries.isEmpty, !ended { inboxFallback(strandedEntries) }
+        if !strandedEntries.isEmpty { inboxFallback(strandedEntries) }
         if !stranded.isEmpty, !ended {
             logger.warning(
                 "a node could not be reached directly; its hand-overs go through the store for a while",
@@ -300,16 +323,16 @@ final class NodeLinks: Service, Sendable {
     }
 
     /// The stream's two ways and its watch, until one of them ends.
-    private func exchange(with node: String, on connection: HTTP2Connection, wake: AsyncStream<Void>) async throws {
+    private func exchange(with node: String, id: UInt64, on connection: HTTP2Connection, wake: AsyncStream<Void>) async throws {
         let headers: [(name: String, value: String, indexing: HPACKIndexing)] = [
             (":method", "POST", .indexable), (":scheme", "https", .indexable), (":path", NodeListener.handOverPath, .indexable),
             (":authority", "courier-node", .indexable), ("content-type", "application/octet-stream", .indexable),
         ]
         try await connection.withStream(headers) { inbound, outbound in
             try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask { try await self.write(to: node, outbound, wake: wake) }
-                group.addTask { try await self.readAcknowledgements(of: node, inbound) }
-                group.addTask { try await self.watch(node) }
+                group.addTask { try await self.write(to: node, id: id, outbound, wake: wake) }
+                group.addTask { try await self.readAcknowledgements(of: node, id: id, inbound) }
+                group.addTask { try await self.watch(node, id: id) }
                 do {
                     try await group.next()
                 } catch {
@@ -328,12 +351,14 @@ final class NodeLinks: Service, Sendable {
     /// frames sent to be acknowledged (the watch gives up on them after
     /// `limit`), so that what the other node took does not go through the
     /// store as well, and ends.
-    private func write(to node: String, _ outbound: NIOAsyncChannelOutboundWriter<HTTP2Frame.FramePayload>, wake: AsyncStream<Void>) async throws {
+    private func write(
+        to node: String, id: UInt64, _ outbound: NIOAsyncChannelOutboundWriter<HTTP2Frame.FramePayload>, wake: AsyncStream<Void>
+    ) async throws {
         var sequence: UInt64 = 0
         for await _ in wake {
             while true {
                 let frame = state.withLock { state -> (batch: [PendingNotification], inbox: [SharedInboxEntry])? in
-                    state.withLink(node) { link -> (batch: [PendingNotification], inbox: [SharedInboxEntry])? in
+                    state.withLink(node, id: id) { link -> (batch: [PendingNotification], inbox: [SharedInboxEntry])? in
                         // Nothing to send, or enough frames waiting for their acknowledgement: what comes
                         // meanwhile goes in one frame once one is acknowledged (a few large frames under load,
                         // not many small ones).
@@ -343,9 +368,16 @@ final class NodeLinks: Service, Sendable {
                         }
                         let batch = Array(link.queue.prefix(Self.batchLimit))
                         link.queue.removeFirst(batch.count)
-                        let inbox = Array(link.inbox.prefix(Self.batchLimit))
-                        link.inbox.removeFirst(inbox.count)
-                        link.unacknowledged.append((sequence + 1, batch, inbox.count, ContinuousClock.now))
+                        // Entries up to `batchLimit`, and `entryBytesLimit` of them (at least one).
+                        var (count, bytes) = (0, 0)
+                        for entry in link.inbox.prefix(Self.batchLimit) {
+                            bytes += entry.bytes.count + entry.node.utf8.count + 16
+                            if count > 0, bytes > Self.entryBytesLimit { break }
+                            count += 1
+                        }
+                        let inbox = Array(link.inbox.prefix(count))
+                        link.inbox.removeFirst(count)
+                        link.unacknowledged.append((sequence + 1, batch, inbox, ContinuousClock.now))
                         return (batch, inbox)
                     } ?? nil
                 }
@@ -355,11 +387,11 @@ final class NodeLinks: Service, Sendable {
             }
         }
         // Only at a stop, or when the node's address changed (its link gone: nothing to wait for).
-        while state.withLock({ $0.links[node]?.unacknowledged.isEmpty == false }) { try await Task.sleep(for: .milliseconds(5)) }
+        while state.withLock({ $0.link(node, id: id)?.unacknowledged.isEmpty == false }) { try await Task.sleep(for: .milliseconds(5)) }
     }
 
     /// Takes the other node's acknowledgements: each frame acknowledged is done.
-    private func readAcknowledgements(of node: String, _ inbound: NIOAsyncChannelInboundStream<HTTP2Frame.FramePayload>) async throws {
+    private func readAcknowledgements(of node: String, id: UInt64, _ inbound: NIOAsyncChannelInboundStream<HTTP2Frame.FramePayload>) async throws {
         var pending = ByteBuffer()
         for try await frame in inbound {
             switch frame {
@@ -371,11 +403,11 @@ final class NodeLinks: Service, Sendable {
                 var (done, entries) = (0, 0)
                 while let sequence = pending.readInteger(as: UInt64.self) {
                     let (pushes, shared) = state.withLock { state -> (Int, Int) in
-                        state.withLink(node) { link -> (Int, Int) in
+                        state.withLink(node, id: id) { link -> (Int, Int) in
                             var count = (0, 0)
                             while let first = link.unacknowledged.first, first.sequence <= sequence {
                                 count.0 += first.batch.count
-                                count.1 += first.entries
+                                count.1 += first.entries.count
                                 link.unacknowledged.removeFirst()
                             }
                             if link.writerWaits == .acknowledgement {
@@ -402,10 +434,10 @@ final class NodeLinks: Service, Sendable {
     }
 
     /// Fails the link when its oldest frame waits longer than `limit`.
-    private func watch(_ node: String) async throws {
+    private func watch(_ node: String, id: UInt64) async throws {
         while true {
             try await Task.sleep(for: limit / 4)
-            let oldest = state.withLock { $0.links[node]?.unacknowledged.first?.sent }
+            let oldest = state.withLock { $0.link(node, id: id)?.unacknowledged.first?.sent }
             if let oldest, ContinuousClock.now - oldest > limit { throw NodeLinkError("no acknowledgement within \(limit)") }
         }
     }
