@@ -99,7 +99,8 @@ final class NodeLinks: Service, Sendable {
         /// dictionary and put back would copy its queue at each change);
         /// nil when there is none.
         mutating func withLink<T>(_ node: String, id: UInt64? = nil, _ body: (inout Link) -> T) -> T? {
-            guard let link = links[node], id.map({ $0 == link.id }) ?? true else { return nil }
+            // Only the id is read first: a copy of the link held during `body` would make every change copy its queue.
+            guard let current = links[node]?.id, id.map({ $0 == current }) ?? true else { return nil }
             return body(&links[node]!)
         }
 
