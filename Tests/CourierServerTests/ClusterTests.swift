@@ -536,7 +536,8 @@ struct ClusterTests {
     /// Two nodes that give their inboxes to each other on their streams,
     /// and a third that joins with direct hand-over off (it cannot be
     /// linked to): it reads what they kept before it came from the store,
-    /// and what comes after; each entry listed once on every node.
+    /// and what comes after; each entry listed once on every node; what a
+    /// node received just before it stopped is listed by the others.
     @Test func aNodeThatCannotBeLinkedToGetsTheInboxThroughTheStore() async throws {
         let nodes = try await Nodes.start(["node-a", "node-b"])
         defer { nodes.kill() }
@@ -568,7 +569,15 @@ struct ClusterTests {
             let listed = try await payloads(name)
             #expect(once, "\(name) lists each entry once: \(listed)")
         }
+        try await refused("last")
         await onA.close()
+        nodes.nodes["node-a"]?.program.signal(SIGTERM)
+        #expect(await nodes.nodes["node-a"]?.program.waitForExit() == 0)
+        nodes.nodes["node-a"] = nil
+        for name in ["node-b", "node-c"] {
+            let last = try await nodes.eventually { try await payloads(name).contains(#"{"aps":{"alert":"last"}}"#) }
+            #expect(last, "\(name) lists what node-a received just before it stopped")
+        }
         #expect(await nodes.stop(), "every node stops cleanly")
     }
 

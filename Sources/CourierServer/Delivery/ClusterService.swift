@@ -40,6 +40,9 @@ struct ClusterService: Service {
                 if let unshared = cluster.inbox.unsharedEntries {
                     group.addTask {
                         for await _ in unshared {
+                            // Stopping: what is left goes with the node's leaving (`Cluster.stop`), whose
+                            // writes are not cancelled; taken here, a cancelled write would lose it.
+                            if Task.isCancelled { break }
                             await cluster.shareInbox()
                             try? await Task.sleep(for: Cluster.inboxLinger)
                         }
