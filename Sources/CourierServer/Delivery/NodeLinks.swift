@@ -13,7 +13,8 @@ import Synchronization
 /// (docs/operations.md): to each node one HTTP/2 connection, with mutual
 /// TLS on the cluster authority's certificates, and on it one
 /// `POST /v1/handover` kept open, a stream each way (`HandOverFrames`),
-/// made when the first push for that node comes. A push goes out at once
+/// made when the node's address is first read (`update`), and again at
+/// the next push or inbox batch after it ended. A push goes out at once
 /// in a frame, with whatever came for that node meanwhile, while fewer
 /// than `framesInFlight` frames wait for their acknowledgement (else with
 /// the next frame, once one is acknowledged); the other node
@@ -26,8 +27,10 @@ import Synchronization
 /// (`backlog`: the other node takes each entry once, `InboxExchange`); a
 /// link that fails or stops gives the entries the other node has not
 /// acknowledged to `inboxFallback` (the store's shared inbox), and the
-/// next starts with the backlog again. A service of the application's group: each link is a
-/// child task of its task group.
+/// next starts with the backlog again; entries past `inboxLimit` on a
+/// link that takes them slower than they come go there too (oldest
+/// first: whatever team's they are, none is dropped). A service of the
+/// application's group: each link is a child task of its task group.
 final class NodeLinks: Service, Sendable {
     /// A node's address, its pushes waiting for a frame, its frames
     /// waiting for their acknowledgement, and whether its link runs.
@@ -132,8 +135,8 @@ final class NodeLinks: Service, Sendable {
     /// Inbox entries' bytes in one frame at most: with `batchLimit` pushes
     /// of the largest payload, a frame stays under `HandOverFrames.maxLength`.
     static let entryBytesLimit = 16 << 20
-    /// Inbox entries waiting for one link at most: past it the oldest are
-    /// dropped (the other node reads slower than this one records).
+    /// Inbox entries waiting for one link at most: past it the oldest go
+    /// through the store (the other node reads slower than this one records).
     static let inboxLimit = 100_000
     /// Frames sent and not yet acknowledged at most, on one link.
     static let framesInFlight = 2
@@ -185,10 +188,10 @@ final class NodeLinks: Service, Sendable {
     func share(_ entries: [SharedInboxEntry]) -> Bool {
         guard !entries.isEmpty else { return true }
         let now = ContinuousClock.now
-        let (started, dropped, everyNode) = state.withLock { state -> ([Start], Int, Bool) in
-            guard !state.ended else { return ([], 0, false) }
+        let (started, overflow, everyNode) = state.withLock { state -> ([Start], [SharedInboxEntry], Bool) in
+            guard !state.ended else { return ([], [], false) }
             var started: [Start] = []
-            var dropped = 0
+            var overflow: [SharedInboxEntry] = []
             var everyNode = true
             for node in state.links.keys {
                 state.withLink(node) { link in
@@ -198,17 +201,20 @@ final class NodeLinks: Service, Sendable {
                     }
                     link.inbox += entries
                     if link.inbox.count > Self.inboxLimit {
-                        dropped += link.inbox.count - Self.inboxLimit
+                        overflow += link.inbox.prefix(link.inbox.count - Self.inboxLimit)
                         link.inbox.removeFirst(link.inbox.count - Self.inboxLimit)
                     }
                     if let wake = link.wakeOrStart() { started.append((node, link.id, wake)) }
                 }
             }
-            return (started, dropped, everyNode)
+            return (started, overflow, everyNode)
         }
         for start in started { startInput.yield(start) }
-        if dropped > 0 {
-            logger.warning("a node took inbox entries slower than this one recorded them; it misses some", metadata: ["courier.count": "\(dropped)"])
+        if !overflow.isEmpty {
+            logger.warning(
+                "a node took inbox entries slower than this one recorded them; the oldest go through the store",
+                metadata: ["courier.count": "\(overflow.count)"])
+            inboxFallback(overflow)
         }
         return everyNode
     }
