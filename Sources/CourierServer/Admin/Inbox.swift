@@ -292,10 +292,13 @@ public final class NotificationInbox: Sendable {
 
     /// Another node is alive: what this node recorded and keeps, and
     /// everything it records from now on, is to be shared (`takeUnshared`).
-    func startSharing() {
-        guard sharingSignal != nil else { return }
+    /// True when what it kept now waits to be shared (sharing began, with entries kept).
+    @discardableResult
+    func startSharing() -> Bool {
+        guard sharingSignal != nil else { return false }
         let backlog = state.withLock { $0.rings.startSharing() }
         if backlog { sharingSignal?.yield() }
+        return backlog
     }
 
     /// No other node is alive: nothing is shared until one is.

@@ -339,9 +339,10 @@ final class Cluster: Sendable {
             return [.readInbox]
         case .joined:
             guard fromAnother else { break }
-            // Until its address is read (next beat), the node that joined reads the store: what this node keeps goes there.
-            if inboxExchange.setThroughStore(true) { send(.storeInbox(inboxExchange.ownKept())) }
-            inbox.startSharing()
+            // Until its address is read (next beat), the node that joined reads the store: what this node keeps
+            // goes there (with the sharing's first batch, when sharing begins now).
+            let throughStoreNow = inboxExchange.setThroughStore(true)
+            if !inbox.startSharing(), throughStoreNow { send(.storeInbox(inboxExchange.ownKept())) }
         case .inboxCleared(_, let upTo):
             guard fromAnother else { break }
             inbox.clear(upTo: upTo)
@@ -444,8 +445,13 @@ final class Cluster: Sendable {
             unlinked = alive.contains { addresses[$0] == nil }
             links.update(addresses)
         }
-        if inboxExchange.setThroughStore(unlinked) { send(.storeInbox(inboxExchange.ownKept())) }
-        if alive.isEmpty { inbox.stopSharing() } else { inbox.startSharing() }
+        let throughStoreNow = inboxExchange.setThroughStore(unlinked)
+        if alive.isEmpty {
+            inbox.stopSharing()
+        } else if !inbox.startSharing(), throughStoreNow {
+            // What this node keeps went on the links alone: the store gets it (sharing's first batch has it otherwise).
+            send(.storeInbox(inboxExchange.ownKept()))
+        }
     }
 
     /// Records every device connected here again, each with a new
