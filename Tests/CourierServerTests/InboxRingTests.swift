@@ -1,5 +1,7 @@
 import CourierCore
+import CourierWire
 import Foundation
+import NIOCore
 import NIOHPACK
 import Testing
 
@@ -170,6 +172,82 @@ import Testing
         after = []
         ring.forEach(after: 5) { after.append($0.sequence); return true }
         #expect(after.isEmpty)
+    }
+}
+
+/// A read's entries encoded as they are decided (`InboxBatch`): a binary
+/// frame's entry written from the frame is the entry of the record the
+/// gateway would make of it, and a batch lands in each team's ring in order.
+@Suite struct InboxBatchTests {
+    let source = InboxSource(topic: "com.example.demo", provider: "certificate 0a1b", teamID: "TEAMA", connection: "[IPv4]127.0.0.1/127.0.0.1:5000")
+
+    func frame(_ n: Int, command: UInt8 = 2, payload: Int = 40) -> BinaryNotificationFrame {
+        BinaryNotificationFrame(
+            command: command, token: ByteBuffer(bytes: (0..<32).map { UInt8(($0 + n) % 256) }),
+            payload: ByteBuffer(bytes: Array(repeating: UInt8(ascii: "p"), count: payload)), identifier: UInt32(n),
+            expiry: n % 2 == 0 ? UInt32(1_800_000_000 + n) : nil, priority: command == 2 && n % 3 != 0 ? 10 : nil)
+    }
+
+    func record(_ frame: BinaryNotificationFrame, id: UUID, outcome: InboxOutcome, at date: Date, source: InboxSource) -> InboxRecord {
+        InboxRecord(
+            receivedAt: date, interface: .binary, environment: .sandbox, id: .uuid(id), token: Array(buffer: frame.token), topic: source.topic,
+            provider: source.provider, teamID: source.teamID, connection: source.connection, received: .binary(BinaryFrameFields(frame)),
+            payload: Array(buffer: frame.payload), outcome: outcome, fault: nil)
+    }
+
+    @Test(arguments: [
+        (UInt8(2), 40, InboxOutcome.accepted), (1, 0, .refused(status: 8, reason: "InvalidToken")), (0, 20_000, .refused(status: nil, reason: "Unregistered")),
+    ])
+    func aFramesEntryIsTheEntryOfItsRecord(command: UInt8, payload: Int, outcome: InboxOutcome) {
+        let date = Date(timeIntervalSince1970: 1_750_000_000.5)
+        let id = UUID()
+        for n in [1, 2, 3] {
+            let frame = frame(n, command: command, payload: payload)
+            var fromFrame = InboxBatch()
+            fromFrame.append(frame, id: id, source: source, outcome: outcome, receivedAt: date, environment: .sandbox)
+            var fromRecord = InboxBatch()
+            fromRecord.append(record(frame, id: id, outcome: outcome, at: date, source: source))
+            #expect(fromFrame.entries.map(\.size) == fromRecord.entries.map(\.size))
+            #expect(fromFrame.bytes?.readableBytesView.elementsEqual(fromRecord.bytes!.readableBytesView) == true)
+        }
+        let nobody = InboxSource(topic: "t", provider: nil, teamID: nil, connection: nil)
+        var fromFrame = InboxBatch()
+        fromFrame.append(frame(4), id: id, source: nobody, outcome: outcome, receivedAt: date, environment: .sandbox)
+        var fromRecord = InboxBatch()
+        fromRecord.append(record(frame(4), id: id, outcome: outcome, at: date, source: nobody))
+        #expect(fromFrame.bytes?.readableBytesView.elementsEqual(fromRecord.bytes!.readableBytesView) == true)
+    }
+
+    @Test func aBatchLandsInItsTeamsRingsInOrder() {
+        let inbox = NotificationInbox(capacity: 2, maxAge: 3600, clock: ManualWallClock(Date(timeIntervalSince1970: 1_750_000_000)))
+        let other = InboxSource(topic: "com.example.other", provider: "certificate 0c", teamID: "TEAMB", connection: nil)
+        var batch = InboxBatch()
+        let date = Date(timeIntervalSince1970: 1_750_000_000)
+        for n in 1...5 {
+            batch.append(frame(n), id: UUID(), source: n == 3 ? other : source, outcome: .accepted, receivedAt: date, environment: .sandbox)
+        }
+        inbox.record(batch)
+        batch.removeAll()
+        #expect(batch.isEmpty && batch.teams.isEmpty)
+        // Capacity 2 per team: TEAMA keeps its newest two (frames 4 and 5), TEAMB its one (frame 3).
+        let entries = inbox.list(InboxFilter(), limit: 10).entries
+        #expect(entries.map(\.sequence) == [3, 4, 5])
+        #expect(entries.map(\.teamID) == ["TEAMB", "TEAMA", "TEAMA"])
+        #expect(entries.map { $0.headers.first { $0.name == "identifier" }?.value } == ["3", "4", "5"])
+        #expect(entries[1].token == (0..<32).map { UInt8(($0 + 4) % 256) })
+        #expect(entries[1].connection == source.connection && entries[1].provider == "certificate 0a1b")
+        #expect(inbox.list(InboxFilter(teamID: "TEAMA"), limit: 10).entries.count == 2)
+    }
+
+    @Test func aLargeBatchsStorageIsGivenBack() {
+        var batch = InboxBatch()
+        for n in 1...40 { batch.append(frame(n, payload: 16_000), id: UUID(), source: source, outcome: .accepted, receivedAt: Date(), environment: .sandbox) }
+        #expect(batch.bytes!.capacity > 256 * 1024)
+        batch.removeAll()
+        #expect(batch.bytes == nil)
+        batch.append(frame(1), id: UUID(), source: source, outcome: .accepted, receivedAt: Date(), environment: .sandbox)
+        batch.removeAll()
+        #expect(batch.bytes?.readableBytes == 0, "a small one is kept, emptied")
     }
 }
 

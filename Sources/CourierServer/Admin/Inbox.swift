@@ -255,16 +255,23 @@ public final class NotificationInbox: Sendable {
 
     /// Records one notification.
     func record(_ record: InboxRecord) {
-        self.record(CollectionOfOne(record))
+        guard capacity > 0 else { return }
+        writing { $0.write(record) }
     }
 
-    /// Records notifications in order, under one lock.
-    func record(_ records: some Collection<InboxRecord>) {
-        guard capacity > 0, !records.isEmpty else { return }
+    /// Records a batch's notifications in order, under one lock.
+    func record(_ batch: InboxBatch) {
+        guard capacity > 0, !batch.isEmpty else { return }
+        writing { $0.write(batch) }
+    }
+
+    /// Writes under the lock, then wakes the waiters the new entries answer
+    /// and tells the sharing there is something to share.
+    private func writing(_ write: (inout InboxRings) -> Void) {
         var shared = false
         let woken = state.withLock { state -> [(CheckedContinuation<InboxEntry?, Never>, InboxEntry)] in
             let first = state.rings.lastSequence + 1
-            for record in records { state.rings.write(record) }
+            write(&state.rings)
             shared = state.rings.sharing
             return Self.waitersWoken(&state, from: first)
         }

@@ -1,4 +1,5 @@
 import CourierCore
+import CourierWire
 import Foundation
 import NIOCore
 import NIOHPACK
@@ -25,6 +26,26 @@ struct InboxRecord {
     /// The node that received it (several nodes): written only for
     /// another node's entry; read back as this node for its own.
     var node: String? = nil
+}
+
+/// Who sent a connection's notifications and for which topic, as the
+/// inbox records them: the same for every frame of a binary connection,
+/// so written as bytes once (`encoded`) and copied into each entry.
+final class InboxSource: Sendable {
+    let topic: String?
+    let provider: String?
+    let teamID: String?
+    let connection: String?
+    /// The four as `InboxRing` writes them, one after another.
+    let encoded: [UInt8]
+
+    init(topic: String?, provider: String?, teamID: String?, connection: String?) {
+        self.topic = topic
+        self.provider = provider
+        self.teamID = teamID
+        self.connection = connection
+        encoded = InboxRing.encoded(strings: [topic, provider, teamID, connection])
+    }
 }
 
 /// One team's inbox entries as bytes (`InboxRings` keeps one per team), in
@@ -79,6 +100,13 @@ struct InboxRing {
         let (chunk, offset) = room(for: size)
         Self.encode(record, size: size, into: &chunks[chunk])
         slots.append(Slot(sequence: sequence, chunk: chunk, offset: offset, receivedAt: record.receivedAt))
+    }
+
+    /// Writes one entry encoded before (`InboxBatch`) under `sequence`.
+    mutating func write(encoded bytes: UnsafeRawBufferPointer, receivedAt: Date, sequence: UInt64) {
+        let (chunk, offset) = room(for: bytes.count)
+        chunks[chunk].writeBytes(bytes)
+        slots.append(Slot(sequence: sequence, chunk: chunk, offset: offset, receivedAt: receivedAt))
     }
 
     /// The encoded form of the entries written here, for the other nodes'
@@ -246,30 +274,44 @@ struct InboxRing {
     // MARK: Bytes
 
     /// The exact size `encode` writes.
-    private static func size(of record: InboxRecord) -> Int {
-        var size = 8 + 1 + 1
-        switch record.id {
-        case .uuid: size += 1 + 16
-        case .text(let text): size += 1 + string(text)
-        }
+    static func size(of record: InboxRecord) -> Int {
+        var size = headSize(record.id)
         size += 2 + min(record.token?.count ?? 0, 0xFFFE)
         size += string(record.topic) + string(record.provider) + string(record.teamID) + string(record.connection)
         switch record.received {
         case .http2(let headers):
             size += 1 + 2
             recordedHeaders(headers) { name, value in size += string(name) + string(value) }
-        case .binary: size += 1 + 1 + 4 + 5 + 2
+        case .binary: size += binaryFieldsSize
         case .malformed(_, let detail): size += 1 + 4 + string(detail)
         }
         size += 4 + min(record.payload.count, maxPayload)
-        switch record.outcome {
+        size += tailSize(outcome: record.outcome, fault: record.fault, uniqueID: record.uniqueID, node: record.node)
+        return size
+    }
+
+    /// The size of what `RawWriter.head` writes.
+    private static func headSize(_ id: InboxID) -> Int {
+        switch id {
+        case .uuid: uuidHeadSize
+        case .text(let text): 8 + 1 + 1 + 1 + string(text)
+        }
+    }
+
+    /// The size of what `RawWriter.head` writes for an id that is a UUID.
+    private static let uuidHeadSize = 8 + 1 + 1 + 1 + 16
+
+    /// The size of what `RawWriter.binary` writes.
+    private static let binaryFieldsSize = 1 + 1 + 4 + 5 + 2
+
+    /// The size of what `RawWriter.tail` writes.
+    private static func tailSize(outcome: InboxOutcome, fault: String?, uniqueID: UUID?, node: String?) -> Int {
+        var size = 0
+        switch outcome {
         case .accepted: size += 1
         case .refused(_, let reason): size += 1 + 5 + string(reason)
         }
-        size += string(record.fault)
-        size += 1 + (record.uniqueID == nil ? 0 : 16)
-        size += string(record.node)
-        return size
+        return size + string(fault) + 1 + (uniqueID == nil ? 0 : 16) + string(node)
     }
 
     /// The headers as recorded, in order: the authorization header's
@@ -285,6 +327,16 @@ struct InboxRing {
         }
     }
 
+    /// `strings` as `encode` writes them, one after another.
+    static func encoded(strings: [String?]) -> [UInt8] {
+        let size = strings.reduce(0) { $0 + string($1) }
+        return [UInt8](unsafeUninitializedCapacity: size) { raw, count in
+            var out = RawWriter(base: UnsafeMutableRawPointer(raw.baseAddress!))
+            for text in strings { out.string(text) }
+            count = out.offset
+        }
+    }
+
     /// A string's size: a 16-bit length (0xFFFF: none) and its UTF-8, cut at 0xFFFE bytes.
     private static func string(_ text: String?) -> Int {
         2 + min(text?.utf8.count ?? 0, 0xFFFE)
@@ -296,25 +348,13 @@ struct InboxRing {
     }
 
     /// Writes the entry's `size` bytes in one go (one uniqueness check of
-    /// the chunk, then plain stores), in the byte order `decode` reads.
-    private static func encode(_ record: InboxRecord, size: Int, into buffer: inout ByteBuffer) {
+    /// the buffer, then plain stores), in the byte order `decode` reads.
+    static func encode(_ record: InboxRecord, size: Int, into buffer: inout ByteBuffer) {
         buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: size) { raw in
             var out = RawWriter(base: raw.baseAddress!)
-            out.integer(record.receivedAt.timeIntervalSince1970.bitPattern)
-            out.integer(record.interface == .http2 ? UInt8(0) : 1)
-            out.integer(record.environment == .production ? UInt8(0) : 1)
-            switch record.id {
-            case .uuid(let uuid):
-                out.integer(UInt8(1))
-                withUnsafeBytes(of: uuid.uuid) { out.bytes($0) }
-            case .text(let text):
-                out.integer(UInt8(0))
-                out.string(text)
-            }
+            out.head(receivedAt: record.receivedAt, interface: record.interface, environment: record.environment, id: record.id)
             if let token = record.token {
-                let length = min(token.count, 0xFFFE)
-                out.integer(UInt16(length))
-                token.withUnsafeBytes { out.bytes(UnsafeRawBufferPointer(rebasing: $0.prefix(length))) }
+                token.withUnsafeBytes { out.token($0) }
             } else {
                 out.integer(UInt16.max)
             }
@@ -335,39 +375,42 @@ struct InboxRing {
                 }
                 out.integer(written, at: countAt)
             case .binary(let fields):
-                out.integer(UInt8(1))
-                out.integer(fields.command)
-                out.integer(fields.identifier)
-                out.integer(fields.expiry == nil ? UInt8(0) : 1)
-                out.integer(fields.expiry ?? 0)
-                out.integer(fields.priority == nil ? UInt8(0) : 1)
-                out.integer(fields.priority ?? 0)
+                out.binary(fields)
             case .malformed(let identifier, let detail):
                 out.integer(UInt8(2))
                 out.integer(identifier)
                 out.string(detail)
             }
-            let length = min(record.payload.count, maxPayload)
-            out.integer(UInt32(length))
-            record.payload.withUnsafeBytes { out.bytes(UnsafeRawBufferPointer(rebasing: $0.prefix(length))) }
-            switch record.outcome {
-            case .accepted:
-                out.integer(UInt8(0))
-            case .refused(let status, let reason):
-                out.integer(UInt8(1))
-                out.integer(status == nil ? UInt8(0) : 1)
-                out.integer(Int32(status ?? 0))
-                out.string(reason)
-            }
-            out.string(record.fault)
-            if let uniqueID = record.uniqueID {
-                out.integer(UInt8(1))
-                withUnsafeBytes(of: uniqueID.uuid) { out.bytes($0) }
-            } else {
-                out.integer(UInt8(0))
-            }
-            out.string(record.node)
+            record.payload.withUnsafeBytes { out.payload($0) }
+            out.tail(outcome: record.outcome, fault: record.fault, uniqueID: record.uniqueID, node: record.node)
             assert(out.offset == size, "size(of:) and encode disagree")
+            return out.offset
+        }
+    }
+
+    /// The size `encode(_:id:source:outcome:receivedAt:environment:into:)` writes.
+    static func size(of frame: BinaryNotificationFrame, source: InboxSource, outcome: InboxOutcome) -> Int {
+        uuidHeadSize + 2 + min(frame.token.readableBytes, 0xFFFE) + source.encoded.count + binaryFieldsSize
+            + 4 + min(frame.payload.readableBytes, maxPayload) + tailSize(outcome: outcome, fault: nil, uniqueID: nil, node: nil)
+    }
+
+    /// A binary notification's entry, written from its frame and its
+    /// connection's `source` as `encode` writes the record the gateway
+    /// would make of them (`InboxRecord` with `.binary` fields), without
+    /// making one.
+    static func encode(
+        _ frame: BinaryNotificationFrame, id: UUID, source: InboxSource, outcome: InboxOutcome, receivedAt: Date, environment: Environment, size: Int,
+        into buffer: inout ByteBuffer
+    ) {
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: size) { raw in
+            var out = RawWriter(base: raw.baseAddress!)
+            out.head(receivedAt: receivedAt, interface: .binary, environment: environment, id: .uuid(id))
+            frame.token.withUnsafeReadableBytes { out.token($0) }
+            source.encoded.withUnsafeBytes { out.bytes($0) }
+            out.binary(BinaryFrameFields(frame))
+            frame.payload.withUnsafeReadableBytes { out.payload($0) }
+            out.tail(outcome: outcome, fault: nil, uniqueID: nil, node: nil)
+            assert(out.offset == size, "size(of:source:outcome:) and encode disagree")
             return out.offset
         }
     }
@@ -390,6 +433,67 @@ struct InboxRing {
             guard let source = bytes.baseAddress, !bytes.isEmpty else { return }
             (base + offset).copyMemory(from: source, byteCount: bytes.count)
             offset += bytes.count
+        }
+
+        /// When, where and under which id it was received.
+        mutating func head(receivedAt: Date, interface: ProviderInterface, environment: Environment, id: InboxID) {
+            integer(receivedAt.timeIntervalSince1970.bitPattern)
+            integer(interface == .http2 ? UInt8(0) : 1)
+            integer(environment == .production ? UInt8(0) : 1)
+            switch id {
+            case .uuid(let uuid):
+                integer(UInt8(1))
+                withUnsafeBytes(of: uuid.uuid) { bytes($0) }
+            case .text(let text):
+                integer(UInt8(0))
+                string(text)
+            }
+        }
+
+        /// A token: a 16-bit length and its bytes, cut at 0xFFFE.
+        mutating func token(_ token: UnsafeRawBufferPointer) {
+            let length = min(token.count, 0xFFFE)
+            integer(UInt16(length))
+            bytes(UnsafeRawBufferPointer(rebasing: token.prefix(length)))
+        }
+
+        /// A binary frame's fields.
+        mutating func binary(_ fields: BinaryFrameFields) {
+            integer(UInt8(1))
+            integer(fields.command)
+            integer(fields.identifier)
+            integer(fields.expiry == nil ? UInt8(0) : 1)
+            integer(fields.expiry ?? 0)
+            integer(fields.priority == nil ? UInt8(0) : 1)
+            integer(fields.priority ?? 0)
+        }
+
+        /// A payload: a 32-bit length and its bytes, cut at `maxPayload`.
+        mutating func payload(_ payload: UnsafeRawBufferPointer) {
+            let length = min(payload.count, maxPayload)
+            integer(UInt32(length))
+            bytes(UnsafeRawBufferPointer(rebasing: payload.prefix(length)))
+        }
+
+        /// The outcome, the fault rule, the unique id and the node.
+        mutating func tail(outcome: InboxOutcome, fault: String?, uniqueID: UUID?, node: String?) {
+            switch outcome {
+            case .accepted:
+                integer(UInt8(0))
+            case .refused(let status, let reason):
+                integer(UInt8(1))
+                integer(status == nil ? UInt8(0) : 1)
+                integer(Int32(status ?? 0))
+                string(reason)
+            }
+            string(fault)
+            if let uniqueID {
+                integer(UInt8(1))
+                withUnsafeBytes(of: uniqueID.uuid) { bytes($0) }
+            } else {
+                integer(UInt8(0))
+            }
+            string(node)
         }
 
         /// A 16-bit length (0xFFFF: none) and the UTF-8, cut at 0xFFFE bytes.

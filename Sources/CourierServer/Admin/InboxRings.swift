@@ -53,6 +53,20 @@ struct InboxRings {
         return lastSequence
     }
 
+    /// Writes a batch's entries, in order, each into its team's ring.
+    mutating func write(_ batch: InboxBatch) {
+        guard let buffer = batch.bytes else { return }
+        buffer.withUnsafeReadableBytes { raw in
+            for entry in batch.entries {
+                let index = index(of: batch.teams[entry.team])
+                let bytes = UnsafeRawBufferPointer(rebasing: raw[entry.offset..<entry.offset + entry.size])
+                lastSequence += 1
+                teams[index].ring.write(encoded: bytes, receivedAt: entry.receivedAt, sequence: lastSequence)
+                if sharing { keepUnshared(NotificationInbox.SharedEntry(sequence: lastSequence, bytes: Array(bytes)), in: index) }
+            }
+        }
+    }
+
     /// Writes an entry another node received (`InboxRing.lastEncoded`
     /// there) into its team's ring; false when the bytes are not an entry's.
     mutating func write(shared bytes: [UInt8], from node: String) -> Bool {

@@ -72,7 +72,7 @@ final class BinaryGateway: ListenerInterface {
     /// What one read's frames came to, recorded and counted once the read
     /// is handled.
     struct ReadOutcomes {
-        var entries: [InboxRecord] = []
+        var entries = InboxBatch()
         var accepted = 0
     }
 
@@ -117,7 +117,7 @@ final class BinaryGateway: ListenerInterface {
     /// once); what waits goes on from the notification
     /// (`decideAfterWaiting`), nothing is decided twice.
     fileprivate func decide(
-        _ frame: BinaryNotificationFrame, grant: TopicGrant, sender: BinaryProviderConnection?, now: Date, read: inout ReadOutcomes
+        _ frame: BinaryNotificationFrame, grant: TopicGrant, sender: BinaryProviderConnection?, source: InboxSource, now: Date, read: inout ReadOutcomes
     ) -> Admission {
         let notification: PushNotification
         do {
@@ -125,24 +125,27 @@ final class BinaryGateway: ListenerInterface {
         } catch {
             received(.refused(status: Int(error.status.rawValue), reason: error.status.meaning), into: &read) {
                 entry(
-                    BinaryFrameFields(frame), token: Array(buffer: frame.token), topic: grant.topic, payload: Array(buffer: frame.payload), apnsID: nil,
-                    sender: sender, outcome: $0, now: now)
+                    BinaryFrameFields(frame), token: Array(buffer: frame.token), payload: Array(buffer: frame.payload), apnsID: nil, source: source,
+                    outcome: $0, now: now)
             }
             return .decided(.failure(error))
         }
         if faults.isActive, let owned = dispatcher.owned(notification, environment: environment, grant: grant, now: now),
             let rule = faults.take(FaultRequest(owned, interface: .binary, identity: sender?.identity), now: now)
         {
-            return fault(rule, frame: frame, notification: notification, owned: owned, sender: sender, now: now, read: &read)
+            return fault(rule, frame: frame, notification: notification, owned: owned, source: source, now: now, read: &read)
         }
         switch dispatcher.admit(notification, environment: environment, grant: grant, now: now) {
         case .waits(let decide):
             return .waits(notification, delay: nil, fault: nil, admission: .waits(decide: decide))
         case .decided(let result, let durable):
-            received(Self.outcome(of: result), into: &read) {
-                entry(BinaryFrameFields(frame), notification, sender: sender, outcome: $0, now: now)
+            // Written from the frame: the same entry as the notification's record, without making one.
+            let outcome = Self.outcome(of: result)
+            count(outcome, into: &read)
+            if inbox.isRecording {
+                read.entries.append(frame, id: notification.id, source: source, outcome: outcome, receivedAt: now, environment: environment)
             }
-            return .decided(outcome((result, durable)))
+            return .decided(self.outcome((result, durable)))
         }
     }
 
@@ -151,14 +154,14 @@ final class BinaryGateway: ListenerInterface {
     /// delay); its inbox entry recorded and its outcome counted.
     fileprivate func decideAfterWaiting(
         _ notification: PushNotification, grant: TopicGrant, delay: Duration?, fault: String?, admission: Dispatcher.Admission?, fields: BinaryFrameFields,
-        sender: BinaryProviderConnection?
+        source: InboxSource
     ) async -> (result: AcceptResult, durable: Pending<Void>?) {
         if let delay { try? await Task.sleep(for: delay) }
         let deciding = admission ?? dispatcher.admit(notification, environment: environment, grant: grant, now: dispatcher.clock.now())
         let decided = await deciding.decided()
         var late = ReadOutcomes()
         received(Self.outcome(of: decided.result), into: &late) {
-            entry(fields, notification, sender: sender, outcome: $0, now: dispatcher.clock.now(), fault: fault)
+            entry(fields, notification, source: source, outcome: $0, now: dispatcher.clock.now(), fault: fault)
         }
         finish(&late)
         return decided
@@ -168,7 +171,7 @@ final class BinaryGateway: ListenerInterface {
     /// status; none, as for `Unregistered`, drops it unanswered), a delayed
     /// decision, or the connection's end.
     private func fault(
-        _ rule: FaultRule, frame: BinaryNotificationFrame, notification: PushNotification, owned: Dispatcher.Owned, sender: BinaryProviderConnection?, now: Date,
+        _ rule: FaultRule, frame: BinaryNotificationFrame, notification: PushNotification, owned: Dispatcher.Owned, source: InboxSource, now: Date,
         read: inout ReadOutcomes
     ) -> Admission {
         dispatcher.logFault(rule, notification: notification, owned: owned)
@@ -176,8 +179,8 @@ final class BinaryGateway: ListenerInterface {
         func record(_ outcome: InboxOutcome) {
             received(outcome, into: &read) {
                 entry(
-                    fields, token: notification.token, topic: notification.topic, payload: notification.payload, apnsID: notification.id, sender: sender,
-                    outcome: $0, now: now, fault: rule.id)
+                    fields, token: notification.token, payload: notification.payload, apnsID: notification.id, source: source, outcome: $0, now: now,
+                    fault: rule.id)
             }
         }
         switch rule.action {
@@ -199,12 +202,17 @@ final class BinaryGateway: ListenerInterface {
     /// acceptance with the read's others) and, when the inbox records,
     /// keeps its entry for the read's.
     fileprivate func received(_ outcome: InboxOutcome, into read: inout ReadOutcomes, entry: (InboxOutcome) -> InboxRecord) {
+        count(outcome, into: &read)
+        if inbox.isRecording { read.entries.append(entry(outcome)) }
+    }
+
+    /// Counts a frame's outcome: a refusal now, an acceptance with the read's others.
+    private func count(_ outcome: InboxOutcome, into read: inout ReadOutcomes) {
         if outcome.isAccepted {
             read.accepted += 1
         } else {
             metrics.received(.binary, environment, outcome)
         }
-        if inbox.isRecording { read.entries.append(entry(outcome)) }
     }
 
     /// A read's outcomes: its inbox entries recorded, its acceptances counted.
@@ -215,7 +223,7 @@ final class BinaryGateway: ListenerInterface {
         }
         guard !read.entries.isEmpty else { return }
         inbox.record(read.entries)
-        read.entries.removeAll(keepingCapacity: true)
+        read.entries.removeAll()
     }
 
     /// What the dispatcher's decision is, as the inbox says it.
@@ -228,28 +236,28 @@ final class BinaryGateway: ListenerInterface {
 
     /// The inbox entry of a notification the dispatcher decided.
     fileprivate func entry(
-        _ fields: BinaryFrameFields, _ notification: PushNotification, sender: BinaryProviderConnection?, outcome: InboxOutcome, now: Date, fault: String? = nil
+        _ fields: BinaryFrameFields, _ notification: PushNotification, source: InboxSource, outcome: InboxOutcome, now: Date, fault: String? = nil
     ) -> InboxRecord {
         entry(
-            fields, token: notification.token, topic: notification.topic, payload: notification.payload, apnsID: notification.id, sender: sender,
-            outcome: outcome, now: now, fault: fault)
+            fields, token: notification.token, payload: notification.payload, apnsID: notification.id, source: source, outcome: outcome, now: now, fault: fault)
     }
 
     fileprivate func entry(
-        _ fields: BinaryFrameFields, token: [UInt8]?, topic: String?, payload: [UInt8], apnsID: UUID?, sender: BinaryProviderConnection?, outcome: InboxOutcome,
-        now: Date, fault: String? = nil
+        _ fields: BinaryFrameFields, token: [UInt8]?, payload: [UInt8], apnsID: UUID?, source: InboxSource, outcome: InboxOutcome, now: Date,
+        fault: String? = nil
     ) -> InboxRecord {
         InboxRecord(
-            receivedAt: now, interface: .binary, environment: environment, id: .uuid(apnsID ?? UUID.notificationID()), token: token, topic: topic,
-            provider: sender?.identity.name, teamID: sender?.identity.teamID, connection: sender?.address, received: .binary(fields), payload: payload, outcome: outcome, fault: fault)
+            receivedAt: now, interface: .binary, environment: environment, id: .uuid(apnsID ?? UUID.notificationID()), token: token, topic: source.topic,
+            provider: source.provider, teamID: source.teamID, connection: source.connection, received: .binary(fields), payload: payload, outcome: outcome,
+            fault: fault)
     }
 
     /// A frame that could not be decoded (`BinaryFrameFailure`), in the inbox.
-    fileprivate func entry(_ failure: BinaryFrameFailure, topic: String?, sender: BinaryProviderConnection?, outcome: InboxOutcome, now: Date) -> InboxRecord {
+    fileprivate func entry(_ failure: BinaryFrameFailure, source: InboxSource, outcome: InboxOutcome, now: Date) -> InboxRecord {
         InboxRecord(
-                receivedAt: now, interface: .binary, environment: environment, id: .uuid(UUID.notificationID()),
-                token: nil, topic: topic, provider: sender?.identity.name, teamID: sender?.identity.teamID, connection: sender?.address,
-                received: .malformed(identifier: failure.identifier, detail: failure.detail), payload: [], outcome: outcome)
+            receivedAt: now, interface: .binary, environment: environment, id: .uuid(UUID.notificationID()), token: nil, topic: source.topic,
+            provider: source.provider, teamID: source.teamID, connection: source.connection,
+            received: .malformed(identifier: failure.identifier, detail: failure.detail), payload: [], outcome: outcome)
     }
 
     fileprivate func outcome(_ decided: (result: AcceptResult, durable: Pending<Void>?)) -> Result<Pending<Void>?, Refusal> {
@@ -325,6 +333,9 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     /// The certificate's provider and the peer's address, for the inbox;
     /// in the gateway's list of connections (`BinaryConnections`).
     private var sender: BinaryProviderConnection?
+    /// The provider, topic and address the inbox records for the frames
+    /// of `grant` (the connection's, from its handshake), made once.
+    private var inboxSource: (grant: TopicGrant, source: InboxSource)?
     /// This read's inbox entries and acceptances, recorded and counted
     /// together (`recordEntries`).
     private var outcomes = BinaryGateway.ReadOutcomes()
@@ -413,17 +424,26 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
         context.close(promise: nil)
     }
 
+    /// What the inbox records of who sent `grant`'s frames.
+    private func source(for grant: TopicGrant) -> InboxSource {
+        if let made = inboxSource, made.grant === grant { return made.source }
+        let source = InboxSource(topic: grant.topic, provider: sender?.identity.name, teamID: sender?.identity.teamID, connection: sender?.address)
+        inboxSource = (grant, source)
+        return source
+    }
+
     private func handle(_ message: BinaryProviderInbound, grant: TopicGrant, now: Date, context: ChannelHandlerContext) {
+        let source = source(for: grant)
         switch message {
         case .failure(let failure):
             gateway.policy.peerLog.log(
                 .info, "malformed notification", metadata: ["courier.status": "\(failure.status)", "courier.detail": "\(failure.detail)"], to: gateway.logger)
             gateway.received(.refused(status: failure.answers ? Int(failure.status.rawValue) : nil, reason: failure.status.meaning), into: &outcomes) {
-                gateway.entry(failure, topic: grant.topic, sender: sender, outcome: $0, now: now)
+                gateway.entry(failure, source: source, outcome: $0, now: now)
             }
             refuse(failure.answers ? failure.status : nil, failure.identifier, context: context)
         case .notification(let frame):
-            switch gateway.decide(frame, grant: grant, sender: sender, now: now, read: &outcomes) {
+            switch gateway.decide(frame, grant: grant, sender: sender, source: source, now: now, read: &outcomes) {
             case .decided(let outcome):
                 settle(outcome, command: frame.command, identifier: frame.identifier, context: context)
             case .closes:
@@ -433,12 +453,12 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
                 // The frames before it are in the inbox before it.
                 recordEntries()
                 // Not the frame: its bytes are the TLS handler's, which it reuses.
-                let (command, identifier, fields, sender) = (frame.command, frame.identifier, BinaryFrameFields(frame), sender)
+                let (command, identifier, fields) = (frame.command, frame.identifier, BinaryFrameFields(frame))
                 let (gateway, loop) = (self.gateway, context.eventLoop)
                 let bound = NIOLoopBound((self, context), eventLoop: loop)
                 work.start {
                     let decided = await gateway.decideAfterWaiting(
-                        notification, grant: grant, delay: delay, fault: fault, admission: admission, fields: fields, sender: sender)
+                        notification, grant: grant, delay: delay, fault: fault, admission: admission, fields: fields, source: source)
                     loop.execute {
                         let (handler, context) = bound.value
                         switch handler.machine.dispatcherDecided() {
