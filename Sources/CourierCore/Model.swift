@@ -176,8 +176,19 @@ public struct PushNotification: Sendable, Hashable, Codable {
     /// Nil: none given (binary commands 0); `Date(0)`: never store.
     public var expiration: Date?
     public var priority: Priority
-    public var collapseID: String?
-    public var pushType: String?
+    /// `apns-collapse-id` and `apns-push-type`, kept in one value: with the
+    /// two optional strings stored here directly, Swift copied every new
+    /// notification once more where it was made (each field retained and
+    /// released again; docs/benchmarks.md, 2026-11-29).
+    @usableFromInline var labels: Labels
+    public var collapseID: String? {
+        get { labels.collapseID }
+        set { labels.collapseID = newValue }
+    }
+    public var pushType: String? {
+        get { labels.pushType }
+        set { labels.pushType = newValue }
+    }
     /// A background push (only `content-available`), as the payload rules
     /// found it; counts against the device's silent budget.
     public var isSilent: Bool
@@ -192,6 +203,9 @@ public struct PushNotification: Sendable, Hashable, Codable {
     /// events are logged under it too.
     public var uniqueID: UUID? { hasUniqueID ? deliveryID : nil }
 
+    // Inlinable: a push's fields are moved into it where it is made (made
+    // in another module otherwise, it copied them and the caller released its own).
+    @inlinable
     public init(
         id: UUID, token: [UInt8], topic: String, payload: [UInt8], expiration: Date?, priority: Priority,
         collapseID: String? = nil, pushType: String? = nil, isSilent: Bool = false, deliveryID: UUID = .deliveryID()
@@ -203,9 +217,40 @@ public struct PushNotification: Sendable, Hashable, Codable {
         self.payload = payload
         self.expiration = expiration
         self.priority = priority
-        self.collapseID = collapseID
-        self.pushType = pushType
+        labels = Labels(collapseID: collapseID, pushType: pushType)
         self.isSilent = isSilent
+    }
+
+    /// A notification accepted in `environment`, with its ids there
+    /// (`identify(in:)`), made at once: nothing of it is copied to set them
+    /// afterwards.
+    @inlinable
+    public init(
+        id: UUID, token: [UInt8], topic: String, payload: [UInt8], expiration: Date?, priority: Priority,
+        collapseID: String? = nil, pushType: String? = nil, isSilent: Bool = false, in environment: Environment
+    ) {
+        let sandbox = environment == .sandbox
+        self.id = id
+        deliveryID = sandbox ? .notificationID() : .deliveryID()
+        self.token = token
+        self.topic = topic
+        self.payload = payload
+        self.expiration = expiration
+        self.priority = priority
+        labels = Labels(collapseID: collapseID, pushType: pushType)
+        self.isSilent = isSilent
+        hasUniqueID = sandbox
+    }
+
+    /// See `labels`.
+    @usableFromInline struct Labels: Sendable, Hashable {
+        @usableFromInline var collapseID: String?
+        @usableFromInline var pushType: String?
+
+        @inlinable init(collapseID: String?, pushType: String?) {
+            self.collapseID = collapseID
+            self.pushType = pushType
+        }
     }
 
     /// Expiration 0: deliver now or never, never store.
@@ -214,10 +259,44 @@ public struct PushNotification: Sendable, Hashable, Codable {
     /// Gives a notification accepted in `environment` its ids there: in
     /// the sandbox a random delivery id, which is also its unique id (so a
     /// provider that sees it can tell nothing of others from it).
+    @inlinable
     public mutating func identify(in environment: Environment) {
         guard environment == .sandbox else { return }
         deliveryID = .notificationID()
         hasUniqueID = true
+    }
+}
+
+extension PushNotification {
+    private enum CodingKeys: String, CodingKey {
+        case id, deliveryID, token, topic, payload, expiration, priority, collapseID, pushType, isSilent, hasUniqueID
+    }
+
+    /// The fields as they read: `collapseID` and `pushType` beside the others.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            id: try container.decode(UUID.self, forKey: .id), token: try container.decode([UInt8].self, forKey: .token),
+            topic: try container.decode(String.self, forKey: .topic), payload: try container.decode([UInt8].self, forKey: .payload),
+            expiration: try container.decodeIfPresent(Date.self, forKey: .expiration), priority: try container.decode(Priority.self, forKey: .priority),
+            collapseID: try container.decodeIfPresent(String.self, forKey: .collapseID), pushType: try container.decodeIfPresent(String.self, forKey: .pushType),
+            isSilent: try container.decode(Bool.self, forKey: .isSilent), deliveryID: try container.decode(UUID.self, forKey: .deliveryID))
+        hasUniqueID = try container.decode(Bool.self, forKey: .hasUniqueID)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(id, forKey: .id)
+        try container.encode(deliveryID, forKey: .deliveryID)
+        try container.encode(token, forKey: .token)
+        try container.encode(topic, forKey: .topic)
+        try container.encode(payload, forKey: .payload)
+        try container.encodeIfPresent(expiration, forKey: .expiration)
+        try container.encode(priority, forKey: .priority)
+        try container.encodeIfPresent(collapseID, forKey: .collapseID)
+        try container.encodeIfPresent(pushType, forKey: .pushType)
+        try container.encode(isSilent, forKey: .isSilent)
+        try container.encode(hasUniqueID, forKey: .hasUniqueID)
     }
 }
 

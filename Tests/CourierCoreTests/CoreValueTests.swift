@@ -3,6 +3,37 @@ import Foundation
 import Testing
 
 @Suite struct CoreValueTests {
+    /// A notification made in an environment has the ids `identify(in:)`
+    /// gives; its labels read and write as fields, and its JSON keeps them
+    /// beside the others.
+    @Test func aNotificationMadeInAnEnvironmentAndItsJSON() throws {
+        for environment in [Environment.sandbox, .production] {
+            let made = PushNotification(
+                id: UUID(), token: [1, 2], topic: "com.example.a", payload: Array("{}".utf8), expiration: nil, priority: .immediate,
+                collapseID: "c", pushType: "alert", in: environment)
+            var identified = PushNotification(
+                id: made.id, token: [1, 2], topic: "com.example.a", payload: Array("{}".utf8), expiration: nil, priority: .immediate,
+                collapseID: "c", pushType: "alert", deliveryID: made.deliveryID)
+            identified.hasUniqueID = environment == .sandbox
+            #expect(made == identified)
+            #expect((made.uniqueID != nil) == (environment == .sandbox))
+        }
+        var notification = PushNotification(
+            id: UUID(), token: [3], topic: "com.example.b", payload: [], expiration: Date(timeIntervalSince1970: 5), priority: .conservePower)
+        #expect(notification.collapseID == nil && notification.pushType == nil)
+        notification.collapseID = "group"
+        notification.pushType = "background"
+        #expect(notification.collapseID == "group" && notification.pushType == "background")
+        let json = try JSONEncoder().encode(notification)
+        let object = try #require(try JSONSerialization.jsonObject(with: json) as? [String: Any])
+        #expect(object["collapseID"] as? String == "group" && object["pushType"] as? String == "background")
+        #expect(object["labels"] == nil)
+        #expect(try JSONDecoder().decode(PushNotification.self, from: json) == notification)
+        notification.collapseID = nil
+        let withoutLabel = try #require(try JSONSerialization.jsonObject(with: try JSONEncoder().encode(notification)) as? [String: Any])
+        #expect(withoutLabel["collapseID"] == nil)
+    }
+
     @Test func hexRoundTrip() {
         let bytes: [UInt8] = [0x00, 0x7f, 0x80, 0xff, 0x12, 0xab]
         #expect(Hex.encode(bytes) == "007f80ff12ab")

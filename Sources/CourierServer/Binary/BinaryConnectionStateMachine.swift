@@ -34,6 +34,11 @@ struct BinaryConnectionStateMachine {
         if case .admitting(let grant) = state { grant } else { nil }
     }
 
+    /// Whether frames are admitted now (`admitting`, without the grant).
+    var isAdmitting: Bool {
+        if case .admitting = state { true } else { false }
+    }
+
     var isOver: Bool {
         if case .over = state { true } else { false }
     }

@@ -80,23 +80,24 @@ final class BinaryGateway: ListenerInterface {
         var status: BinaryStatus
     }
 
-    /// The notification a frame carries; throws the status to answer when
-    /// its payload breaks the rules. (Thrown rather than returned in a
-    /// `Result`, so that the caller owns the notification without a copy.)
-    fileprivate func notification(_ frame: BinaryNotificationFrame, topic: String) throws(Refusal) -> PushNotification {
+    /// The payload rules' summary of a frame's payload, or the status to
+    /// answer when it breaks them.
+    fileprivate func check(_ frame: BinaryNotificationFrame) -> Result<PayloadSummary, Refusal> {
         let channel: PayloadChannel = frame.command == 2 ? .binaryCommand2 : .binaryLegacy
-        let summary: PayloadSummary
-        switch PayloadRules.check(frame.payload.readableBytesView, priority: frame.priority, channel: channel, limits: configuration.limits.payload) {
-        case .failure(let error): throw Refusal(status: error.binaryStatus)
-        case .success(let result): summary = result
-        }
+        return PayloadRules.check(frame.payload.readableBytesView, priority: frame.priority, channel: channel, limits: configuration.limits.payload)
+            .mapError { Refusal(status: $0.binaryStatus) }
+    }
+
+    /// The notification a frame carries, its payload checked (`check`).
+    /// (Made where it is used, in a `let`: through a throwing function or
+    /// a `Result` it was copied once more, every field retained and
+    /// released again.)
+    fileprivate func notification(_ frame: BinaryNotificationFrame, topic: String, summary: PayloadSummary) -> PushNotification {
         let priority = frame.priority.flatMap(Priority.init(rawValue:)) ?? (summary.isSilent ? .conservePower : .immediate)
         let expiration = frame.expiry.map { Date(timeIntervalSince1970: TimeInterval($0)) }
-        var notification = PushNotification(
+        return PushNotification(
             id: .notificationID(), token: Array(buffer: frame.token), topic: topic, payload: Array(buffer: frame.payload),
-            expiration: expiration, priority: priority, isSilent: summary.isSilent)
-        notification.identify(in: environment)
-        return notification
+            expiration: expiration, priority: priority, isSilent: summary.isSilent, in: environment)
     }
 
     /// A frame's outcome — its pending commit when admitted, or the status
@@ -119,17 +120,18 @@ final class BinaryGateway: ListenerInterface {
     fileprivate func decide(
         _ frame: BinaryNotificationFrame, grant: TopicGrant, sender: BinaryProviderConnection?, source: InboxSource, now: Date, read: inout ReadOutcomes
     ) -> Admission {
-        let notification: PushNotification
-        do {
-            notification = try self.notification(frame, topic: grant.topic)
-        } catch {
-            received(.refused(status: Int(error.status.rawValue), reason: error.status.meaning), into: &read) {
+        let summary: PayloadSummary
+        switch check(frame) {
+        case .success(let checked): summary = checked
+        case .failure(let refusal):
+            received(.refused(status: Int(refusal.status.rawValue), reason: refusal.status.meaning), into: &read) {
                 entry(
                     BinaryFrameFields(frame), token: Array(buffer: frame.token), payload: Array(buffer: frame.payload), apnsID: nil, source: source,
                     outcome: $0, now: now)
             }
-            return .decided(.failure(error))
+            return .decided(.failure(refusal))
         }
+        let notification = self.notification(frame, topic: grant.topic, summary: summary)
         if faults.isActive, let owned = dispatcher.owned(notification, environment: environment, grant: grant, now: now),
             let rule = faults.take(FaultRequest(owned, interface: .binary, identity: sender?.identity), now: now)
         {
@@ -355,7 +357,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     /// are whole frames held back by the server, not the peer's doing.
     private func checkUnfinishedFrame(context: ChannelHandlerContext) {
         // A long frame passing through the decoder counts as unfinished too: its bytes are not kept, its time is.
-        let unfinished = machine.admitting != nil && (!received.isEmpty || decoder.isInsideLongFrame)
+        let unfinished = machine.isAdmitting && (!received.isEmpty || decoder.isInsideLongFrame)
         deadline.update(unfinished: unfinished, progressed: handled > 0, channel: context.channel)
         sender?.count(handled)
         handled = 0
@@ -432,8 +434,7 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
         return source
     }
 
-    private func handle(_ message: BinaryProviderInbound, grant: TopicGrant, now: Date, context: ChannelHandlerContext) {
-        let source = source(for: grant)
+    private func handle(_ message: BinaryProviderInbound, grant: TopicGrant, source: InboxSource, now: Date, context: ChannelHandlerContext) {
         switch message {
         case .failure(let failure):
             gateway.policy.peerLog.log(
@@ -500,9 +501,12 @@ final class BinaryConnectionHandler: ChannelDuplexHandler {
     /// notification waits for the dispatcher (what follows it waits too)
     /// or only an unfinished frame is left.
     private func handleFrames(in bytes: inout ByteBuffer, now: Date, context: ChannelHandlerContext) {
-        while let grant = machine.admitting, let message = decoder.next(from: &bytes) {
+        // The connection's grant (its handshake's, the same while it admits) and its inbox source, once for the read.
+        guard let grant = machine.admitting else { return }
+        let source = source(for: grant)
+        while machine.isAdmitting, let message = decoder.next(from: &bytes) {
             handled += 1
-            handle(message, grant: grant, now: now, context: context)
+            handle(message, grant: grant, source: source, now: now, context: context)
         }
     }
 

@@ -120,12 +120,11 @@ extension HTTP2Gateway {
         }
         // One request reaches every subscriber: a channel is rate-limited as a device token is.
         guard broadcasts.admit(channel) else { return .failure(.tooManyRequests, requestID: requestID) }
-        var notification = PushNotification(
+        // In the sandbox a random delivery id, as every notification there has.
+        let notification = PushNotification(
             id: UUID(uuidString: requestID) ?? UUID(), token: [], topic: Topic(bundleID: bundleID, kind: .liveactivity).description,
             payload: Array(buffer: body), expiration: channel.storagePolicy == .noStorage ? never : fields.expiration,
-            priority: fields.priority ?? (summary.isSilent ? .conservePower : .immediate), pushType: PushType.liveactivity.rawValue)
-        // In the sandbox a random delivery id, as every notification there has.
-        notification.identify(in: environment)
+            priority: fields.priority ?? (summary.isSilent ? .conservePower : .immediate), pushType: PushType.liveactivity.rawValue, in: environment)
         seen.payload = notification.payload
         let (sent, exists) = try await broadcasts.send(notification, on: channel)
         guard exists else { return .failure(.channelNotRegistered, requestID: requestID) }

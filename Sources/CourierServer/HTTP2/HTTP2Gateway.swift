@@ -484,10 +484,9 @@ public final class HTTP2Gateway: ListenerInterface, Sendable {
         // Without a priority: 5 for a background push (silent, or of type
         // background), else 10.
         let priority = fields.priority.flatMap(Priority.init(rawValue:)) ?? (summary.isSilent || pushType == .background ? .conservePower : .immediate)
-        var notification = PushNotification(
+        let notification = PushNotification(
             id: fields.id, token: fields.token, topic: topic, payload: Array(buffer: body), expiration: fields.expiration, priority: priority,
-            collapseID: fields.collapseID, pushType: fields.pushType, isSilent: summary.isSilent)
-        notification.identify(in: environment)
+            collapseID: fields.collapseID, pushType: fields.pushType, isSilent: summary.isSilent, in: environment)
         seen.payload = notification.payload
         seen.uniqueID = notification.uniqueID
         return .notification(notification, grant)
