@@ -230,15 +230,9 @@ public struct PushNotification: Sendable, Hashable, Codable {
         collapseID: String? = nil, pushType: String? = nil, isSilent: Bool = false, in environment: Environment
     ) {
         let sandbox = environment == .sandbox
-        self.id = id
-        deliveryID = sandbox ? .notificationID() : .deliveryID()
-        self.token = token
-        self.topic = topic
-        self.payload = payload
-        self.expiration = expiration
-        self.priority = priority
-        labels = Labels(collapseID: collapseID, pushType: pushType)
-        self.isSilent = isSilent
+        self.init(
+            id: id, token: token, topic: topic, payload: payload, expiration: expiration, priority: priority, collapseID: collapseID,
+            pushType: pushType, isSilent: isSilent, deliveryID: sandbox ? .notificationID() : .deliveryID())
         hasUniqueID = sandbox
     }
 

@@ -54,7 +54,7 @@ struct InboxBatch {
 
     /// Where the next entry's `size` bytes start (the storage allocated at the first).
     private mutating func room(for size: Int) -> Int {
-        if bytes == nil { bytes = ByteBufferAllocator().buffer(capacity: max(size, 4096)) }
+        if bytes == nil { bytes = ByteBufferAllocator().buffer(capacity: max(size, 1024)) }
         return bytes!.writerIndex
     }
 
