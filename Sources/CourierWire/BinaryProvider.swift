@@ -189,8 +189,9 @@ public struct BinaryProviderDecoder: NIOSingleStepByteToMessageDecoder {
 
         var items = FrameItemIterator(buffer: buffer, index: start + 5, length: length)
         var seen: UInt8 = 0
-        var token = ByteBuffer()
-        var payload = ByteBuffer()
+        // Where the token and payload are: sliced once the frame is known to be good.
+        var token = (index: 0, length: 0)
+        var payload = (index: 0, length: 0)
         var identifier: UInt32 = 0
         var expiry: UInt32?
         var priority: UInt8?
@@ -217,9 +218,9 @@ public struct BinaryProviderDecoder: NIOSingleStepByteToMessageDecoder {
                 seen |= bit
                 switch id {
                 case 1:
-                    token = buffer.getSlice(at: index, length: itemLength)!
+                    token = (index, itemLength)
                 case 2:
-                    payload = buffer.getSlice(at: index, length: itemLength)!
+                    payload = (index, itemLength)
                 case 3:
                     guard itemLength == 4 else {
                         problem = fail(.protocolError, identifier, "notification identifier item is \(itemLength) bytes, not 4")
@@ -254,12 +255,14 @@ public struct BinaryProviderDecoder: NIOSingleStepByteToMessageDecoder {
             }
             return .failure(failure)
         }
-        if let failure = checkTokenAndPayload(token: token, payload: payload, payloadLimit: limits.command2Payload, identifier: identifier) {
+        if let failure = checkTokenAndPayload(tokenLength: token.length, payloadLength: payload.length, payloadLimit: limits.command2Payload, identifier: identifier) {
             return .failure(failure)
         }
+        let frame = BinaryNotificationFrame(
+            command: 2, token: buffer.getSlice(at: token.index, length: token.length)!, payload: buffer.getSlice(at: payload.index, length: payload.length)!,
+            identifier: identifier, expiry: expiry, priority: priority)
         buffer.moveReaderIndex(forwardBy: 5 + length)
-        return .notification(
-            BinaryNotificationFrame(command: 2, token: token, payload: payload, identifier: identifier, expiry: expiry, priority: priority))
+        return .notification(frame)
     }
 
     /// Reads on in a frame over the longest valid one: item headers and
@@ -380,14 +383,15 @@ public struct BinaryProviderDecoder: NIOSingleStepByteToMessageDecoder {
     }
 
     @inline(__always)
-    private func checkTokenAndPayload(token: ByteBuffer, payload: ByteBuffer, payloadLimit: Int, identifier: UInt32) -> BinaryFrameFailure? {
-        if token.readableBytes == 0 { return fail(.missingDeviceToken, identifier, "no device token item") }
-        if token.readableBytes != limits.tokenLength {
-            return fail(.invalidTokenSize, identifier, "token is \(token.readableBytes) bytes, not \(limits.tokenLength)")
+    /// A command-2 frame's token and payload, by their lengths (0: no such item).
+    private func checkTokenAndPayload(tokenLength: Int, payloadLength: Int, payloadLimit: Int, identifier: UInt32) -> BinaryFrameFailure? {
+        if tokenLength == 0 { return fail(.missingDeviceToken, identifier, "no device token item") }
+        if tokenLength != limits.tokenLength {
+            return fail(.invalidTokenSize, identifier, "token is \(tokenLength) bytes, not \(limits.tokenLength)")
         }
-        if payload.readableBytes == 0 { return fail(.missingPayload, identifier, "no payload item") }
-        if payload.readableBytes > payloadLimit {
-            return fail(.invalidPayloadSize, identifier, "payload is \(payload.readableBytes) bytes, over \(payloadLimit)")
+        if payloadLength == 0 { return fail(.missingPayload, identifier, "no payload item") }
+        if payloadLength > payloadLimit {
+            return fail(.invalidPayloadSize, identifier, "payload is \(payloadLength) bytes, over \(payloadLimit)")
         }
         return nil
     }
