@@ -395,8 +395,23 @@ public struct DeliveryEvent: Sendable, Hashable {
     /// `app`, `AppNumber.none` for none (no optional's extra byte).
     var appNumber: AppNumber
     public var at: Date
+    /// `detail`, in a value of its own: an optional string stored here
+    /// directly made Swift copy every new event once more as it was added
+    /// to a list (as `PushNotification.labels` explains).
+    @usableFromInline var note: Note
+
     /// A reason or note, e.g. the rejection reason.
-    public var detail: String?
+    public var detail: String? {
+        get { note.text }
+        set { note.text = newValue }
+    }
+
+    /// See `note`.
+    @usableFromInline struct Note: Sendable, Hashable {
+        @usableFromInline var text: String?
+
+        @inlinable init(_ text: String?) { self.text = text }
+    }
 
     /// Whose notification it is: the app it was accepted (or refused) for,
     /// once the request was found to be that app's provider's. An apns-id
@@ -414,7 +429,7 @@ public struct DeliveryEvent: Sendable, Hashable {
         self.appNumber = app ?? .none
         self.kind = kind
         self.at = at
-        self.detail = detail
+        note = Note(detail)
         self.alias = alias
     }
 
