@@ -180,7 +180,7 @@ public struct PushNotification: Sendable, Hashable, Codable {
     /// two optional strings stored here directly, Swift copied every new
     /// notification once more where it was made (each field retained and
     /// released again; docs/benchmarks.md, 2026-11-29).
-    @usableFromInline var labels: Labels
+    private var labels: Labels
     public var collapseID: String? {
         get { labels.collapseID }
         set { labels.collapseID = newValue }
@@ -203,9 +203,6 @@ public struct PushNotification: Sendable, Hashable, Codable {
     /// events are logged under it too.
     public var uniqueID: UUID? { hasUniqueID ? deliveryID : nil }
 
-    // Inlinable: a push's fields are moved into it where it is made (made
-    // in another module otherwise, it copied them and the caller released its own).
-    @inlinable
     public init(
         id: UUID, token: [UInt8], topic: String, payload: [UInt8], expiration: Date?, priority: Priority,
         collapseID: String? = nil, pushType: String? = nil, isSilent: Bool = false, deliveryID: UUID = .deliveryID()
@@ -224,7 +221,6 @@ public struct PushNotification: Sendable, Hashable, Codable {
     /// A notification accepted in `environment`, with its ids there
     /// (`identify(in:)`), made at once: nothing of it is copied to set them
     /// afterwards.
-    @inlinable
     public init(
         id: UUID, token: [UInt8], topic: String, payload: [UInt8], expiration: Date?, priority: Priority,
         collapseID: String? = nil, pushType: String? = nil, isSilent: Bool = false, in environment: Environment
@@ -237,14 +233,9 @@ public struct PushNotification: Sendable, Hashable, Codable {
     }
 
     /// See `labels`.
-    @usableFromInline struct Labels: Sendable, Hashable {
-        @usableFromInline var collapseID: String?
-        @usableFromInline var pushType: String?
-
-        @inlinable init(collapseID: String?, pushType: String?) {
-            self.collapseID = collapseID
-            self.pushType = pushType
-        }
+    private struct Labels: Sendable, Hashable {
+        var collapseID: String?
+        var pushType: String?
     }
 
     /// Expiration 0: deliver now or never, never store.
@@ -253,7 +244,6 @@ public struct PushNotification: Sendable, Hashable, Codable {
     /// Gives a notification accepted in `environment` its ids there: in
     /// the sandbox a random delivery id, which is also its unique id (so a
     /// provider that sees it can tell nothing of others from it).
-    @inlinable
     public mutating func identify(in environment: Environment) {
         guard environment == .sandbox else { return }
         deliveryID = .notificationID()
@@ -398,7 +388,7 @@ public struct DeliveryEvent: Sendable, Hashable {
     /// `detail`, in a value of its own: an optional string stored here
     /// directly made Swift copy every new event once more as it was added
     /// to a list (as `PushNotification.labels` explains).
-    @usableFromInline var note: Note
+    private var note: Note
 
     /// A reason or note, e.g. the rejection reason.
     public var detail: String? {
@@ -407,10 +397,8 @@ public struct DeliveryEvent: Sendable, Hashable {
     }
 
     /// See `note`.
-    @usableFromInline struct Note: Sendable, Hashable {
-        @usableFromInline var text: String?
-
-        @inlinable init(_ text: String?) { self.text = text }
+    private struct Note: Sendable, Hashable {
+        var text: String?
     }
 
     /// Whose notification it is: the app it was accepted (or refused) for,
@@ -429,7 +417,7 @@ public struct DeliveryEvent: Sendable, Hashable {
         self.appNumber = app ?? .none
         self.kind = kind
         self.at = at
-        note = Note(detail)
+        note = Note(text: detail)
         self.alias = alias
     }
 
